@@ -1,0 +1,93 @@
+# PicoMQ — build, generate, test and deploy. `make help` lists the targets.
+
+IMG ?= ghcr.io/picomq/picomq:latest
+# controller-gen and kustomize run as Go tools pinned in hack/tools/go.mod:
+# no binary is downloaded.
+TOOL := go tool -modfile=$(CURDIR)/hack/tools/go.mod
+CONTROLLER_GEN := $(TOOL) controller-gen
+KUSTOMIZE := $(TOOL) kustomize
+KUBECTL ?= kubectl
+# envtest's kube-apiserver and etcd: cached per machine, built when they
+# cannot be downloaded (hack/envtest-assets.sh).
+ENVTEST_ASSETS = $(shell hack/envtest-assets.sh)
+GO_TEST_FLAGS ?= -race
+
+.PHONY: all
+all: build
+
+.PHONY: help
+help: ## Show this help.
+	@awk 'BEGIN {FS = ":.*##"} /^[a-zA-Z_-]+:.*?##/ {printf "  %-18s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+##@ Development
+
+.PHONY: manifests
+manifests: ## Generate the CRDs and the operator's ClusterRole.
+	$(CONTROLLER_GEN) rbac:roleName=manager-role crd paths="./api/..." paths="./controllers/..." \
+		output:crd:artifacts:config=config/crd/bases output:rbac:artifacts:config=config/rbac
+
+.PHONY: generate
+generate: ## Generate DeepCopy methods.
+	$(CONTROLLER_GEN) object:headerFile="hack/boilerplate.go.txt" paths="./api/..."
+
+.PHONY: fmt
+fmt: ## Run gofmt on the module.
+	gofmt -l -w $$(git ls-files '*.go')
+
+.PHONY: vet
+vet: ## Run go vet.
+	go vet ./...
+
+.PHONY: verify-generated
+verify-generated: manifests generate ## Fail when generated files are not committed.
+	@git diff --exit-code -- api config || { echo "generated files are stale: run 'make manifests generate' and commit"; exit 1; }
+	@test -z "$$(git status --porcelain -- api config)" || { git status --porcelain -- api config; echo "untracked generated files: commit them"; exit 1; }
+
+.PHONY: verify-fmt
+verify-fmt: ## Fail when a Go file is not gofmt-ed.
+	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "run 'make fmt'"; exit 1; }
+
+.PHONY: envtest
+envtest: ## Print the folder holding kube-apiserver and etcd for envtest (builds them once).
+	@hack/envtest-assets.sh
+
+.PHONY: test
+test: manifests generate verify-fmt vet ## Run every test (the README's test command).
+	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" go test $(GO_TEST_FLAGS) ./...
+
+##@ Build
+
+.PHONY: build
+build: ## Build the operator into bin/.
+	go build -o bin/manager ./cmd/manager
+
+.PHONY: run
+run: manifests generate ## Run the operator against the current kubeconfig.
+	go run ./cmd/manager
+
+.PHONY: docker-build
+docker-build: ## Build the container image (needs a Docker engine).
+	docker build -t $(IMG) .
+
+.PHONY: docker-push
+docker-push: ## Push the container image.
+	docker push $(IMG)
+
+##@ Deployment
+
+.PHONY: install
+install: manifests ## Install the CRDs into the current cluster.
+	$(KUSTOMIZE) build config/crd | $(KUBECTL) apply --server-side -f -
+
+.PHONY: uninstall
+uninstall: manifests ## Remove the CRDs (and every StreamCluster and Stream!) from the current cluster.
+	$(KUSTOMIZE) build config/crd | $(KUBECTL) delete --ignore-not-found -f -
+
+.PHONY: deploy
+deploy: manifests ## Deploy the operator with image $(IMG) to the current cluster.
+	cd config/manager && $(KUSTOMIZE) edit set image controller=$(IMG)
+	$(KUSTOMIZE) build config/default | $(KUBECTL) apply --server-side -f -
+
+.PHONY: undeploy
+undeploy: ## Remove the operator from the current cluster.
+	$(KUSTOMIZE) build config/default | $(KUBECTL) delete --ignore-not-found -f -

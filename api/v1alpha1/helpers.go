@@ -1,0 +1,142 @@
+package v1alpha1
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Defaults the apiserver cannot express in OpenAPI (they depend on other
+// fields); the operator and the broker both read them through these helpers.
+const (
+	// DefaultReplicas is the broker count of a cluster that names none.
+	DefaultReplicas int32 = 3
+	// MaxDefaultReplicationFactor caps the replication factor's default.
+	MaxDefaultReplicationFactor int32 = 3
+	// DefaultClientPort is the brokers' HTTP port.
+	DefaultClientPort int32 = 4437
+	// DefaultSlots is the number of slot Leases.
+	DefaultSlots int32 = 64
+	// DefaultLeaseDuration is a slot Lease's duration.
+	DefaultLeaseDuration = 15 * time.Second
+	// DefaultContentType is a stream's content type when none is given.
+	DefaultContentType = "application/octet-stream"
+	// MaxStreamNameLength bounds a stream's path name.
+	MaxStreamNameLength = 255
+)
+
+// EffectiveReplicas returns spec.replicas, or its default when a client
+// bypassed the apiserver's defaulting (a unit test, an old object).
+func (s *StreamClusterSpec) EffectiveReplicas() int32 {
+	if s.Replicas < 1 {
+		return DefaultReplicas
+	}
+	return s.Replicas
+}
+
+// EffectiveReplicationFactor returns spec.replicationFactor, or min(3, replicas).
+func (s *StreamClusterSpec) EffectiveReplicationFactor() int32 {
+	if s.ReplicationFactor != nil && *s.ReplicationFactor > 0 {
+		return *s.ReplicationFactor
+	}
+	return min(MaxDefaultReplicationFactor, s.EffectiveReplicas())
+}
+
+// EffectiveLeaseTimings returns the slot Lease duration, renew deadline and
+// retry period, filling the ones left out as client-go's leader election
+// does: renew at two thirds of the duration, retry at 2/15 of it.
+func (o *OwnershipSpec) EffectiveLeaseTimings() (lease, renew, retry time.Duration, err error) {
+	lease = DefaultLeaseDuration
+	if o.LeaseDuration != "" {
+		d, err := o.LeaseDuration.Parse()
+		if err != nil {
+			return 0, 0, 0, fmt.Errorf("ownership.leaseDuration: %w", err)
+		}
+		lease = d.Duration
+	}
+	renew = lease * 2 / 3
+	if o.RenewDeadline != nil {
+		d, err := o.RenewDeadline.Parse()
+		if err != nil {
+			return 0, 0, 0, fmt.Errorf("ownership.renewDeadline: %w", err)
+		}
+		renew = d.Duration
+	}
+	retry = lease * 2 / 15
+	if o.RetryPeriod != nil {
+		d, err := o.RetryPeriod.Parse()
+		if err != nil {
+			return 0, 0, 0, fmt.Errorf("ownership.retryPeriod: %w", err)
+		}
+		retry = d.Duration
+	}
+	if !(retry < renew && renew < lease) {
+		return 0, 0, 0, fmt.Errorf("ownership: need retryPeriod (%s) < renewDeadline (%s) < leaseDuration (%s)", retry, renew, lease)
+	}
+	return lease, renew, retry, nil
+}
+
+// StreamName returns the stream's path name on the broker: spec.name, or
+// metadata.name when that is empty.
+func (s *Stream) StreamName() string {
+	if s.Spec.Name != "" {
+		return s.Spec.Name
+	}
+	return s.Name
+}
+
+// EffectiveContentType returns spec.contentType or its default.
+func (s *StreamSpec) EffectiveContentType() string {
+	if s.ContentType == "" {
+		return DefaultContentType
+	}
+	return s.ContentType
+}
+
+// ValidateStreamName reports why name cannot name a stream, or nil. It is the
+// CRD's rule for spec.name, repeated here for names that do not come through
+// the apiserver (metadata.name defaults, the broker's admin API): 1 to 255
+// characters, '/'-separated segments of [a-zA-Z0-9._-], none empty, '.' or
+// '..' (so a name can never climb out of a path).
+func ValidateStreamName(name string) error {
+	if name == "" {
+		return fmt.Errorf("stream name is empty")
+	}
+	if len(name) > MaxStreamNameLength {
+		return fmt.Errorf("stream name is %d bytes, more than %d", len(name), MaxStreamNameLength)
+	}
+	for i, seg := range strings.Split(name, "/") {
+		switch seg {
+		case "":
+			return fmt.Errorf("stream name %q has an empty segment at position %d (leading, trailing or doubled '/')", name, i)
+		case ".", "..":
+			return fmt.Errorf("stream name %q has a %q segment", name, seg)
+		}
+		for _, r := range seg {
+			if !validNameRune(r) {
+				return fmt.Errorf("stream name %q has %q in segment %q: only letters, digits, '.', '_' and '-' are allowed", name, r, seg)
+			}
+		}
+	}
+	return nil
+}
+
+func validNameRune(r rune) bool {
+	return r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '.' || r == '_' || r == '-'
+}
+
+func parseDuration(s string) (metav1.Duration, error) {
+	if s == "" {
+		return metav1.Duration{}, nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return metav1.Duration{}, err
+	}
+	if d < 0 {
+		return metav1.Duration{}, fmt.Errorf("duration %q is negative", s)
+	}
+	return metav1.Duration{Duration: d}, nil
+}

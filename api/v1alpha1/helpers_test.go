@@ -1,0 +1,106 @@
+package v1alpha1
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+func TestValidateStreamName(t *testing.T) {
+	good := []string{"a", "logs/api/prod", "A.b_c-d", "x/..y", "..a", strings.Repeat("a", 255)}
+	for _, n := range good {
+		if err := ValidateStreamName(n); err != nil {
+			t.Errorf("ValidateStreamName(%q) = %v, want nil", n, err)
+		}
+	}
+	bad := map[string]string{
+		"":                       "empty",
+		"/a":                     "empty segment",
+		"a/":                     "empty segment",
+		"a//b":                   "empty segment",
+		"a/../b":                 `".." segment`,
+		"..":                     `".." segment`,
+		"a/./b":                  `"." segment`,
+		"a b":                    "only letters",
+		"a/b%2F":                 "only letters",
+		"é":                      "only letters",
+		strings.Repeat("a", 256): "more than 255",
+	}
+	for n, want := range bad {
+		err := ValidateStreamName(n)
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("ValidateStreamName(%q) = %v, want an error containing %q", n, err, want)
+		}
+	}
+}
+
+func TestStreamNameDefaultsToMetadataName(t *testing.T) {
+	s := &Stream{ObjectMeta: metav1.ObjectMeta{Name: "orders"}}
+	if got := s.StreamName(); got != "orders" {
+		t.Fatalf("StreamName() = %q, want metadata.name", got)
+	}
+	s.Spec.Name = "shop/orders"
+	if got := s.StreamName(); got != "shop/orders" {
+		t.Fatalf("StreamName() = %q, want spec.name", got)
+	}
+}
+
+func TestEffectiveReplicationFactor(t *testing.T) {
+	three := int32(2)
+	cases := []struct {
+		spec StreamClusterSpec
+		want int32
+	}{
+		{StreamClusterSpec{}, 3},            // replicas default 3 -> min(3,3)
+		{StreamClusterSpec{Replicas: 1}, 1}, // min(3,1)
+		{StreamClusterSpec{Replicas: 5}, 3}, // min(3,5)
+		{StreamClusterSpec{Replicas: 5, ReplicationFactor: &three}, 2},
+	}
+	for _, c := range cases {
+		if got := c.spec.EffectiveReplicationFactor(); got != c.want {
+			t.Errorf("%+v: EffectiveReplicationFactor() = %d, want %d", c.spec, got, c.want)
+		}
+	}
+}
+
+func TestEffectiveLeaseTimings(t *testing.T) {
+	lease, renew, retry, err := (&OwnershipSpec{}).EffectiveLeaseTimings()
+	if err != nil || lease != 15*time.Second || renew != 10*time.Second || retry != 2*time.Second {
+		t.Fatalf("defaults = %s %s %s %v, want 15s 10s 2s", lease, renew, retry, err)
+	}
+	d := Duration("30s")
+	lease, renew, retry, err = (&OwnershipSpec{LeaseDuration: d}).EffectiveLeaseTimings()
+	if err != nil || lease != 30*time.Second || renew != 20*time.Second || retry != 4*time.Second {
+		t.Fatalf("derived = %s %s %s %v, want 30s 20s 4s", lease, renew, retry, err)
+	}
+	r := Duration("20s")
+	if _, _, _, err := (&OwnershipSpec{LeaseDuration: "15s", RenewDeadline: &r}).EffectiveLeaseTimings(); err == nil {
+		t.Fatal("renewDeadline above leaseDuration accepted")
+	}
+	bad := Duration("-1s")
+	if _, _, _, err := (&OwnershipSpec{LeaseDuration: bad}).EffectiveLeaseTimings(); err == nil || !strings.Contains(err.Error(), "leaseDuration") {
+		t.Fatalf("negative leaseDuration: err = %v", err)
+	}
+}
+
+func TestDurationParse(t *testing.T) {
+	for in, want := range map[Duration]time.Duration{"": 0, "1.5h": 90 * time.Minute, "500ms": 500 * time.Millisecond} {
+		got, err := in.Parse()
+		if err != nil || got.Duration != want {
+			t.Errorf("Duration(%q).Parse() = %v, %v; want %v", in, got.Duration, err, want)
+		}
+	}
+	for _, in := range []Duration{"-1s", "5", "abc"} {
+		if _, err := in.Parse(); err == nil {
+			t.Errorf("Duration(%q).Parse() accepted", in)
+		}
+	}
+}
+
+func TestEffectiveContentType(t *testing.T) {
+	if got := (&StreamSpec{}).EffectiveContentType(); got != DefaultContentType {
+		t.Fatalf("got %q", got)
+	}
+}

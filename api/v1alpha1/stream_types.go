@@ -1,0 +1,153 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// StreamSpec is a named stream a user asks a StreamCluster to keep.
+//
+// +kubebuilder:validation:XValidation:rule="!(has(self.ttl) && has(self.expiresAt))",message="set ttl or expiresAt, not both: one is a sliding lifetime, the other an absolute one"
+// +kubebuilder:validation:XValidation:rule="has(self.name) == has(oldSelf.name)",message="name cannot be added or removed after creation: it is the stream's identity on the broker"
+type StreamSpec struct {
+	// ClusterRef names the StreamCluster, in this namespace, that keeps the
+	// stream. Immutable.
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="clusterRef is immutable: a stream cannot move to another cluster"
+	ClusterRef ClusterReference `json:"clusterRef"`
+
+	// Name is the stream's path name on the broker, e.g. logs/api/prod: one to
+	// 255 characters, segments of letters, digits, '.', '_' and '-' separated
+	// by '/', no empty, '.' or '..' segment, no leading or trailing slash.
+	// Defaults to metadata.name. Immutable.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=255
+	// +kubebuilder:validation:Pattern=`^[a-zA-Z0-9._-]+(/[a-zA-Z0-9._-]+)*$`
+	// +kubebuilder:validation:XValidation:rule="!self.split('/').exists(s, s == '.' || s == '..')",message="name segments '.' and '..' are not allowed"
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="name is immutable: it is the stream's identity on the broker"
+	// +optional
+	Name string `json:"name,omitempty"`
+
+	// ContentType is the media type of the stream's records, as the Durable
+	// Streams protocol reports it. Immutable.
+	// +kubebuilder:default="application/octet-stream"
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=255
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="contentType is immutable: records already written carry it"
+	// +optional
+	ContentType string `json:"contentType,omitempty"`
+
+	// TTL is a sliding lifetime: the stream is deleted once it has been idle
+	// (no read or write) this long. Exclusive with expiresAt.
+	// +optional
+	TTL *Duration `json:"ttl,omitempty"`
+
+	// ExpiresAt is an absolute lifetime: the stream is deleted at this time.
+	// Exclusive with ttl.
+	// +optional
+	ExpiresAt *metav1.Time `json:"expiresAt,omitempty"`
+
+	// StreamPolicy: partitions, limits, retention, backpressure and
+	// compaction.
+	StreamPolicy `json:",inline"`
+
+	// DeletionPolicy says what deleting this resource does to the stream on
+	// the broker: Delete removes it and its data, Retain leaves it.
+	// +kubebuilder:default=Delete
+	// +kubebuilder:validation:Enum=Delete;Retain
+	// +optional
+	DeletionPolicy DeletionPolicy `json:"deletionPolicy,omitempty"`
+}
+
+// ClusterReference names a StreamCluster in the same namespace.
+type ClusterReference struct {
+	// Name of the StreamCluster.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name"`
+}
+
+// DeletionPolicy says what happens to a broker stream when its Stream
+// resource is deleted.
+type DeletionPolicy string
+
+const (
+	// DeletionPolicyDelete deletes the stream and its data on the broker.
+	DeletionPolicyDelete DeletionPolicy = "Delete"
+	// DeletionPolicyRetain leaves the stream on the broker.
+	DeletionPolicyRetain DeletionPolicy = "Retain"
+)
+
+// PartitionStatus is one partition as the broker reports it.
+type PartitionStatus struct {
+	// Partition is the partition's index, from 0.
+	Partition int32 `json:"partition"`
+	// InternalID is the broker's internal stream id behind the partition.
+	InternalID int64 `json:"internalID"`
+	// Epoch counts the openings of the internal stream; -1 until first opened.
+	Epoch int64 `json:"epoch"`
+	// Owner is the broker that currently owns the partition, if any.
+	// +optional
+	Owner string `json:"owner,omitempty"`
+	// Start is the first offset still readable.
+	Start int64 `json:"start"`
+	// End is the offset the next record will take.
+	End int64 `json:"end"`
+}
+
+// StreamStatus is what the operator observed of the stream on its broker.
+type StreamStatus struct {
+	// Conditions: Ready.
+	// +listType=map
+	// +listMapKey=type
+	// +optional
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+
+	// ObservedGeneration is the spec generation the status describes.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// Partitions describes every partition of the stream.
+	// +listType=map
+	// +listMapKey=partition
+	// +optional
+	Partitions []PartitionStatus `json:"partitions,omitempty"`
+
+	// Closed reports that the stream refuses appends for good (a Durable
+	// Streams close).
+	// +optional
+	Closed bool `json:"closed,omitempty"`
+
+	// ExpiresAt is when the stream will expire, if it has a lifetime.
+	// +optional
+	ExpiresAt *metav1.Time `json:"expiresAt,omitempty"`
+}
+
+// Stream is a named, partitioned, durable stream on a StreamCluster.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:shortName=strm,categories=picomq
+// +kubebuilder:printcolumn:name="Cluster",type=string,JSONPath=`.spec.clusterRef.name`
+// +kubebuilder:printcolumn:name="Name",type=string,JSONPath=`.spec.name`
+// +kubebuilder:printcolumn:name="Partitions",type=integer,JSONPath=`.spec.partitions`
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type Stream struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec StreamSpec `json:"spec"`
+	// +optional
+	Status StreamStatus `json:"status,omitempty"`
+}
+
+// StreamList is a list of Streams.
+// +kubebuilder:object:root=true
+type StreamList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []Stream `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&Stream{}, &StreamList{})
+}

@@ -1,0 +1,328 @@
+package v1alpha1
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// StreamClusterSpec is the cluster of brokers a user asks for.
+//
+// +kubebuilder:validation:XValidation:rule="!has(self.replicationFactor) || self.replicationFactor <= self.replicas",message="replicationFactor cannot exceed replicas: each copy of a stream lives on a different broker"
+type StreamClusterSpec struct {
+	// Replicas is how many broker pods run. Lowering it drains the departing
+	// brokers first, so no stream loses data.
+	// +kubebuilder:default=3
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=100
+	// +optional
+	Replicas int32 `json:"replicas,omitempty"`
+
+	// Image is the broker container image. Defaults to the operator's own
+	// image for Version.
+	// +optional
+	Image string `json:"image,omitempty"`
+
+	// Version is the PicoMQ version the brokers run; the operator uses it to
+	// pick a default image and to order upgrades.
+	// +optional
+	Version string `json:"version,omitempty"`
+
+	// Resources are the broker container's CPU and memory requests and limits.
+	// +optional
+	Resources *corev1.ResourceRequirements `json:"resources,omitempty"`
+
+	// Storage is the PersistentVolumeClaim each broker keeps its metadata log
+	// and segments on.
+	// +kubebuilder:default={}
+	// +optional
+	Storage StorageSpec `json:"storage,omitempty"`
+
+	// ReplicationFactor is how many brokers hold a copy of every committed
+	// object. Defaults to min(3, replicas); cannot exceed replicas.
+	// +kubebuilder:validation:Minimum=1
+	// +optional
+	ReplicationFactor *int32 `json:"replicationFactor,omitempty"`
+
+	// Ownership tunes how brokers share streams through Lease objects.
+	// +kubebuilder:default={}
+	// +optional
+	Ownership OwnershipSpec `json:"ownership,omitempty"`
+
+	// Broker tunes the broker processes.
+	// +kubebuilder:default={}
+	// +optional
+	Broker BrokerSpec `json:"broker,omitempty"`
+
+	// Service is the client Service applications connect to.
+	// +kubebuilder:default={}
+	// +optional
+	Service ServiceSpec `json:"service,omitempty"`
+
+	// TLS, when set, makes the brokers serve HTTPS with the certificate in the
+	// named Secret (keys tls.crt and tls.key).
+	// +optional
+	TLS *TLSSpec `json:"tls,omitempty"`
+
+	// Auth, when set, makes the brokers require a bearer token from the named
+	// Secret on every request.
+	// +optional
+	Auth *AuthSpec `json:"auth,omitempty"`
+
+	// PodTemplate holds overrides applied last to the broker pods.
+	// +optional
+	PodTemplate PodOverrides `json:"podTemplate,omitempty"`
+
+	// PodDisruptionBudget limits voluntary evictions of brokers.
+	// +kubebuilder:default={}
+	// +optional
+	PodDisruptionBudget PodDisruptionBudgetSpec `json:"podDisruptionBudget,omitempty"`
+
+	// Monitoring configures Prometheus scraping.
+	// +optional
+	Monitoring MonitoringSpec `json:"monitoring,omitempty"`
+
+	// Paused stops the operator from changing any child object of this
+	// cluster; status keeps being reported.
+	// +optional
+	Paused bool `json:"paused,omitempty"`
+}
+
+// StorageSpec is the volume claim template of the brokers.
+type StorageSpec struct {
+	// StorageClassName is the StorageClass of the claims; the cluster's default
+	// class when absent.
+	// +optional
+	StorageClassName *string `json:"storageClassName,omitempty"`
+
+	// Size is the capacity requested for each broker's claim.
+	// +kubebuilder:default="10Gi"
+	// +optional
+	Size *resource.Quantity `json:"size,omitempty"`
+
+	// VolumeClaimTemplate, when set, overrides fields of the generated claim
+	// spec (access modes, selector, volume mode, data source...).
+	// +optional
+	VolumeClaimTemplate *corev1.PersistentVolumeClaimSpec `json:"volumeClaimTemplate,omitempty"`
+}
+
+// OwnershipSpec tunes the slot Leases through which brokers own streams.
+//
+// +kubebuilder:validation:XValidation:rule="!has(self.renewDeadline) || duration(self.renewDeadline) < duration(self.leaseDuration)",message="renewDeadline must be shorter than leaseDuration, or a holder could lose its slot while still renewing it"
+// +kubebuilder:validation:XValidation:rule="!has(self.retryPeriod) || !has(self.renewDeadline) || duration(self.retryPeriod) < duration(self.renewDeadline)",message="retryPeriod must be shorter than renewDeadline"
+type OwnershipSpec struct {
+	// Slots is how many slot Leases streams hash onto. It cannot change after
+	// creation: every stream's slot would move.
+	// +kubebuilder:default=64
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=4096
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="ownership.slots is immutable: streams hash onto the slot count"
+	// +optional
+	Slots int32 `json:"slots,omitempty"`
+
+	// LeaseDuration is how long a slot stays owned after its holder's last
+	// renewal.
+	// +kubebuilder:default="15s"
+	// +optional
+	LeaseDuration Duration `json:"leaseDuration,omitempty"`
+
+	// RenewDeadline is how long a holder keeps trying to renew before it
+	// gives its slots up. Defaults to two thirds of leaseDuration.
+	// +optional
+	RenewDeadline *Duration `json:"renewDeadline,omitempty"`
+
+	// RetryPeriod is how often brokers try to acquire or renew slots.
+	// Defaults to leaseDuration / 7.5.
+	// +optional
+	RetryPeriod *Duration `json:"retryPeriod,omitempty"`
+}
+
+// BrokerSpec is the broker configuration rendered into the cluster's
+// ConfigMap. Absent fields take the broker's own defaults.
+type BrokerSpec struct {
+	// FlushLinger is how long the group-commit flusher waits for more appends
+	// before it writes a batch. 0 (the default) writes as soon as the
+	// previous flush is done: batches still grow with load.
+	// +optional
+	FlushLinger *Duration `json:"flushLinger,omitempty"`
+
+	// MaxBatchBytes bounds one group-commit object.
+	// +kubebuilder:validation:Minimum=4096
+	// +optional
+	MaxBatchBytes *int64 `json:"maxBatchBytes,omitempty"`
+
+	// LongPollTimeout is how long a live read waits for new records before it
+	// answers "up to date".
+	// +optional
+	LongPollTimeout *Duration `json:"longPollTimeout,omitempty"`
+
+	// DefaultStreamPolicy applies to streams created without a policy of their
+	// own (for example by a Durable Streams PUT).
+	// +optional
+	DefaultStreamPolicy *StreamPolicy `json:"defaultStreamPolicy,omitempty"`
+}
+
+// ServiceSpec is the client Service.
+type ServiceSpec struct {
+	// Type is the Service type.
+	// +kubebuilder:default=ClusterIP
+	// +kubebuilder:validation:Enum=ClusterIP;NodePort;LoadBalancer
+	// +optional
+	Type corev1.ServiceType `json:"type,omitempty"`
+
+	// Annotations are added to the client Service (load balancer settings...).
+	// +optional
+	Annotations map[string]string `json:"annotations,omitempty"`
+
+	// Port is the client port, for HTTP and the Durable Streams protocol.
+	// +kubebuilder:default=4437
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=65535
+	// +optional
+	Port int32 `json:"port,omitempty"`
+}
+
+// TLSSpec names the server certificate.
+type TLSSpec struct {
+	// SecretName is a kubernetes.io/tls Secret in the cluster's namespace.
+	// +kubebuilder:validation:MinLength=1
+	SecretName string `json:"secretName"`
+}
+
+// AuthSpec names the bearer tokens clients present.
+type AuthSpec struct {
+	// SecretName is a Secret in the cluster's namespace whose values are the
+	// accepted tokens, one per key.
+	// +kubebuilder:validation:MinLength=1
+	SecretName string `json:"secretName"`
+}
+
+// PodOverrides are applied to the broker pod template after the operator's
+// own settings, so they win.
+type PodOverrides struct {
+	// +optional
+	Affinity *corev1.Affinity `json:"affinity,omitempty"`
+	// +optional
+	Tolerations []corev1.Toleration `json:"tolerations,omitempty"`
+	// +optional
+	NodeSelector map[string]string `json:"nodeSelector,omitempty"`
+	// TopologySpreadConstraints replace the default spread of brokers across
+	// hosts.
+	// +optional
+	TopologySpreadConstraints []corev1.TopologySpreadConstraint `json:"topologySpreadConstraints,omitempty"`
+	// +optional
+	PriorityClassName string `json:"priorityClassName,omitempty"`
+	// Annotations are added to the broker pods.
+	// +optional
+	Annotations map[string]string `json:"annotations,omitempty"`
+	// Labels are added to the broker pods; the operator's selector labels
+	// cannot be overridden.
+	// +optional
+	Labels map[string]string `json:"labels,omitempty"`
+}
+
+// PodDisruptionBudgetSpec limits voluntary evictions.
+type PodDisruptionBudgetSpec struct {
+	// MaxUnavailable is how many brokers may be evicted at once.
+	// +kubebuilder:default=1
+	// +kubebuilder:validation:Minimum=0
+	// +optional
+	MaxUnavailable *int32 `json:"maxUnavailable,omitempty"`
+}
+
+// MonitoringSpec configures Prometheus scraping.
+type MonitoringSpec struct {
+	// ServiceMonitor creates a prometheus-operator ServiceMonitor for the
+	// brokers when that CRD is installed.
+	// +optional
+	ServiceMonitor bool `json:"serviceMonitor,omitempty"`
+}
+
+// Condition types of a StreamCluster.
+const (
+	// ConditionReady: every replica is ready and the metadata log has a leader.
+	ConditionReady = "Ready"
+	// ConditionProgressing: a rollout or scaling is under way.
+	ConditionProgressing = "Progressing"
+	// ConditionDegraded: something needs an operator's attention; the reason
+	// and message say what.
+	ConditionDegraded = "Degraded"
+)
+
+// StreamClusterStatus is what the operator observed of the cluster.
+type StreamClusterStatus struct {
+	// Conditions: Ready, Progressing, Degraded.
+	// +listType=map
+	// +listMapKey=type
+	// +optional
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+
+	// ObservedGeneration is the spec generation the status describes.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// Replicas is how many broker pods exist.
+	// +optional
+	Replicas int32 `json:"replicas,omitempty"`
+
+	// ReadyReplicas is how many broker pods are ready.
+	// +optional
+	ReadyReplicas int32 `json:"readyReplicas,omitempty"`
+
+	// Endpoint is the URL clients use, through the client Service.
+	// +optional
+	Endpoint string `json:"endpoint,omitempty"`
+
+	// MetadataLeader is the broker leading the metadata log.
+	// +optional
+	MetadataLeader string `json:"metadataLeader,omitempty"`
+
+	// SlotsHeld is how many slot Leases each broker holds.
+	// +listType=map
+	// +listMapKey=broker
+	// +optional
+	SlotsHeld []BrokerSlots `json:"slotsHeld,omitempty"`
+}
+
+// BrokerSlots is one broker's share of the slots.
+type BrokerSlots struct {
+	// Broker is the broker pod's name.
+	Broker string `json:"broker"`
+	// Slots is how many slot Leases it holds.
+	Slots int32 `json:"slots"`
+}
+
+// StreamCluster is a cluster of PicoMQ brokers: a StatefulSet of broker pods,
+// each with a PersistentVolumeClaim, sharing streams through slot Leases and a
+// replicated metadata log.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:shortName=strc,categories=picomq
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Replicas",type=integer,JSONPath=`.spec.replicas`
+// +kubebuilder:printcolumn:name="Ready Replicas",type=integer,JSONPath=`.status.readyReplicas`
+// +kubebuilder:printcolumn:name="Endpoint",type=string,JSONPath=`.status.endpoint`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type StreamCluster struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// +kubebuilder:default={}
+	// +optional
+	Spec StreamClusterSpec `json:"spec,omitempty"`
+	// +optional
+	Status StreamClusterStatus `json:"status,omitempty"`
+}
+
+// StreamClusterList is a list of StreamClusters.
+// +kubebuilder:object:root=true
+type StreamClusterList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []StreamCluster `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&StreamCluster{}, &StreamClusterList{})
+}
