@@ -1,0 +1,348 @@
+package meta
+
+import (
+	"slices"
+	"sort"
+
+	"github.com/picomq/picomq/broker/stream"
+)
+
+// Apply applies one command and returns its result: a *CreateResult,
+// *OpenResult, *CommitResult, *Entry, nil, or an error. A refused command
+// changes nothing.
+func (s *State) Apply(c *Command) any {
+	switch c.Op {
+	case OpCreate:
+		if c.Create != nil {
+			return s.create(c.Create)
+		}
+	case OpDelete:
+		if c.Delete != nil {
+			return s.delete(c.Delete)
+		}
+	case OpOpen:
+		if c.Open != nil {
+			return s.open(c.Open)
+		}
+	case OpClose:
+		if c.Close != nil {
+			return s.close(c.Close)
+		}
+	case OpCommit:
+		if c.Commit != nil {
+			return s.commit(c.Commit)
+		}
+	case OpTrim:
+		if c.Trim != nil {
+			return s.trim(c.Trim)
+		}
+	case OpReplace:
+		if c.Replace != nil {
+			return s.replace(c.Replace)
+		}
+	case OpGroup:
+		if c.Group != nil {
+			return s.group(c.Group)
+		}
+	case OpObjectsDeleted:
+		if c.ObjectsDeleted != nil {
+			for _, id := range c.ObjectsDeleted.IDs {
+				delete(s.Garbage, id)
+			}
+			return nil
+		}
+	case OpTouch:
+		if c.Touch != nil {
+			for _, n := range c.Touch.Names {
+				if e, ok := s.Names[n]; ok && c.Touch.At > e.LastAccess {
+					e.LastAccess = c.Touch.At
+				}
+			}
+			return nil
+		}
+	case OpUpdatePolicy:
+		if c.UpdatePolicy != nil {
+			return s.updatePolicy(c.UpdatePolicy)
+		}
+	}
+	return BadCommand.With("op", string(c.Op), "reason", "unknown op or missing body")
+}
+
+func (s *State) create(c *Create) any {
+	if e, ok := s.Names[c.Name]; ok {
+		return &CreateResult{Entry: e.Clone()}
+	}
+	if err := c.Policy.Validate(); err != nil {
+		return err
+	}
+	p := c.Policy.Normalized()
+	e := &Entry{
+		Name: c.Name, ContentType: c.ContentType, Policy: c.Policy,
+		TTL: c.TTL, ExpiresAt: c.ExpiresAt, CreatedAt: c.Now, LastAccess: c.Now,
+		Closed: c.Closed,
+	}
+	for i := 0; i < p.Partitions; i++ {
+		e.Streams = append(e.Streams, s.newInternal(c.Name, i))
+	}
+	s.Names[c.Name] = e
+	return &CreateResult{Entry: e.Clone(), Created: true}
+}
+
+func (s *State) newInternal(name string, partition int) uint64 {
+	id := s.NextStreamID
+	s.NextStreamID++
+	s.Streams[id] = &Internal{ID: id, Name: name, Partition: partition, Epoch: -1}
+	return id
+}
+
+func (s *State) delete(c *Delete) any {
+	e, ok := s.Names[c.Name]
+	if !ok {
+		return StreamNotFound.With("name", c.Name)
+	}
+	if c.IfStreams != nil && !slices.Equal(c.IfStreams, e.Streams) {
+		return StreamNotFound.With("name", c.Name, "reason", "recreated since")
+	}
+	for _, id := range e.Streams {
+		if in, ok := s.Streams[id]; ok {
+			s.dropRanges(in, 0, len(in.Ranges))
+			delete(s.Streams, id)
+		}
+	}
+	delete(s.Names, c.Name)
+	return e
+}
+
+func (s *State) open(c *Open) any {
+	in, ok := s.Streams[c.Stream]
+	if !ok {
+		return StreamNotFound.With("stream", c.Stream)
+	}
+	in.Epoch++
+	in.Owner = c.Owner
+	in.Open = true
+	return &OpenResult{Internal: in.Clone()}
+}
+
+func (s *State) close(c *Close) any {
+	in, ok := s.Streams[c.Stream]
+	if !ok {
+		return StreamNotFound.With("stream", c.Stream)
+	}
+	if in.Epoch != c.Epoch {
+		return StaleEpoch.With("stream", c.Stream, "epoch", c.Epoch, "current", in.Epoch)
+	}
+	in.Open = false
+	in.Owner = ""
+	return nil
+}
+
+func (s *State) commit(c *Commit) any {
+	if c.Object != 0 {
+		s.addObject(c.Object, c.Size)
+	}
+	res := &CommitResult{Appends: make([]error, len(c.Appends))}
+	for i := range c.Appends {
+		res.Appends[i] = s.commitAppend(c, &c.Appends[i])
+	}
+	if len(c.Groups) > 0 {
+		res.Groups = make([]error, len(c.Groups))
+		for i := range c.Groups {
+			g := &c.Groups[i]
+			if g.After >= 0 && g.After < len(res.Appends) && res.Appends[g.After] != nil {
+				res.Groups[i] = res.Appends[g.After]
+				continue
+			}
+			if err, _ := s.group(g).(error); err != nil {
+				res.Groups[i] = err
+			}
+		}
+	}
+	if c.Object != 0 {
+		s.settleObject(c.Object)
+	}
+	return res
+}
+
+func (s *State) commitAppend(c *Commit, a *Append) error {
+	in, ok := s.Streams[a.Stream]
+	if !ok {
+		return StreamNotFound.With("stream", a.Stream)
+	}
+	e, ok := s.Names[in.Name]
+	if !ok {
+		return StreamNotFound.With("stream", a.Stream, "name", in.Name)
+	}
+	if !in.Open || a.Epoch != in.Epoch {
+		return StaleEpoch.With("stream", a.Stream, "epoch", a.Epoch, "current", in.Epoch)
+	}
+	if a.First != in.End {
+		return OffsetMismatch.With("stream", a.Stream, "first", a.First, "end", in.End)
+	}
+	if e.Closed {
+		return StreamClosed.With("name", e.Name, "end", in.End)
+	}
+	if a.Range != nil && (a.Range.First != a.First || a.Range.Next <= a.Range.First || a.Range.Object != c.Object) {
+		return BadCommand.With("stream", a.Stream, "reason", "range does not start at first, is empty, or names another object")
+	}
+	if a.Producer != nil {
+		if err := checkProducer(e, a.Producer); err != nil {
+			return err
+		}
+	}
+	if a.StreamSeq != "" && a.StreamSeq <= e.LastStreamSeq {
+		return StreamSeqOrder.With("name", e.Name, "last", e.LastStreamSeq, "received", a.StreamSeq)
+	}
+
+	// Every check passed: apply.
+	if a.Range != nil {
+		in.Ranges = append(in.Ranges, *a.Range)
+		in.End = a.Range.Next
+		s.ref(a.Range.Object)
+	}
+	if a.Producer != nil {
+		if e.Producers == nil {
+			e.Producers = map[string]Producer{}
+		}
+		e.Producers[a.Producer.ID] = Producer{Epoch: a.Producer.Epoch, LastSeq: a.Producer.Seq}
+	}
+	if a.StreamSeq != "" {
+		e.LastStreamSeq = a.StreamSeq
+	}
+	if a.Close {
+		e.Closed = true
+		if a.Producer != nil {
+			t := *a.Producer
+			e.ClosedBy = &t
+		}
+	}
+	if c.Now > e.LastAccess {
+		e.LastAccess = c.Now
+	}
+	return nil
+}
+
+// checkProducer admits the next append of an idempotent producer: the
+// next sequence at its epoch, or sequence 0 at a new, higher epoch.
+// Duplicates never reach the log: the owner acknowledges them itself.
+func checkProducer(e *Entry, t *ProducerTuple) error {
+	p, known := e.Producers[t.ID]
+	switch {
+	case !known || t.Epoch > p.Epoch:
+		if t.Seq != 0 {
+			return ProducerSeqGap.With("producer", t.ID, "expected", 0, "received", t.Seq)
+		}
+	case t.Epoch < p.Epoch:
+		return ProducerFenced.With("producer", t.ID, "epoch", t.Epoch, "current", p.Epoch)
+	case t.Seq != p.LastSeq+1:
+		return ProducerSeqGap.With("producer", t.ID, "expected", p.LastSeq+1, "received", t.Seq)
+	}
+	return nil
+}
+
+func (s *State) trim(c *Trim) any {
+	in, ok := s.Streams[c.Stream]
+	if !ok {
+		return StreamNotFound.With("stream", c.Stream)
+	}
+	if c.Before > in.End {
+		return stream.OffsetAhead.With("partition", in.Partition, "offset", c.Before, "next", in.End)
+	}
+	if c.Before <= in.Start {
+		return nil
+	}
+	in.Start = c.Before
+	// Drop the ranges wholly below the new start; one that straddles it
+	// stays, and readers skip its records below Start.
+	s.dropRanges(in, 0, in.RangeAt(in.Start))
+	return nil
+}
+
+func (s *State) replace(c *Replace) any {
+	in, ok := s.Streams[c.Stream]
+	if !ok {
+		return StreamNotFound.With("stream", c.Stream)
+	}
+	drop := make(map[int]bool, len(c.Old))
+	for _, ref := range c.Old {
+		i := slices.IndexFunc(in.Ranges, func(r Range) bool { return r.Object == ref.Object && r.Pos == ref.Pos })
+		if i < 0 {
+			return RangesChanged.With("stream", c.Stream, "object", ref.Object, "pos", ref.Pos)
+		}
+		if drop[i] {
+			return BadCommand.With("stream", c.Stream, "reason", "a range named twice")
+		}
+		drop[i] = true
+	}
+	// Build the new list aside and check it before touching the state, so a
+	// rewrite that would overlap its neighbours changes nothing.
+	var kept []Range
+	for i, r := range in.Ranges {
+		if !drop[i] {
+			kept = append(kept, r)
+		}
+	}
+	for _, r := range c.New {
+		if r.Object != c.Object || r.Next <= r.First || r.Next > in.End || r.Next <= in.Start {
+			return BadCommand.With("stream", c.Stream, "reason", "new range empty, outside [start, end), or in another object")
+		}
+		at := sort.Search(len(kept), func(i int) bool { return kept[i].First >= r.First })
+		kept = slices.Insert(kept, at, r)
+	}
+	for i := 1; i < len(kept); i++ {
+		if kept[i].First < kept[i-1].Next {
+			return BadCommand.With("stream", c.Stream, "reason", "new ranges overlap kept ones", "first", kept[i].First)
+		}
+	}
+	if c.Object != 0 {
+		s.addObject(c.Object, c.Size)
+	}
+	for _, r := range c.New {
+		s.ref(r.Object)
+	}
+	for i := range drop {
+		s.unref(in.Ranges[i].Object)
+	}
+	in.Ranges = kept
+	if c.Object != 0 {
+		s.settleObject(c.Object)
+	}
+	return nil
+}
+
+func (s *State) group(g *GroupOffset) any {
+	in, ok := s.Streams[g.Stream]
+	if !ok {
+		return StreamNotFound.With("stream", g.Stream)
+	}
+	if g.Group == "" {
+		return stream.StreamMisconfigured.With("field", "group")
+	}
+	if g.Next > in.End {
+		return stream.OffsetAhead.With("partition", in.Partition, "offset", g.Next, "next", in.End)
+	}
+	if in.Groups == nil {
+		in.Groups = map[string]uint64{}
+	}
+	in.Groups[g.Group] = g.Next
+	return nil
+}
+
+func (s *State) updatePolicy(c *UpdatePolicy) any {
+	e, ok := s.Names[c.Name]
+	if !ok {
+		return StreamNotFound.With("name", c.Name)
+	}
+	if err := c.Policy.Validate(); err != nil {
+		return err
+	}
+	want := c.Policy.Normalized().Partitions
+	if want < len(e.Streams) {
+		return PartitionsShrink.With("name", c.Name, "partitions", len(e.Streams), "requested", want)
+	}
+	for i := len(e.Streams); i < want; i++ {
+		e.Streams = append(e.Streams, s.newInternal(e.Name, i))
+	}
+	e.Policy = c.Policy
+	return e.Clone()
+}

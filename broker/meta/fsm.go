@@ -1,0 +1,129 @@
+package meta
+
+import (
+	"encoding/json"
+	"io"
+	"sync"
+
+	"github.com/hashicorp/raft"
+)
+
+// FSM is the State behind a lock, applied by the Raft log: it implements
+// raft.FSM. Readers take copies through its accessors, so nothing they hold
+// changes under them.
+type FSM struct {
+	mu      sync.RWMutex
+	state   *State
+	applied uint64
+}
+
+// NewFSM returns a state machine over an empty state.
+func NewFSM() *FSM { return &FSM{state: NewState()} }
+
+// Encode serializes a command for the log.
+func Encode(c *Command) ([]byte, error) { return json.Marshal(c) }
+
+// Apply decodes and applies one log entry. Its result is what
+// metalog.Log.Apply returns.
+func (f *FSM) Apply(l *raft.Log) any {
+	var c Command
+	if err := json.Unmarshal(l.Data, &c); err != nil {
+		f.mu.Lock()
+		f.applied = l.Index
+		f.mu.Unlock()
+		return BadCommand.Wrap(err, "reason", "undecodable", "index", l.Index)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.applied = l.Index
+	return f.state.Apply(&c)
+}
+
+// Snapshot captures a copy of the state; raft persists it off the apply path.
+func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return &snapshot{state: f.state.Clone()}, nil
+}
+
+// Restore replaces the state with a snapshot's.
+func (f *FSM) Restore(rc io.ReadCloser) error {
+	defer rc.Close()
+	s := NewState()
+	if err := json.NewDecoder(rc).Decode(s); err != nil {
+		return BadCommand.Wrap(err, "reason", "undecodable snapshot")
+	}
+	// JSON leaves absent maps nil; the state relies on them existing.
+	if s.Names == nil {
+		s.Names = map[string]*Entry{}
+	}
+	if s.Streams == nil {
+		s.Streams = map[uint64]*Internal{}
+	}
+	if s.Objects == nil {
+		s.Objects = map[uint64]*Object{}
+	}
+	if s.Garbage == nil {
+		s.Garbage = map[uint64]bool{}
+	}
+	f.mu.Lock()
+	f.state = s
+	f.mu.Unlock()
+	return nil
+}
+
+type snapshot struct{ state *State }
+
+func (s *snapshot) Persist(sink raft.SnapshotSink) error {
+	if err := json.NewEncoder(sink).Encode(s.state); err != nil {
+		_ = sink.Cancel()
+		return err
+	}
+	return sink.Close()
+}
+
+func (s *snapshot) Release() {}
+
+// View runs fn with the state under the read lock. fn must not keep
+// references into the state nor modify it.
+func (f *FSM) View(fn func(s *State)) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	fn(f.state)
+}
+
+// Entry returns a copy of the named stream's entry.
+func (f *FSM) Entry(name string) (*Entry, bool) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	e, ok := f.state.Names[name]
+	if !ok {
+		return nil, false
+	}
+	return e.Clone(), true
+}
+
+// Internal returns a copy of an internal stream.
+func (f *FSM) Internal(id uint64) (*Internal, bool) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	in, ok := f.state.Streams[id]
+	if !ok {
+		return nil, false
+	}
+	return in.Clone(), true
+}
+
+// Applied returns the index of the last applied entry.
+func (f *FSM) Applied() uint64 {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.applied
+}
+
+// State returns a deep copy of the whole state (tests, admin, snapshots).
+func (f *FSM) State() *State {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.state.Clone()
+}

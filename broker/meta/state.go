@@ -1,0 +1,247 @@
+// Package meta is the broker's metadata state machine: the registry of named
+// streams, the internal streams behind their partitions (epoch, owner, start,
+// end, the ranges of objects holding their records), consumer-group offsets
+// and object reference counts.
+//
+// It is applied by the Raft log (broker/metalog) and so it is deterministic:
+// Apply reads no clock, file or network — every timestamp travels in the
+// command — and replaying the log from zero yields the same state. It knows
+// nothing of files or HTTP: objects are ids and byte positions.
+package meta
+
+import (
+	"sort"
+
+	"github.com/picomq/picomq/broker/stream"
+)
+
+// Entry is a named stream: the registry's value for a path name.
+type Entry struct {
+	Name string `json:"name"`
+	// Streams holds the internal stream id of every partition, in order.
+	Streams     []uint64           `json:"streams"`
+	ContentType string             `json:"contentType"`
+	Policy      stream.PolicyValue `json:"policy"`
+	// TTL is a sliding lifetime in nanoseconds (0: none); ExpiresAt an
+	// absolute one in Unix nanoseconds (0: none).
+	TTL       int64 `json:"ttl,omitempty"`
+	ExpiresAt int64 `json:"expiresAt,omitempty"`
+	// CreatedAt and LastAccess are Unix nanoseconds from the commands that
+	// set them. LastAccess is persisted lazily by the owner (Touch), so it
+	// may trail the owner's in-memory value by the touch interval.
+	CreatedAt  int64 `json:"createdAt"`
+	LastAccess int64 `json:"lastAccess"`
+	// Closed: the stream refuses appends for good; ClosedBy is the producer
+	// tuple whose append closed it, so that its retry is acknowledged.
+	Closed   bool           `json:"closed,omitempty"`
+	ClosedBy *ProducerTuple `json:"closedBy,omitempty"`
+	// Producers: idempotent producer state, committed with the data it admits.
+	Producers map[string]Producer `json:"producers,omitempty"`
+	// LastStreamSeq is the last accepted Stream-Seq (byte-wise ordered).
+	LastStreamSeq string `json:"lastStreamSeq,omitempty"`
+}
+
+// Producer is one idempotent producer's accepted state.
+type Producer struct {
+	Epoch   int64 `json:"epoch"`
+	LastSeq int64 `json:"lastSeq"`
+}
+
+// ProducerTuple identifies one producer append.
+type ProducerTuple struct {
+	ID    string `json:"id"`
+	Epoch int64  `json:"epoch"`
+	Seq   int64  `json:"seq"`
+}
+
+// Internal is an internal stream: one partition's offsets and records.
+type Internal struct {
+	ID        uint64 `json:"id"`
+	Name      string `json:"name"`
+	Partition int    `json:"partition"`
+	// Epoch is -1 until the stream is first opened and grows by one at every
+	// open; a commit under any other epoch is refused, which fences a writer
+	// that lost ownership.
+	Epoch int64  `json:"epoch"`
+	Owner string `json:"owner,omitempty"`
+	Open  bool   `json:"open,omitempty"`
+	// Start is the first readable offset, End the next one to assign.
+	Start uint64 `json:"start"`
+	End   uint64 `json:"end"`
+	// Ranges hold the records, sorted by First and not overlapping. They may
+	// leave holes (compaction) and the first may begin below Start (a trim
+	// inside a range): readers filter by offset.
+	Ranges []Range `json:"ranges,omitempty"`
+	// Groups maps a consumer group to the offset it reads next.
+	Groups map[string]uint64 `json:"groups,omitempty"`
+}
+
+// Range is a run of one internal stream's records stored in one frame of an
+// object: offsets [First, Next), possibly with holes left by compaction.
+type Range struct {
+	First  uint64 `json:"first"`
+	Next   uint64 `json:"next"`
+	Object uint64 `json:"object"`
+	Pos    int64  `json:"pos"`
+	Len    int64  `json:"len"`
+	// Bytes is the records' key+payload bytes (retention and MaxBytes count
+	// these); Count how many records the frame holds.
+	Bytes int64 `json:"bytes"`
+	Count int64 `json:"count"`
+	// MinTime and MaxTime bound the records' append instants (Unix ns):
+	// retention by age and seek by time read them without the frame.
+	MinTime int64 `json:"minTime"`
+	MaxTime int64 `json:"maxTime"`
+}
+
+// Object is a committed object file and how many ranges reference it.
+type Object struct {
+	ID   uint64 `json:"id"`
+	Size int64  `json:"size"`
+	Refs int    `json:"refs"`
+}
+
+// State is everything the metadata log holds.
+type State struct {
+	// NextStreamID is the next internal stream id to allocate.
+	NextStreamID uint64 `json:"nextStreamID"`
+	// MaxObjectID is the highest object id any command ever named, so a
+	// restarted store never reuses one the log may still mention.
+	MaxObjectID uint64               `json:"maxObjectID"`
+	Names       map[string]*Entry    `json:"names"`
+	Streams     map[uint64]*Internal `json:"streams"`
+	Objects     map[uint64]*Object   `json:"objects"`
+	// Garbage holds objects no range references any more: their files may be
+	// deleted, after which ObjectsDeleted forgets them.
+	Garbage map[uint64]bool `json:"garbage"`
+}
+
+// NewState returns an empty state.
+func NewState() *State {
+	return &State{
+		NextStreamID: 1,
+		Names:        map[string]*Entry{},
+		Streams:      map[uint64]*Internal{},
+		Objects:      map[uint64]*Object{},
+		Garbage:      map[uint64]bool{},
+	}
+}
+
+// Bytes returns the record bytes an internal stream holds at or above Start.
+// Ranges that straddle Start count whole: retention drops whole ranges.
+func (in *Internal) Bytes() int64 {
+	var n int64
+	for _, r := range in.Ranges {
+		n += r.Bytes
+	}
+	return n
+}
+
+// RangeAt returns the index of the first range whose Next is above off, or
+// len(Ranges): the range a read from off starts in.
+func (in *Internal) RangeAt(off uint64) int {
+	return sort.Search(len(in.Ranges), func(i int) bool { return in.Ranges[i].Next > off })
+}
+
+// ref and unref keep object reference counts; an object left with none is
+// garbage.
+func (s *State) ref(id uint64) {
+	if o, ok := s.Objects[id]; ok {
+		o.Refs++
+	}
+}
+
+func (s *State) unref(id uint64) {
+	o, ok := s.Objects[id]
+	if !ok {
+		return
+	}
+	o.Refs--
+	if o.Refs <= 0 {
+		delete(s.Objects, id)
+		s.Garbage[id] = true
+	}
+}
+
+// addObject registers a new object with no references yet.
+func (s *State) addObject(id uint64, size int64) {
+	if id > s.MaxObjectID {
+		s.MaxObjectID = id
+	}
+	if _, ok := s.Objects[id]; !ok {
+		s.Objects[id] = &Object{ID: id, Size: size}
+	}
+}
+
+// settleObject sends an object that ended up with no reference (every range
+// of its command was refused) straight to garbage.
+func (s *State) settleObject(id uint64) {
+	if o, ok := s.Objects[id]; ok && o.Refs == 0 {
+		delete(s.Objects, id)
+		s.Garbage[id] = true
+	}
+}
+
+// dropRanges removes the ranges [i, j) of in, releasing their objects.
+func (s *State) dropRanges(in *Internal, i, j int) {
+	for _, r := range in.Ranges[i:j] {
+		s.unref(r.Object)
+	}
+	in.Ranges = append(in.Ranges[:i], in.Ranges[j:]...)
+}
+
+// Clone returns a deep copy (snapshots and tests).
+func (s *State) Clone() *State {
+	c := &State{
+		NextStreamID: s.NextStreamID,
+		MaxObjectID:  s.MaxObjectID,
+		Names:        make(map[string]*Entry, len(s.Names)),
+		Streams:      make(map[uint64]*Internal, len(s.Streams)),
+		Objects:      make(map[uint64]*Object, len(s.Objects)),
+		Garbage:      make(map[uint64]bool, len(s.Garbage)),
+	}
+	for k, e := range s.Names {
+		c.Names[k] = e.Clone()
+	}
+	for k, in := range s.Streams {
+		c.Streams[k] = in.Clone()
+	}
+	for k, o := range s.Objects {
+		oc := *o
+		c.Objects[k] = &oc
+	}
+	for k := range s.Garbage {
+		c.Garbage[k] = true
+	}
+	return c
+}
+
+// Clone returns a deep copy of the entry.
+func (e *Entry) Clone() *Entry {
+	c := *e
+	c.Streams = append([]uint64(nil), e.Streams...)
+	if e.ClosedBy != nil {
+		t := *e.ClosedBy
+		c.ClosedBy = &t
+	}
+	if e.Producers != nil {
+		c.Producers = make(map[string]Producer, len(e.Producers))
+		for k, v := range e.Producers {
+			c.Producers[k] = v
+		}
+	}
+	return &c
+}
+
+// Clone returns a deep copy of the internal stream.
+func (in *Internal) Clone() *Internal {
+	c := *in
+	c.Ranges = append([]Range(nil), in.Ranges...)
+	if in.Groups != nil {
+		c.Groups = make(map[string]uint64, len(in.Groups))
+		for k, v := range in.Groups {
+			c.Groups[k] = v
+		}
+	}
+	return &c
+}
