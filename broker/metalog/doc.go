@@ -1,0 +1,37 @@
+// Package metalog is the replicated metadata log of a PicoMQ broker: the
+// wiring of a hashicorp/raft node — a raft-boltdb store, a file snapshot
+// store, a transport — around a state machine it knows nothing about.
+//
+// The state machine is any raft.FSM. metalog never looks inside a command:
+// it proposes the bytes it is given, waits until raft has committed them and
+// the FSM has applied them, and hands back what the FSM returned. Streams,
+// HTTP and Kubernetes live elsewhere (see DESIGN.md, "Metadata log").
+//
+// A single broker is a one-voter cluster. It goes through exactly the code
+// path a multi-node cluster does — bootstrap, election, commit, apply —,
+// only the quorum is itself, so a later cluster can grow from it by AddVoter
+// without a migration.
+//
+//	l, err := metalog.Open(metalog.Config{Dir: dir, NodeID: "broker-0", Bootstrap: true}, fsm)
+//	resp, err := l.Apply(ctx, cmd)
+//	defer l.Close()
+//
+// # Files
+//
+// Config.Dir holds raft.db, a bbolt database (raft-boltdb/v2) that is both
+// raft's LogStore and its StableStore (current term, vote), and snapshots/,
+// raft's FileSnapshotStore keeping the two newest snapshots.
+//
+// # Latency and durability
+//
+// Every Apply is durable before it returns: the entry is fsynced to raft.db
+// (bbolt commits with fdatasync) before it counts towards the quorum. What
+// keeps this cheap under load is group commit: the leader drains every
+// proposal waiting in its apply channel (up to MaxAppendEntries) into ONE
+// bbolt transaction, so N concurrent Apply calls share one set of fsyncs.
+// Nothing on the commit path sleeps or waits for a timer; on a one-voter
+// cluster an entry is committed as soon as the local write returns.
+//
+// If the FSM also implements raft.BatchingFSM, raft applies committed entries
+// to it in batches as well.
+package metalog

@@ -1,0 +1,399 @@
+package objstore
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"math"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/picomq/picomq/broker/stream"
+)
+
+const (
+	defaultPoolSize     = 4
+	defaultMaxOpenFiles = 256
+)
+
+// Options configures Open. The zero value is usable.
+type Options struct {
+	// MinNextID is the lowest id the store may hand out. The caller passes
+	// one more than the highest id its metadata ever knew, because a removed
+	// file leaves no trace the store could see.
+	MinNextID uint64
+
+	// PoolSize is how many files the store keeps created ahead of Create:
+	// 0 means 4; a negative value keeps none, so each Create pays a directory
+	// fsync (for comparison and tests).
+	PoolSize int
+
+	// MaxOpenFiles bounds the read handles kept open for ReadFrame: 0 means
+	// 256.
+	MaxOpenFiles int
+}
+
+// Info describes one object file.
+type Info struct {
+	ID      uint64
+	Size    int64 // the file's length; HeaderSize or less means it holds no frame
+	ModTime time.Time
+
+	// Writing is set while a Writer of this Store has the object open, so
+	// that orphan collection can leave it alone whatever its age.
+	Writing bool
+}
+
+// Store is one directory of objects. It is safe for concurrent use.
+type Store struct {
+	dir   string
+	dirf  *os.File // kept open for the directory fsyncs of pool refills
+	cache *handleCache
+
+	poolSize int
+	kick     chan struct{} // wakes the refill goroutine; capacity 1
+	stop     chan struct{}
+	wg       sync.WaitGroup
+
+	mu      sync.Mutex
+	closed  bool
+	nextID  uint64
+	ready   []poolFile          // pool files ready to hand out, oldest first
+	pooled  map[uint64]bool     // ids of pool files, ready or being created
+	writing map[uint64]struct{} // ids with an open Writer
+
+	dirSyncs    atomic.Int64 // directory fsyncs done, for tests
+	slowCreates atomic.Int64 // Creates that found the pool empty, for tests
+}
+
+// poolFile is a created, durable, not yet claimed object file.
+type poolFile struct {
+	id uint64
+	f  *os.File
+}
+
+// Open opens the objects directory dir, creating it with PrepareDir's checks
+// if needed, and fills the pool of pre-created files.
+func Open(dir string, opts Options) (*Store, error) {
+	if err := PrepareDir(dir); err != nil {
+		return nil, err
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, stream.StreamBackendFailed.Wrap(err, "op", "objstore.readdir", "path", dir)
+	}
+	next := max(opts.MinNextID, 1) // 0 is left free to mean "no object"
+	for _, e := range entries {
+		if id, ok := parseName(e.Name()); ok && id >= next {
+			if id == math.MaxUint64 {
+				return nil, stream.StreamBackendFailed.With("op", "objstore.open", "path", dir, "reason", "object ids exhausted")
+			}
+			next = id + 1
+		}
+	}
+	dirf, err := os.Open(dir)
+	if err != nil {
+		return nil, stream.StreamBackendFailed.Wrap(err, "op", "objstore.opendir", "path", dir)
+	}
+
+	s := &Store{
+		dir:      dir,
+		dirf:     dirf,
+		cache:    newHandleCache(dir, opts.MaxOpenFiles),
+		poolSize: opts.PoolSize,
+		kick:     make(chan struct{}, 1),
+		stop:     make(chan struct{}),
+		nextID:   next,
+		pooled:   make(map[uint64]bool),
+		writing:  make(map[uint64]struct{}),
+	}
+	if s.poolSize == 0 {
+		s.poolSize = defaultPoolSize
+	}
+	if s.poolSize > 0 {
+		// Fill the pool now so the first Create is as fast as the others. A
+		// failure (a full disk) must not keep the broker from starting, reading
+		// and collecting garbage: Create reports it when it matters.
+		_ = s.refill()
+		s.wg.Add(1)
+		go s.refillLoop()
+	}
+	return s, nil
+}
+
+// Dir returns the directory the store was opened on.
+func (s *Store) Dir() string { return s.dir }
+
+func (s *Store) path(id uint64) string { return filepath.Join(s.dir, fileName(id)) }
+
+// allocate reserves n new ids. The caller holds s.mu.
+func (s *Store) allocate(n int) ([]uint64, error) {
+	ids := make([]uint64, 0, n)
+	for range n {
+		if s.nextID == 0 { // wrapped past math.MaxUint64
+			return nil, stream.StreamBackendFailed.With("op", "objstore.create", "path", s.dir, "reason", "object ids exhausted")
+		}
+		ids = append(ids, s.nextID)
+		s.nextID++
+	}
+	return ids, nil
+}
+
+// createFiles creates the object files ids, writes their headers and fsyncs
+// the directory once for all of them. The headers are not synced: the
+// writer's first fdatasync carries them along with its frames. On failure
+// nothing it created is left behind (as far as the system lets it).
+func (s *Store) createFiles(ids []uint64) ([]poolFile, error) {
+	files := make([]poolFile, 0, len(ids))
+	fail := func(op string, id uint64, err error) ([]poolFile, error) {
+		for _, pf := range files {
+			pf.f.Close()
+			os.Remove(s.path(pf.id))
+		}
+		return nil, stream.StreamBackendFailed.Wrap(err, "op", op, "object", id)
+	}
+	var hdr [HeaderSize]byte
+	for _, id := range ids {
+		// O_EXCL: an id is never handed out twice, even if something else
+		// put a file with its name in the directory meanwhile.
+		f, err := os.OpenFile(s.path(id), os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+		if err != nil {
+			return fail("objstore.create", id, err)
+		}
+		files = append(files, poolFile{id: id, f: f})
+		if _, err := f.WriteAt(appendHeader(hdr[:0], id), 0); err != nil {
+			return fail("objstore.write", id, err)
+		}
+	}
+	if err := s.dirf.Sync(); err != nil {
+		return fail("objstore.fsyncdir", ids[0], err)
+	}
+	s.dirSyncs.Add(1)
+	return files, nil
+}
+
+// refill tops the pool up to its size with one directory fsync.
+func (s *Store) refill() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return ErrClosed
+	}
+	// pooled counts files still being created too. A kick that arrives
+	// after a refill already topped the pool up finds it above the low-water
+	// mark and waits for the next one, so every refill covers half the pool.
+	need := s.poolSize - len(s.pooled)
+	if len(s.pooled) > s.poolSize/2 || need <= 0 {
+		s.mu.Unlock()
+		return nil
+	}
+	ids, err := s.allocate(need)
+	if err != nil {
+		s.mu.Unlock()
+		return err
+	}
+	for _, id := range ids {
+		s.pooled[id] = true
+	}
+	s.mu.Unlock()
+
+	files, err := s.createFiles(ids)
+
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err != nil || s.closed {
+		for _, id := range ids {
+			delete(s.pooled, id)
+		}
+		for _, pf := range files {
+			pf.f.Close()
+			os.Remove(s.path(pf.id))
+		}
+		if err == nil {
+			err = ErrClosed
+		}
+		return err
+	}
+	s.ready = append(s.ready, files...)
+	return nil
+}
+
+// refillLoop refills the pool whenever Create took it down to half. An error
+// is left for the next Create to find: it creates its file itself and
+// reports the failure to its caller.
+func (s *Store) refillLoop() {
+	defer s.wg.Done()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-s.kick:
+		}
+		_ = s.refill()
+	}
+}
+
+// Create returns a Writer on a new, empty object whose directory entry is
+// already durable: the writer's Sync makes the object durable with nothing
+// but the file's own fdatasync. It takes a file from the pool and has the pool
+// refilled in the background; when the pool is empty it creates the file
+// itself, paying one directory fsync.
+func (s *Store) Create() (*Writer, error) {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil, ErrClosed
+	}
+	var pf poolFile
+	fromPool := len(s.ready) > 0
+	if fromPool {
+		pf = s.ready[0]
+		s.ready = append(s.ready[:0], s.ready[1:]...)
+		delete(s.pooled, pf.id)
+		s.writing[pf.id] = struct{}{}
+	}
+	// Refill once the pool is half empty rather than after every Create, so
+	// that each directory fsync covers several files while the other half
+	// still serves Create.
+	lowWater := len(s.ready) <= s.poolSize/2
+	s.mu.Unlock()
+	if s.poolSize > 0 && lowWater {
+		select {
+		case s.kick <- struct{}{}:
+		default: // a refill is already due
+		}
+	}
+
+	if !fromPool {
+		s.mu.Lock()
+		ids, err := s.allocate(1)
+		if err == nil {
+			s.writing[ids[0]] = struct{}{}
+		}
+		s.mu.Unlock()
+		if err != nil {
+			return nil, err
+		}
+		s.slowCreates.Add(1)
+		files, err := s.createFiles(ids)
+		if err != nil {
+			s.mu.Lock()
+			delete(s.writing, ids[0])
+			s.mu.Unlock()
+			return nil, err
+		}
+		pf = files[0]
+	}
+	return newWriter(s, pf.id, pf.f), nil
+}
+
+// doneWriting forgets id's writer.
+func (s *Store) doneWriting(id uint64) {
+	s.mu.Lock()
+	delete(s.writing, id)
+	s.mu.Unlock()
+}
+
+// List returns every object file in the directory, sorted by id, leaving out
+// the unclaimed files of the pool. Objects a Writer has open are included,
+// with Writing set.
+func (s *Store) List() ([]Info, error) {
+	entries, err := os.ReadDir(s.dir)
+	if err != nil {
+		return nil, stream.StreamBackendFailed.Wrap(err, "op", "objstore.readdir", "path", s.dir)
+	}
+	// The pool is read after the directory: a pool file created since is not
+	// in entries, and one claimed since is in s.writing instead.
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, ErrClosed
+	}
+	infos := make([]Info, 0, len(entries))
+	for _, e := range entries {
+		id, ok := parseName(e.Name())
+		if !ok || s.pooled[id] {
+			continue
+		}
+		fi, err := e.Info()
+		if errors.Is(err, fs.ErrNotExist) {
+			continue // removed since the directory was read
+		}
+		if err != nil {
+			return nil, stream.StreamBackendFailed.Wrap(err, "op", "objstore.stat", "object", id)
+		}
+		if !fi.Mode().IsRegular() {
+			continue
+		}
+		_, w := s.writing[id]
+		infos = append(infos, Info{ID: id, Size: fi.Size(), ModTime: fi.ModTime(), Writing: w})
+	}
+	return infos, nil // os.ReadDir sorts by name, and fixed-width hex sorts as the ids do
+}
+
+// Remove deletes object id and closes its cached read handle. Removing an
+// object that does not exist, or an unclaimed pool file (which is not an
+// object yet), is not an error. An object a Writer has open is refused with
+// ErrInUse: its writer is the one to Abort it.
+//
+// The removal is not made durable: a file a crash brings back is an orphan,
+// collected again, and its id is not reused.
+func (s *Store) Remove(id uint64) error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return ErrClosed
+	}
+	if s.pooled[id] {
+		s.mu.Unlock()
+		return nil
+	}
+	if _, ok := s.writing[id]; ok {
+		s.mu.Unlock()
+		return fmt.Errorf("objstore: remove object %016x: %w", id, ErrInUse)
+	}
+	s.mu.Unlock()
+	return s.remove(id)
+}
+
+func (s *Store) remove(id uint64) error {
+	s.cache.evict(id)
+	if err := os.Remove(s.path(id)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return stream.StreamBackendFailed.Wrap(err, "op", "objstore.remove", "object", id)
+	}
+	return nil
+}
+
+// Close stops the pool, deletes its unclaimed files and closes the read
+// handles. Writers still open keep working until they are closed; Create,
+// ReadFrame, Scan, List and Remove return ErrClosed.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	ready := s.ready
+	s.ready = nil
+	s.mu.Unlock()
+
+	close(s.stop)
+	s.wg.Wait() // a refill in flight sees s.closed and removes its own files
+
+	// The pool's files were never objects: deleting them keeps a clean
+	// shutdown from leaving orphans. Best effort; after a crash they are
+	// orphans anyway.
+	for _, pf := range ready {
+		pf.f.Close()
+		os.Remove(s.path(pf.id))
+	}
+	s.mu.Lock()
+	clear(s.pooled)
+	s.mu.Unlock()
+	s.cache.close()
+	return s.dirf.Close()
+}

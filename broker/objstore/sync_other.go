@@ -1,0 +1,9 @@
+//go:build !linux
+
+package objstore
+
+import "os"
+
+// fdatasync falls back to fsync where the system has no fdatasync. (On macOS
+// neither reaches the platter; the broker targets Linux.)
+func fdatasync(f *os.File) error { return f.Sync() }
