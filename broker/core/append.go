@@ -1,0 +1,298 @@
+package core
+
+import (
+	"context"
+	"time"
+
+	"github.com/picomq/picomq/broker/meta"
+	"github.com/picomq/picomq/broker/stream"
+)
+
+// AppendOptions carry what an append asks beyond its records.
+type AppendOptions struct {
+	// Partition is the partition to append to, or -1 to place the batch by
+	// its keys (PartitionOf) or round-robin when it has none.
+	Partition int
+	// Producer makes the append idempotent: a repeat of an accepted
+	// sequence is acknowledged without writing.
+	Producer *meta.ProducerTuple
+	// StreamSeq, when set, must be byte-wise above the last one accepted.
+	StreamSeq string
+	// Close closes the stream for good with this append (records may be
+	// empty: a close-only append).
+	Close bool
+	// Group, when set, commits a consumer-group offset atomically with the
+	// records (exactly-once in effect for a consume-transform-produce loop).
+	Group *meta.GroupOffset
+}
+
+// AppendResult says where an append landed.
+type AppendResult struct {
+	Partition int
+	// First and Last are the batch's offsets; Next is the partition's next
+	// offset after it. A close-only append has First == Next and Last unset.
+	First, Last, Next uint64
+	// Duplicate: an idempotent repeat, acknowledged without writing.
+	Duplicate bool
+	// Producer is the producer's highest accepted state after the append.
+	Producer meta.Producer
+	// Closed: the stream is closed after the append.
+	Closed bool
+}
+
+// pendingAppend is an append waiting for the flusher.
+type pendingAppend struct {
+	n       *named
+	gen     uint64
+	app     meta.Append
+	group   *meta.GroupOffset
+	payload []byte
+	count   int
+	bytes   int64
+	at      int64
+	res     AppendResult
+	done    chan error
+}
+
+// Append validates records against the stream's policy and its provisional
+// state, gives them offsets, and waits until the flusher has written them to
+// an object, synced it and committed it through the metadata log. Nothing is
+// acknowledged before that commit applies; a refusal writes nothing.
+func (b *Broker) Append(ctx context.Context, name string, records []stream.RecordValue, o AppendOptions) (AppendResult, error) {
+	if err := context.Cause(ctx); err != nil {
+		return AppendResult{}, err
+	}
+	n, _, err := b.stream(name)
+	if err != nil {
+		return AppendResult{}, err
+	}
+	n.mu.Lock()
+	policy := n.policy
+	n.mu.Unlock()
+
+	partition := o.Partition
+	if len(records) > 0 || !o.Close {
+		keyed, err := stream.CheckBatch(policy, records)
+		if err != nil {
+			return AppendResult{}, err
+		}
+		if partition < 0 {
+			partition = keyed
+		} else if keyed >= 0 && keyed != partition {
+			return AppendResult{}, stream.PartitionsMixed.With("index", 0, "partition", partition, "key_partition", keyed)
+		}
+	}
+	if partition >= 0 {
+		if err := stream.CheckPartition(partition, policy.Partitions); err != nil {
+			return AppendResult{}, err
+		}
+	}
+	batchBytes := stream.BatchBytes(records)
+	n.lastAccess.Store(max(n.lastAccess.Load(), b.now().UnixNano()))
+
+	var deadline <-chan time.Time
+	for {
+		p, wait, err := b.admit(ctx, n, partition, records, batchBytes, o)
+		if err != nil || p == nil {
+			return wait.res, err
+		}
+		if p.done == nil {
+			// Room under MaxBytes: wait for it, up to BlockTimeout.
+			if deadline == nil {
+				if policy.BlockTimeout <= 0 {
+					return AppendResult{}, stream.Full(policy, wait.held, batchBytes)
+				}
+				t := time.NewTimer(policy.BlockTimeout)
+				defer t.Stop()
+				deadline = t.C
+			}
+			select {
+			case <-wait.room:
+				continue
+			case <-deadline:
+				return AppendResult{}, stream.Full(policy, b.heldBytes(n), batchBytes)
+			case <-ctx.Done():
+				return AppendResult{}, context.Cause(ctx)
+			}
+		}
+		select {
+		case err := <-p.done:
+			if err != nil {
+				return AppendResult{}, err
+			}
+			b.cfg.Metrics.Appends.Inc()
+			b.cfg.Metrics.AppendBytes.Add(float64(batchBytes))
+			return p.res, nil
+		case <-ctx.Done():
+			// The append may still commit; the caller learns nothing more.
+			return AppendResult{}, context.Cause(ctx)
+		}
+	}
+}
+
+// admitWait tells Append why it must wait, or what to answer at once.
+type admitWait struct {
+	room <-chan struct{}
+	held int64
+	res  AppendResult
+}
+
+// admit runs the provisional checks under the stream's lock and, when they
+// pass, assigns offsets and queues the append. It returns a pendingAppend
+// with done set when queued; one with done nil when the append must wait for
+// room; nil with an answer for duplicates and refusals.
+func (b *Broker) admit(ctx context.Context, n *named, partition int, records []stream.RecordValue, batchBytes int64, o AppendOptions) (*pendingAppend, admitWait, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if partition < 0 {
+		partition = n.rr % len(n.parts)
+		n.rr++
+	}
+	pt := n.parts[partition]
+
+	// Closed first: only the exact retry of the closing append is answered,
+	// as the duplicate it is.
+	if n.closed {
+		if o.Producer != nil && n.closedBy != nil && *o.Producer == *n.closedBy {
+			return nil, admitWait{res: AppendResult{Partition: partition, First: pt.next, Next: pt.next, Duplicate: true, Closed: true,
+				Producer: n.producers[o.Producer.ID]}}, nil
+		}
+		return nil, admitWait{res: AppendResult{Partition: partition, Next: b.committedEnd(pt), Closed: true}},
+			meta.StreamClosed.With("name", n.name, "end", b.committedEnd(pt))
+	}
+	if o.Producer != nil {
+		cur, known := n.producers[o.Producer.ID]
+		switch {
+		case known && o.Producer.Epoch < cur.Epoch:
+			return nil, admitWait{res: AppendResult{Producer: cur}}, meta.ProducerFenced.With("producer", o.Producer.ID, "epoch", o.Producer.Epoch, "current", cur.Epoch)
+		case known && o.Producer.Epoch == cur.Epoch && o.Producer.Seq <= cur.LastSeq:
+			// A repeat: acknowledge once the original is committed.
+			n.mu.Unlock()
+			err := b.awaitProducer(ctx, n, o.Producer)
+			n.mu.Lock()
+			return nil, admitWait{res: AppendResult{Partition: partition, Duplicate: true, Producer: cur, Next: b.committedEnd(pt)}}, err
+		case (!known || o.Producer.Epoch > cur.Epoch) && o.Producer.Seq != 0:
+			return nil, admitWait{res: AppendResult{Producer: cur}}, meta.ProducerSeqGap.With("producer", o.Producer.ID, "expected", 0, "received", o.Producer.Seq)
+		case known && o.Producer.Epoch == cur.Epoch && o.Producer.Seq != cur.LastSeq+1:
+			return nil, admitWait{res: AppendResult{Producer: cur}}, meta.ProducerSeqGap.With("producer", o.Producer.ID, "expected", cur.LastSeq+1, "received", o.Producer.Seq)
+		}
+	}
+	if o.StreamSeq != "" && o.StreamSeq <= n.lastSeq {
+		return nil, admitWait{}, meta.StreamSeqOrder.With("name", n.name, "last", n.lastSeq, "received", o.StreamSeq)
+	}
+	if n.policy.MaxBytes > 0 && len(records) > 0 {
+		held := b.heldBytesLocked(n)
+		if wait, err := stream.CheckRoom(n.policy, held, batchBytes); err != nil {
+			return nil, admitWait{}, err
+		} else if wait {
+			return &pendingAppend{}, admitWait{room: n.room, held: held}, nil
+		}
+	}
+	if !pt.opened {
+		if err := n.open(ctx, b, pt); err != nil {
+			return nil, admitWait{}, err
+		}
+	}
+
+	// Admitted: hand out offsets and advance the provisional state.
+	now := b.now()
+	p := &pendingAppend{
+		n: n, gen: n.gen, count: len(records), bytes: batchBytes, at: now.UnixNano(),
+		app:  meta.Append{Stream: pt.id, Epoch: pt.epoch, First: pt.next, Producer: o.Producer, StreamSeq: o.StreamSeq, Close: o.Close},
+		done: make(chan error, 1),
+	}
+	if len(records) > 0 {
+		p.payload = encodeBatch(make([]byte, 0, batchBytes+int64(len(records))*24), pt.next, now, records)
+	}
+	p.res = AppendResult{Partition: partition, First: pt.next, Next: pt.next + uint64(len(records)), Closed: o.Close}
+	if len(records) > 0 {
+		p.res.Last = p.res.Next - 1
+	}
+	if o.Group != nil {
+		g := *o.Group
+		if g.Stream == 0 { // no stream named: the append's own partition
+			g.Stream = pt.id
+		}
+		p.group = &g
+	}
+	if err := b.flush.enqueue(p); err != nil {
+		return nil, admitWait{}, err
+	}
+	pt.next += uint64(len(records))
+	n.pendingBytes += batchBytes
+	if o.Producer != nil {
+		n.producers[o.Producer.ID] = meta.Producer{Epoch: o.Producer.Epoch, LastSeq: o.Producer.Seq}
+		p.res.Producer = n.producers[o.Producer.ID]
+	}
+	if o.StreamSeq != "" {
+		n.lastSeq = o.StreamSeq
+	}
+	if o.Close {
+		n.closed = true
+		if o.Producer != nil {
+			t := *o.Producer
+			n.closedBy = &t
+		}
+	}
+	return p, admitWait{}, nil
+}
+
+// awaitProducer waits until the committed state of the stream holds the
+// producer's tuple (the original append of a repeat), or the provisional
+// state is rolled back (Aborted: the original never committed).
+func (b *Broker) awaitProducer(ctx context.Context, n *named, t *meta.ProducerTuple) error {
+	for {
+		n.mu.Lock()
+		wake, gen := n.wake, n.gen
+		n.mu.Unlock()
+		if e, ok := b.fsm.Entry(n.name); ok {
+			if cur, ok := e.Producers[t.ID]; ok && (cur.Epoch > t.Epoch || cur.Epoch == t.Epoch && cur.LastSeq >= t.Seq) {
+				return nil
+			}
+		}
+		select {
+		case <-wake:
+			n.mu.Lock()
+			rolled := n.gen != gen
+			n.mu.Unlock()
+			if rolled {
+				if e, ok := b.fsm.Entry(n.name); ok {
+					if cur, ok := e.Producers[t.ID]; ok && (cur.Epoch > t.Epoch || cur.Epoch == t.Epoch && cur.LastSeq >= t.Seq) {
+						return nil
+					}
+				}
+				return Aborted.With("name", n.name, "producer", t.ID, "seq", t.Seq)
+			}
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		}
+	}
+}
+
+// committedEnd returns a partition's committed end.
+func (b *Broker) committedEnd(p *part) uint64 {
+	if in, ok := b.fsm.Internal(p.id); ok {
+		return in.End
+	}
+	return 0
+}
+
+// heldBytes is what MaxBytes measures: the records committed at or above
+// each partition's start, plus those handed offsets but not committed.
+func (b *Broker) heldBytes(n *named) int64 {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return b.heldBytesLocked(n)
+}
+
+func (b *Broker) heldBytesLocked(n *named) int64 {
+	held := n.pendingBytes
+	b.fsm.View(func(s *meta.State) {
+		for _, id := range n.streams {
+			if in, ok := s.Streams[id]; ok {
+				held += in.Bytes()
+			}
+		}
+	})
+	return held
+}

@@ -1,0 +1,359 @@
+// Package core is the PicoMQ broker on one node: named streams over internal
+// streams, appends batched by one group-commit flusher into immutable
+// objects, committed through the metadata log, and read back from the
+// objects the metadata names.
+//
+// It knows nothing of HTTP or Kubernetes: the HTTP layers, the embedded
+// engine and the cluster code drive it through Broker's methods.
+package core
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/picomq/picomq/broker/errs"
+	"github.com/picomq/picomq/broker/meta"
+	"github.com/picomq/picomq/broker/metalog"
+	"github.com/picomq/picomq/broker/objstore"
+	"github.com/picomq/picomq/broker/stream"
+)
+
+// Config configures a broker. DataDir is required.
+type Config struct {
+	// DataDir holds the metadata log (meta/) and the objects (objects/).
+	DataDir string
+	// NodeID names this broker in the metadata log and as stream owner.
+	NodeID string
+	// FlushLinger is how long the flusher waits for more appends before it
+	// writes a batch. Zero writes as soon as the previous flush is done;
+	// batches still grow with load, because appends arriving during a flush
+	// wait for the next one.
+	FlushLinger time.Duration
+	// MaxBatchBytes bounds one group-commit object (default 8 MiB).
+	MaxBatchBytes int64
+	// Clock dates records and measures retention, TTL and compaction ages.
+	Clock func() time.Time
+	// MaintenanceInterval is how often retention, merging, expiry, touch
+	// persistence and garbage collection run (default 1s).
+	MaintenanceInterval time.Duration
+	// TouchInterval bounds how stale a persisted last access may be
+	// (default 10s): reads never write the metadata log themselves.
+	TouchInterval time.Duration
+	// OrphanGrace is how old an object nobody committed must be before it is
+	// deleted while running (default 10 min); at start every orphan goes.
+	OrphanGrace time.Duration
+	// MergeMinRanges is how many small ranges a partition gathers before the
+	// merge rewrites them into a segment (default 32).
+	MergeMinRanges int
+	// FrameBytes is the frame size of merged segments (default 1 MiB): the
+	// unit a read fetches and retention drops.
+	FrameBytes int64
+	// Logger receives operational logs (default: discard).
+	Logger *slog.Logger
+	// Metrics, when set, receives the broker's measurements.
+	Metrics *Metrics
+	// RaftLog receives the metadata log's own logs (default: discard).
+	RaftLog io.Writer
+}
+
+func (c Config) withDefaults() Config {
+	if c.NodeID == "" {
+		c.NodeID = "broker-0"
+	}
+	if c.MaxBatchBytes <= 0 {
+		c.MaxBatchBytes = 8 << 20
+	}
+	if c.Clock == nil {
+		c.Clock = time.Now
+	}
+	if c.MaintenanceInterval <= 0 {
+		c.MaintenanceInterval = time.Second
+	}
+	if c.TouchInterval <= 0 {
+		c.TouchInterval = 10 * time.Second
+	}
+	if c.OrphanGrace <= 0 {
+		c.OrphanGrace = 10 * time.Minute
+	}
+	if c.MergeMinRanges <= 0 {
+		c.MergeMinRanges = 32
+	}
+	if c.FrameBytes <= 0 {
+		c.FrameBytes = 1 << 20
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Metrics == nil {
+		c.Metrics = NewMetrics(nil)
+	}
+	if c.RaftLog == nil {
+		c.RaftLog = io.Discard
+	}
+	return c
+}
+
+// Aborted answers an append whose provisional offsets were computed on top
+// of an append the metadata log refused: nothing of it was committed, and it
+// may be retried.
+var Aborted = errs.Static(0x00_10_02_01, "APPEND_ABORTED",
+	"The append was aborted and may be retried",
+	"broker/core: an earlier append of the same stream was refused, so this one, built on its offsets, was rolled back; nothing was written",
+	503, 75)
+
+// Corrupt answers a read of a committed range whose object fails its
+// checksum: the broker never returns bytes it cannot vouch for.
+var Corrupt = errs.Static(0x00_10_02_02, "OBJECT_CORRUPT",
+	"Stored records failed their checksum",
+	"broker/core: a committed object's frame failed its CRC or is short; the fields name the object and position; the records are not served",
+	500, 74)
+
+// Broker is one node's broker.
+type Broker struct {
+	cfg  Config
+	log  *metalog.Log
+	fsm  *meta.FSM
+	objs *objstore.Store
+
+	mu     sync.Mutex
+	named  map[string]*named
+	closed bool
+
+	flush  *flusher
+	frames *frameCache
+
+	stop chan struct{}
+	wg   sync.WaitGroup
+}
+
+// Open prepares the data directory, replays the metadata log, removes the
+// objects nobody committed, and starts the flusher and the maintenance loop.
+func Open(cfg Config) (*Broker, error) {
+	cfg = cfg.withDefaults()
+	if cfg.DataDir == "" {
+		return nil, stream.StreamDirectoryUnusable.With("path", "", "reason", "no data directory given")
+	}
+	if err := objstore.PrepareDir(cfg.DataDir); err != nil {
+		return nil, err
+	}
+	b := &Broker{
+		cfg:    cfg,
+		fsm:    meta.NewFSM(),
+		named:  map[string]*named{},
+		frames: newFrameCache(64 << 20),
+		stop:   make(chan struct{}),
+	}
+	metaDir := filepath.Join(cfg.DataDir, "meta")
+	if err := objstore.PrepareDir(metaDir); err != nil {
+		return nil, err
+	}
+	l, err := metalog.Open(metalog.Config{Dir: metaDir, NodeID: cfg.NodeID, Bootstrap: true, LogOutput: cfg.RaftLog}, b.fsm)
+	if err != nil {
+		return nil, stream.StreamBackendFailed.Wrap(err, "op", "metalog.open")
+	}
+	b.log = l
+	var maxObj uint64
+	b.fsm.View(func(s *meta.State) { maxObj = s.MaxObjectID })
+	objs, err := objstore.Open(filepath.Join(cfg.DataDir, "objects"), objstore.Options{MinNextID: maxObj + 1})
+	if err != nil {
+		_ = l.Close()
+		return nil, err
+	}
+	b.objs = objs
+	// Nothing is in flight yet: every object the log never committed is a
+	// torn or abandoned write, and goes now.
+	if err := b.collectGarbage(context.Background(), 0); err != nil {
+		cfg.Logger.Warn("start-up garbage collection failed", "err", err)
+	}
+	b.flush = newFlusher(b)
+	b.wg.Add(2)
+	go func() { defer b.wg.Done(); b.flush.run() }()
+	go func() { defer b.wg.Done(); b.maintainLoop() }()
+	cfg.Logger.Info("broker open", "dataDir", cfg.DataDir, "node", cfg.NodeID, "streams", len(b.fsm.State().Names))
+	return b, nil
+}
+
+// Close stops accepting appends, flushes what is pending, closes the streams
+// this node owns (so their next owner opens them at the next epoch without
+// waiting) and closes the log and the objects.
+func (b *Broker) Close() error {
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return nil
+	}
+	b.closed = true
+	nameds := make([]*named, 0, len(b.named))
+	for _, n := range b.named {
+		nameds = append(nameds, n)
+	}
+	b.mu.Unlock()
+
+	b.flush.close() // drains: every pending append is committed or answered
+	close(b.stop)
+	b.wg.Wait()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for _, n := range nameds {
+		n.closeParts(ctx, b)
+	}
+	err := b.log.Close()
+	if cerr := b.objs.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+func (b *Broker) now() time.Time { return b.cfg.Clock() }
+
+// apply proposes a command and returns its result, turning a refusal into
+// an error.
+func (b *Broker) apply(ctx context.Context, c *meta.Command) (any, error) {
+	raw, err := meta.Encode(c)
+	if err != nil {
+		return nil, meta.BadCommand.Wrap(err, "op", string(c.Op))
+	}
+	start := time.Now()
+	res, err := b.log.Apply(ctx, raw)
+	b.cfg.Metrics.observeCommit(time.Since(start))
+	if err != nil {
+		var coded *errs.Error
+		if errors.As(err, &coded) {
+			return nil, err
+		}
+		return nil, stream.StreamBackendFailed.Wrap(err, "op", "metalog.apply."+string(c.Op))
+	}
+	return res, nil
+}
+
+// CreateOptions are a named stream's configuration.
+type CreateOptions struct {
+	ContentType string
+	Policy      stream.PolicyValue
+	TTL         time.Duration
+	ExpiresAt   time.Time
+	Closed      bool
+}
+
+// Create creates a named stream, or returns the existing one (created false)
+// unchanged: the caller compares configurations.
+func (b *Broker) Create(ctx context.Context, name string, o CreateOptions) (*meta.Entry, bool, error) {
+	if err := ValidateName(name); err != nil {
+		return nil, false, err
+	}
+	if err := o.Policy.Validate(); err != nil {
+		return nil, false, err
+	}
+	if e, ok := b.lookup(name); ok {
+		return e, false, nil
+	}
+	c := &meta.Create{Name: name, ContentType: o.ContentType, Policy: o.Policy, TTL: int64(o.TTL), Closed: o.Closed, Now: b.now().UnixNano()}
+	if !o.ExpiresAt.IsZero() {
+		c.ExpiresAt = o.ExpiresAt.UnixNano()
+	}
+	res, err := b.apply(ctx, &meta.Command{Op: meta.OpCreate, Create: c})
+	if err != nil {
+		return nil, false, err
+	}
+	switch r := res.(type) {
+	case *meta.CreateResult:
+		return r.Entry, r.Created, nil
+	case error:
+		return nil, false, r
+	}
+	return nil, false, meta.BadCommand.With("op", "create", "reason", fmt.Sprintf("result %T", res))
+}
+
+// Delete removes a named stream: the name is reusable at once, its data is
+// collected later.
+func (b *Broker) Delete(ctx context.Context, name string) error {
+	e, ok := b.lookup(name)
+	if !ok {
+		return meta.StreamNotFound.With("name", name)
+	}
+	return b.deleteEntry(ctx, e)
+}
+
+func (b *Broker) deleteEntry(ctx context.Context, e *meta.Entry) error {
+	res, err := b.apply(ctx, &meta.Command{Op: meta.OpDelete, Delete: &meta.Delete{Name: e.Name, IfStreams: e.Streams}})
+	if err != nil {
+		return err
+	}
+	b.forget(e.Name)
+	if err, ok := res.(error); ok {
+		return err
+	}
+	return nil
+}
+
+// UpdatePolicy changes a stream's policy (partitions may only grow).
+func (b *Broker) UpdatePolicy(ctx context.Context, name string, p stream.PolicyValue) (*meta.Entry, error) {
+	res, err := b.apply(ctx, &meta.Command{Op: meta.OpUpdatePolicy, UpdatePolicy: &meta.UpdatePolicy{Name: name, Policy: p}})
+	if err != nil {
+		return nil, err
+	}
+	switch r := res.(type) {
+	case *meta.Entry:
+		return r, nil
+	case error:
+		return nil, r
+	}
+	return nil, meta.BadCommand.With("op", "updatePolicy")
+}
+
+// Get returns a named stream's entry; an expired one is not found.
+func (b *Broker) Get(name string) (*meta.Entry, error) {
+	e, ok := b.lookup(name)
+	if !ok {
+		return nil, meta.StreamNotFound.With("name", name)
+	}
+	return e, nil
+}
+
+// List returns every live named stream's entry, sorted by name.
+func (b *Broker) List() []*meta.Entry {
+	var out []*meta.Entry
+	now := b.now().UnixNano()
+	b.fsm.View(func(s *meta.State) {
+		for _, e := range s.Names {
+			if !b.expired(e, now) {
+				out = append(out, e.Clone())
+			}
+		}
+	})
+	sortEntries(out)
+	return out
+}
+
+// Internal returns an internal stream's state (status reporting).
+func (b *Broker) Internal(id uint64) (*meta.Internal, bool) { return b.fsm.Internal(id) }
+
+// LogState reports the metadata log's role and indexes.
+func (b *Broker) LogState() (state, leader string, applied, last uint64) {
+	_, id := b.log.Leader()
+	return b.log.State(), id, b.log.AppliedIndex(), b.log.LastIndex()
+}
+
+// NodeID returns this broker's id.
+func (b *Broker) NodeID() string { return b.cfg.NodeID }
+
+// Snapshot forces a metadata snapshot.
+func (b *Broker) Snapshot() error { return b.log.Snapshot() }
+
+// lookup returns the live entry of name: not found when absent or expired.
+func (b *Broker) lookup(name string) (*meta.Entry, bool) {
+	e, ok := b.fsm.Entry(name)
+	if !ok {
+		return nil, false
+	}
+	if b.expired(e, b.now().UnixNano()) {
+		return nil, false
+	}
+	return e, true
+}

@@ -1,0 +1,448 @@
+package core
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/picomq/picomq/broker/meta"
+	"github.com/picomq/picomq/broker/stream"
+)
+
+// fakeClock is a settable clock.
+type fakeClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *fakeClock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *fakeClock) Add(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
+
+func openTest(t *testing.T, dir string, mod ...func(*Config)) *Broker {
+	t.Helper()
+	cfg := Config{DataDir: dir, MaintenanceInterval: time.Hour}
+	for _, m := range mod {
+		m(&cfg)
+	}
+	b, err := Open(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func recs(vals ...string) []stream.RecordValue {
+	var out []stream.RecordValue
+	for _, v := range vals {
+		out = append(out, stream.RecordValue{Payload: []byte(v)})
+	}
+	return out
+}
+
+func mustCreate(t *testing.T, b *Broker, name string, o CreateOptions) {
+	t.Helper()
+	if _, _, err := b.Create(context.Background(), name, o); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func readAll(t *testing.T, b *Broker, name string, partition int) []stream.EntryValue {
+	t.Helper()
+	out, _, err := b.Read(context.Background(), name, partition, 0, 1<<20, ReadOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func TestDataDirRefused(t *testing.T) {
+	open := 0o777
+	dir := filepath.Join(t.TempDir(), "open")
+	if err := os.Mkdir(dir, os.FileMode(open)); err != nil {
+		t.Fatal(err)
+	}
+	_ = os.Chmod(dir, os.FileMode(open))
+	if _, err := Open(Config{DataDir: dir}); !errors.Is(err, stream.StreamDirectoryUnusable) {
+		t.Fatalf("group/other-writable dir: %v", err)
+	}
+	file := filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Open(Config{DataDir: file}); !errors.Is(err, stream.StreamDirectoryUnusable) {
+		t.Fatalf("file as dir: %v", err)
+	}
+}
+
+func TestNamesRefused(t *testing.T) {
+	b := openTest(t, t.TempDir())
+	defer b.Close()
+	for _, n := range []string{"", "/a", "a/", "a//b", "a/../b", "..", "a b", "a%2Fb", string(make([]byte, 256))} {
+		if _, _, err := b.Create(context.Background(), n, CreateOptions{}); !errors.Is(err, stream.StreamMisconfigured) {
+			t.Errorf("Create(%q) = %v, want STREAM_MISCONFIGURED", n, err)
+		}
+	}
+	if len(b.List()) != 0 {
+		t.Fatal("a refused name was created")
+	}
+}
+
+// TestRestartKeepsOffsetsProducersAndClosed: what was acknowledged is there
+// after a restart, the producer state still de-duplicates, the epoch moved.
+func TestRestartKeepsOffsetsProducersAndClosed(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	b := openTest(t, dir)
+	mustCreate(t, b, "s", CreateOptions{ContentType: "text/plain"})
+	for seq := int64(0); seq < 3; seq++ {
+		if _, err := b.Append(ctx, "s", recs("r"), AppendOptions{Partition: -1, Producer: &meta.ProducerTuple{ID: "p", Epoch: 1, Seq: seq}, StreamSeq: string(rune('a' + seq))}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e, _ := b.Get("s")
+	in, _ := b.Internal(e.Streams[0])
+	epoch := in.Epoch
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	b = openTest(t, dir)
+	defer b.Close()
+	if got := readAll(t, b, "s", 0); len(got) != 3 {
+		t.Fatalf("after restart read %d records, want 3", len(got))
+	}
+	res, err := b.Append(ctx, "s", recs("dup"), AppendOptions{Partition: -1, Producer: &meta.ProducerTuple{ID: "p", Epoch: 1, Seq: 1}})
+	if err != nil || !res.Duplicate {
+		t.Fatalf("repeat after restart = %+v, %v; want a duplicate", res, err)
+	}
+	if _, err := b.Append(ctx, "s", recs("gap"), AppendOptions{Partition: -1, Producer: &meta.ProducerTuple{ID: "p", Epoch: 1, Seq: 5}}); !errors.Is(err, meta.ProducerSeqGap) {
+		t.Fatalf("gap after restart: %v", err)
+	}
+	if _, err := b.Append(ctx, "s", recs("old"), AppendOptions{Partition: -1, StreamSeq: "b"}); !errors.Is(err, meta.StreamSeqOrder) {
+		t.Fatalf("Stream-Seq after restart: %v", err)
+	}
+	res, err = b.Append(ctx, "s", recs("last"), AppendOptions{Partition: -1, Producer: &meta.ProducerTuple{ID: "p", Epoch: 1, Seq: 3}, Close: true})
+	if err != nil || res.First != 3 || !res.Closed {
+		t.Fatalf("append-and-close = %+v, %v", res, err)
+	}
+	in, _ = b.Internal(e.Streams[0])
+	if in.Epoch != epoch+1 {
+		t.Fatalf("epoch after restart = %d, want %d", in.Epoch, epoch+1)
+	}
+	if got := readAll(t, b, "s", 0); len(got) != 4 || string(got[3].Record.Payload) != "last" {
+		t.Fatalf("read after restart: %d records", len(got))
+	}
+	// Closed survives a restart too, and the closing tuple's retry is a duplicate.
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	b = openTest(t, dir)
+	defer b.Close()
+	if _, err := b.Append(ctx, "s", recs("x"), AppendOptions{Partition: -1}); !errors.Is(err, meta.StreamClosed) {
+		t.Fatalf("append to a closed stream: %v", err)
+	}
+	res, err = b.Append(ctx, "s", recs("last"), AppendOptions{Partition: -1, Producer: &meta.ProducerTuple{ID: "p", Epoch: 1, Seq: 3}, Close: true})
+	if err != nil || !res.Duplicate || !res.Closed {
+		t.Fatalf("closing tuple retry = %+v, %v", res, err)
+	}
+}
+
+// TestTornUncommittedObjectIsDiscarded: an object file nobody committed —
+// a flush torn by a crash — is removed at start and never read.
+func TestTornUncommittedObjectIsDiscarded(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	b := openTest(t, dir)
+	mustCreate(t, b, "s", CreateOptions{})
+	if _, err := b.Append(ctx, "s", recs("a", "b"), AppendOptions{Partition: -1}); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	torn := filepath.Join(dir, "objects", "00000000000000ff.obj")
+	if err := os.WriteFile(torn, []byte("PMQO\x01\x00\x00\x00\xff\x00\x00\x00\x00\x00\x00\x00\x10\x00\x00"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	b = openTest(t, dir)
+	defer b.Close()
+	if _, err := os.Stat(torn); !os.IsNotExist(err) {
+		t.Fatalf("torn object still there: %v", err)
+	}
+	if got := readAll(t, b, "s", 0); len(got) != 2 {
+		t.Fatalf("read %d records, want 2", len(got))
+	}
+	if res, err := b.Append(ctx, "s", recs("c"), AppendOptions{Partition: -1}); err != nil || res.First != 2 {
+		t.Fatalf("append after recovery = %+v, %v", res, err)
+	}
+}
+
+// TestCorruptCommittedObjectIsNeverServed: a committed object whose bytes
+// changed on disk fails its checksum; the read is refused, logged and
+// counted.
+func TestCorruptCommittedObjectIsNeverServed(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	b := openTest(t, dir)
+	mustCreate(t, b, "s", CreateOptions{})
+	if _, err := b.Append(ctx, "s", recs("payload-one", "payload-two"), AppendOptions{Partition: -1}); err != nil {
+		t.Fatal(err)
+	}
+	e, _ := b.Get("s")
+	in, _ := b.Internal(e.Streams[0])
+	r := in.Ranges[0]
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "objects", objName(r.Object))
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw[r.Pos+r.Len-3] ^= 0xff // inside the payload
+	if err := os.WriteFile(path, raw, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	m := NewMetrics(nil)
+	b = openTest(t, dir, func(c *Config) { c.Metrics = m })
+	defer b.Close()
+	_, _, err = b.Read(ctx, "s", 0, 0, 10, ReadOptions{})
+	if !errors.Is(err, Corrupt) {
+		t.Fatalf("read of a corrupt object = %v, want OBJECT_CORRUPT", err)
+	}
+	if got := testutil.ToFloat64(m.CorruptReads); got != 1 {
+		t.Fatalf("corrupt reads metric = %v", got)
+	}
+}
+
+func objName(id uint64) string {
+	const hex = "0123456789abcdef"
+	b := make([]byte, 16)
+	for i := 15; i >= 0; i-- {
+		b[i] = hex[id&15]
+		id >>= 4
+	}
+	return string(b) + ".obj"
+}
+
+// TestSlidingTTLAndExpiry: reads and appends extend a TTL, nothing does an
+// absolute expiry; an expired stream is gone and its name reusable.
+func TestSlidingTTLAndExpiry(t *testing.T) {
+	ctx := context.Background()
+	clock := &fakeClock{t: time.Unix(1_800_000_000, 0)}
+	dir := t.TempDir()
+	b := openTest(t, dir, func(c *Config) { c.Clock = clock.Now })
+	mustCreate(t, b, "ttl", CreateOptions{TTL: 10 * time.Second})
+	mustCreate(t, b, "abs", CreateOptions{ExpiresAt: clock.Now().Add(15 * time.Second)})
+	clock.Add(8 * time.Second)
+	readAll(t, b, "ttl", 0) // touch
+	readAll(t, b, "abs", 0) // no effect on an absolute expiry
+	clock.Add(8 * time.Second)
+	if _, err := b.Get("ttl"); err != nil {
+		t.Fatalf("ttl stream expired although read 8s ago: %v", err)
+	}
+	if _, err := b.Get("abs"); !errors.Is(err, meta.StreamNotFound) {
+		t.Fatalf("absolute expiry passed: %v", err)
+	}
+	// The touch survives a restart (persisted lazily on close).
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	b = openTest(t, dir, func(c *Config) { c.Clock = clock.Now })
+	defer b.Close()
+	if _, err := b.Get("ttl"); err != nil {
+		t.Fatalf("ttl stream lost its last access across a restart: %v", err)
+	}
+	clock.Add(11 * time.Second)
+	if _, err := b.Get("ttl"); !errors.Is(err, meta.StreamNotFound) {
+		t.Fatalf("ttl passed: %v", err)
+	}
+	b.maintain(ctx)
+	if len(b.fsm.State().Names) != 0 {
+		t.Fatalf("maintenance left expired streams: %v", b.fsm.State().Names)
+	}
+	if _, created, err := b.Create(ctx, "ttl", CreateOptions{}); err != nil || !created {
+		t.Fatalf("recreate after expiry: %v %v", created, err)
+	}
+}
+
+// TestMergeAndGarbageCollection: small ranges merge into segment frames;
+// reads are unchanged; the objects they leave are deleted.
+func TestMergeAndGarbageCollection(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	b := openTest(t, dir, func(c *Config) { c.MergeMinRanges = 8; c.OrphanGrace = time.Hour })
+	defer b.Close()
+	mustCreate(t, b, "a", CreateOptions{})
+	for i := 0; i < 20; i++ {
+		if _, err := b.Append(ctx, "a", recs("x", "yy"), AppendOptions{Partition: -1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := readAll(t, b, "a", 0)
+	objects := func() int {
+		es, _ := os.ReadDir(filepath.Join(dir, "objects"))
+		n := 0
+		for _, e := range es {
+			if filepath.Ext(e.Name()) == ".obj" {
+				n++
+			}
+		}
+		return n
+	}
+	filesBefore := objects()
+	b.maintain(ctx)
+	e, _ := b.Get("a")
+	in, _ := b.Internal(e.Streams[0])
+	if len(in.Ranges) != 1 || in.Ranges[0].Count != 40 {
+		t.Fatalf("after merge: %d ranges", len(in.Ranges))
+	}
+	after := readAll(t, b, "a", 0)
+	if len(after) != len(before) {
+		t.Fatalf("merge changed reads: %d vs %d", len(after), len(before))
+	}
+	for i := range after {
+		if after[i].Offset != before[i].Offset || string(after[i].Record.Payload) != string(before[i].Record.Payload) || !after[i].AppendedAt.Equal(before[i].AppendedAt) {
+			t.Fatalf("record %d differs after merge", i)
+		}
+	}
+	if err := b.collectGarbage(ctx, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if n := objects(); n >= filesBefore || len(b.fsm.State().Garbage) != 0 {
+		t.Fatalf("objects %d -> %d, garbage left %v", filesBefore, n, b.fsm.State().Garbage)
+	}
+}
+
+// TestStaleEpochRollsBackAndReopens: when another owner opens the stream
+// (its epoch moves), this owner's next commit is refused, its provisional
+// state rolls back, and the append after that reopens at a new epoch and
+// continues the committed offsets without a gap.
+func TestStaleEpochRollsBackAndReopens(t *testing.T) {
+	ctx := context.Background()
+	b := openTest(t, t.TempDir())
+	defer b.Close()
+	mustCreate(t, b, "s", CreateOptions{})
+	if _, err := b.Append(ctx, "s", recs("a", "b"), AppendOptions{Partition: -1}); err != nil {
+		t.Fatal(err)
+	}
+	e, _ := b.Get("s")
+	if _, err := b.apply(ctx, &meta.Command{Op: meta.OpOpen, Open: &meta.Open{Stream: e.Streams[0], Owner: "other"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Append(ctx, "s", recs("c"), AppendOptions{Partition: -1}); !errors.Is(err, meta.StaleEpoch) {
+		t.Fatalf("append under a stale epoch = %v, want STALE_EPOCH", err)
+	}
+	res, err := b.Append(ctx, "s", recs("d"), AppendOptions{Partition: -1})
+	if err != nil || res.First != 2 {
+		t.Fatalf("append after rollback = %+v, %v; want offset 2", res, err)
+	}
+	in, _ := b.Internal(e.Streams[0])
+	if in.Epoch != 2 || in.Owner != b.NodeID() {
+		t.Fatalf("internal after reopen %+v", in)
+	}
+}
+
+// TestGroupOffsetRidesWithAppend: an append and a consumer-group offset
+// commit atomically.
+func TestGroupOffsetRidesWithAppend(t *testing.T) {
+	ctx := context.Background()
+	b := openTest(t, t.TempDir())
+	defer b.Close()
+	mustCreate(t, b, "in", CreateOptions{})
+	mustCreate(t, b, "out", CreateOptions{})
+	if _, err := b.Append(ctx, "in", recs("1", "2", "3"), AppendOptions{Partition: -1}); err != nil {
+		t.Fatal(err)
+	}
+	e, _ := b.Get("in")
+	g := &meta.GroupOffset{Stream: e.Streams[0], Group: "g", Next: 3}
+	if _, err := b.Append(ctx, "out", recs("sum=6"), AppendOptions{Partition: -1, Group: g}); err != nil {
+		t.Fatal(err)
+	}
+	if next, err := b.Committed(ctx, "in", "g", 0); err != nil || next != 3 {
+		t.Fatalf("committed = %d, %v", next, err)
+	}
+	// A group offset past the input's end refuses the output append too.
+	g = &meta.GroupOffset{Stream: e.Streams[0], Group: "g", Next: 9}
+	if _, err := b.Append(ctx, "out", recs("bad"), AppendOptions{Partition: -1, Group: g}); !errors.Is(err, stream.OffsetAhead) {
+		t.Fatalf("append with a bad group offset = %v", err)
+	}
+	if got := readAll(t, b, "out", 0); len(got) != 1 {
+		t.Fatalf("output holds %d records, want 1", len(got))
+	}
+}
+
+// TestConcurrentAppendsGroupCommit: many appenders on many streams share
+// flushes; every acknowledged offset is readable, none twice.
+func TestConcurrentAppendsGroupCommit(t *testing.T) {
+	ctx := context.Background()
+	m := NewMetrics(nil)
+	b := openTest(t, t.TempDir(), func(c *Config) { c.Metrics = m })
+	defer b.Close()
+	names := []string{"a", "b", "c", "d"}
+	for _, n := range names {
+		mustCreate(t, b, n, CreateOptions{})
+	}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	seen := map[string]map[uint64]string{}
+	for w := 0; w < 32; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 20; i++ {
+				n := names[(w+i)%len(names)]
+				v := string(rune('A'+w)) + string(rune('a'+i))
+				res, err := b.Append(ctx, n, recs(v), AppendOptions{Partition: -1})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				mu.Lock()
+				if seen[n] == nil {
+					seen[n] = map[uint64]string{}
+				}
+				if prev, dup := seen[n][res.First]; dup {
+					t.Errorf("offset %d of %s acknowledged twice (%s, %s)", res.First, n, prev, v)
+				}
+				seen[n][res.First] = v
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	total := 0
+	for _, n := range names {
+		got := readAll(t, b, n, 0)
+		total += len(got)
+		for i, e := range got {
+			if e.Offset != stream.Offset(i) || seen[n][uint64(i)] != string(e.Record.Payload) {
+				t.Fatalf("%s offset %d: %q, acknowledged %q", n, e.Offset, e.Record.Payload, seen[n][uint64(i)])
+			}
+		}
+	}
+	if total != 32*20 {
+		t.Fatalf("read %d records, want %d", total, 32*20)
+	}
+	// Group commit happened: fewer flushes than appends.
+	var d dto.Metric
+	if err := m.FlushAppends.Write(&d); err != nil {
+		t.Fatal(err)
+	}
+	flushes, appended := d.GetHistogram().GetSampleCount(), d.GetHistogram().GetSampleSum()
+	if appended != 32*20 || flushes >= 32*20 {
+		t.Fatalf("%d flushes for %v appends: no group commit", flushes, appended)
+	}
+	t.Logf("%d appends in %d flushes", int(appended), flushes)
+}

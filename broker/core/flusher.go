@@ -1,0 +1,248 @@
+package core
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/picomq/picomq/broker/meta"
+	"github.com/picomq/picomq/broker/stream"
+)
+
+// flusher is the group commit: one goroutine takes every append queued since
+// its last flush — across all streams —, writes them as frames of one new
+// object, fdatasyncs it, commits it with one metadata command, then answers
+// each append. Appends arriving meanwhile queue for the next flush, so a
+// batch grows with the load and the syncs per append fall.
+type flusher struct {
+	b *Broker
+
+	mu      sync.Mutex
+	queue   []*pendingAppend
+	bytes   int64
+	closing bool
+	signal  chan struct{}
+	done    chan struct{}
+}
+
+func newFlusher(b *Broker) *flusher {
+	return &flusher{b: b, signal: make(chan struct{}, 1), done: make(chan struct{})}
+}
+
+// enqueue queues p. It is called under p.n.mu, so a stream's appends queue
+// in the order of their offsets.
+func (f *flusher) enqueue(p *pendingAppend) error {
+	f.mu.Lock()
+	if f.closing {
+		f.mu.Unlock()
+		return stream.StreamBackendFailed.With("op", "broker.closed")
+	}
+	f.queue = append(f.queue, p)
+	f.bytes += int64(len(p.payload))
+	f.mu.Unlock()
+	select {
+	case f.signal <- struct{}{}:
+	default:
+	}
+	return nil
+}
+
+// close stops accepting appends and waits until the queued ones are
+// answered.
+func (f *flusher) close() {
+	f.mu.Lock()
+	f.closing = true
+	f.mu.Unlock()
+	select {
+	case f.signal <- struct{}{}:
+	default:
+	}
+	<-f.done
+}
+
+// run pipelines the group commit in two stages: while the metadata log
+// commits one object, the next is written and synced. Commits stay in
+// order; an append whose generation a rollback ended meanwhile is dropped
+// before its commit (its bytes in the object are simply never referenced).
+func (f *flusher) run() {
+	defer close(f.done)
+	written := make(chan *written, 1)
+	go func() {
+		defer close(written)
+		for {
+			batch, closing := f.take()
+			if len(batch) == 0 {
+				if closing {
+					return
+				}
+				<-f.signal
+				continue
+			}
+			if w := f.write(batch); w != nil {
+				written <- w
+			}
+		}
+	}()
+	for w := range written {
+		f.commit(w)
+	}
+}
+
+// take removes up to MaxBatchBytes of queued appends (at least one).
+func (f *flusher) take() ([]*pendingAppend, bool) {
+	if linger := f.b.cfg.FlushLinger; linger > 0 {
+		time.Sleep(linger)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	limit := f.b.cfg.MaxBatchBytes
+	var size int64
+	i := 0
+	for i < len(f.queue) {
+		size += int64(len(f.queue[i].payload))
+		i++
+		if size >= limit {
+			break
+		}
+	}
+	batch := f.queue[:i:i]
+	f.queue = f.queue[i:]
+	f.bytes -= size
+	return batch, f.closing
+}
+
+// written is a batch whose object is durable, waiting for its commit.
+type written struct {
+	live  []*pendingAppend
+	c     *meta.Commit
+	bytes int64
+}
+
+// dropStale answers the appends of batch built on a generation a rollback
+// ended, and returns the others.
+func dropStale(batch []*pendingAppend) []*pendingAppend {
+	live := batch[:0]
+	for _, p := range batch {
+		p.n.mu.Lock()
+		stale := p.n.gen != p.gen
+		p.n.mu.Unlock()
+		if stale {
+			p.done <- Aborted.With("name", p.n.name, "first", p.app.First)
+			continue
+		}
+		live = append(live, p)
+	}
+	return live
+}
+
+// write writes a batch's records as frames of one new object and syncs it.
+func (f *flusher) write(batch []*pendingAppend) *written {
+	b := f.b
+	live := dropStale(batch)
+	if len(live) == 0 {
+		return nil
+	}
+	c := &meta.Commit{}
+	var payloadBytes int64
+	for _, p := range live {
+		payloadBytes += int64(len(p.payload))
+	}
+	if payloadBytes > 0 {
+		w, err := b.objs.Create()
+		if err != nil {
+			f.fail(live, err)
+			return nil
+		}
+		for _, p := range live {
+			if p.payload == nil {
+				continue
+			}
+			pos, ln, err := w.AppendFrame(p.payload)
+			if err != nil {
+				w.Abort()
+				f.fail(live, err)
+				return nil
+			}
+			p.app.Range = &meta.Range{
+				First: p.app.First, Next: p.app.First + uint64(p.count), Object: w.ID(), Pos: pos, Len: ln,
+				Bytes: p.bytes, Count: int64(p.count), MinTime: p.at, MaxTime: p.at,
+			}
+			p.payload = nil // the object has it; let it go
+		}
+		start := time.Now()
+		if err := w.Sync(); err != nil {
+			w.Abort()
+			f.fail(live, err)
+			return nil
+		}
+		b.cfg.Metrics.FsyncSeconds.Observe(time.Since(start).Seconds())
+		c.Object, c.Size = w.ID(), w.Size()
+		if err := w.Close(); err != nil {
+			f.fail(live, err)
+			return nil
+		}
+	}
+	return &written{live: live, c: c, bytes: payloadBytes}
+}
+
+// commit proposes a written batch's command and answers its appends.
+func (f *flusher) commit(w *written) {
+	b := f.b
+	live := dropStale(w.live)
+	if len(live) == 0 {
+		return // the object holds nothing committed: an orphan, collected later
+	}
+	c := w.c
+	c.Now = b.now().UnixNano()
+	c.Appends = make([]meta.Append, len(live))
+	for i, p := range live {
+		c.Appends[i] = p.app
+		if p.group != nil {
+			g := *p.group
+			g.After = i
+			c.Groups = append(c.Groups, g)
+		}
+	}
+	b.cfg.Metrics.FlushAppends.Observe(float64(len(live)))
+	b.cfg.Metrics.FlushBytes.Observe(float64(w.bytes))
+
+	res, err := b.apply(context.Background(), &meta.Command{Op: meta.OpCommit, Commit: c})
+	if err != nil {
+		f.fail(live, err)
+		return
+	}
+	cr, ok := res.(*meta.CommitResult)
+	if !ok {
+		f.fail(live, meta.BadCommand.With("op", "commit", "reason", "no commit result"))
+		return
+	}
+	touched := map[*named]bool{}
+	for i, p := range live {
+		// A group offset riding with the append is refused with it.
+		if err := cr.Appends[i]; err != nil {
+			b.rollback(p.n, p.gen, err)
+			p.done <- err
+			continue
+		}
+		p.n.mu.Lock()
+		p.n.pendingBytes -= p.bytes
+		p.n.mu.Unlock()
+		touched[p.n] = true
+		p.done <- nil
+	}
+	for n := range touched {
+		n.mu.Lock()
+		n.signal()
+		n.mu.Unlock()
+	}
+}
+
+// fail answers every append of a batch that could not be written or
+// committed, and rolls their streams back.
+func (f *flusher) fail(batch []*pendingAppend, cause error) {
+	f.b.cfg.Logger.Error("group commit failed", "appends", len(batch), "err", cause)
+	for _, p := range batch {
+		f.b.rollback(p.n, p.gen, cause)
+		p.done <- cause
+	}
+}

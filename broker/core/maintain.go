@@ -1,0 +1,342 @@
+package core
+
+import (
+	"context"
+	"time"
+
+	"github.com/picomq/picomq/broker/meta"
+	"github.com/picomq/picomq/broker/stream"
+)
+
+// retain applies the retention policy of one partition now: it trims the
+// leading ranges (frames) whose records are all older than RetainFor, and
+// those that keep the partition above RetainBytes. Reads and appends call
+// it, so retention is exact at the moment anyone looks; it writes the log
+// only when something is due, never per request.
+func (b *Broker) retain(ctx context.Context, n *named, id uint64) error {
+	n.mu.Lock()
+	p := n.policy
+	n.mu.Unlock()
+	if p.RetainFor <= 0 && p.RetainBytes <= 0 {
+		return nil
+	}
+	var before uint64
+	var due bool
+	now := b.now().UnixNano()
+	b.fsm.View(func(s *meta.State) {
+		in, ok := s.Streams[id]
+		if !ok {
+			return
+		}
+		before = in.Start
+		bytes := in.Bytes()
+		for _, r := range in.Ranges {
+			old := p.RetainFor > 0 && r.MaxTime <= now-int64(p.RetainFor)
+			over := p.RetainBytes > 0 && bytes > p.RetainBytes
+			if !old && !over {
+				break
+			}
+			before = r.Next
+			bytes -= r.Bytes
+			due = true
+		}
+	})
+	if !due {
+		return nil
+	}
+	if _, err := b.apply(ctx, &meta.Command{Op: meta.OpTrim, Trim: &meta.Trim{Stream: id, Before: before}}); err != nil {
+		return err
+	}
+	b.cfg.Metrics.TrimmedRanges.Inc()
+	n.freed()
+	return nil
+}
+
+// Trim makes before the first offset of a partition.
+func (b *Broker) Trim(ctx context.Context, name string, partition int, before uint64) error {
+	if err := context.Cause(ctx); err != nil {
+		return err
+	}
+	n, id, err := b.partitionOf(name, partition)
+	if err != nil {
+		return err
+	}
+	in, ok := b.fsm.Internal(id)
+	if !ok {
+		return meta.StreamNotFound.With("name", name)
+	}
+	if err := stream.CheckOffset(partition, stream.Offset(before), stream.BoundsValue{First: stream.Offset(in.Start), Next: stream.Offset(in.End)}); err != nil {
+		return err
+	}
+	// A trim inside a range keeps the range: measure the bytes it makes
+	// unreadable, so that MaxBytes and RetainBytes count only the rest.
+	var skip int64
+	if i := in.RangeAt(before); i < len(in.Ranges) && in.Ranges[i].First < before {
+		recs, err := b.decodeRange(in.Ranges[i], 0)
+		if err != nil {
+			return err
+		}
+		for _, r := range recs {
+			if r.off < before {
+				skip += int64(len(r.key) + len(r.value))
+			}
+		}
+	}
+	res, err := b.apply(ctx, &meta.Command{Op: meta.OpTrim, Trim: &meta.Trim{Stream: id, Before: before, SkipBytes: skip}})
+	if err != nil {
+		return err
+	}
+	if err, ok := res.(error); ok {
+		return err
+	}
+	n.freed()
+	return nil
+}
+
+// OffsetAt returns the first offset of a partition appended at or after t.
+func (b *Broker) OffsetAt(ctx context.Context, name string, partition int, t time.Time) (uint64, error) {
+	if err := context.Cause(ctx); err != nil {
+		return 0, err
+	}
+	n, id, err := b.partitionOf(name, partition)
+	if err != nil {
+		return 0, err
+	}
+	if err := b.retain(ctx, n, id); err != nil {
+		return 0, err
+	}
+	in, ok := b.fsm.Internal(id)
+	if !ok {
+		return 0, meta.StreamNotFound.With("name", name)
+	}
+	ns := t.UnixNano()
+	for _, r := range in.Ranges {
+		if r.MaxTime < ns || r.Next <= in.Start {
+			continue
+		}
+		payload, err := b.frame(r)
+		if err != nil {
+			return 0, err
+		}
+		found, at := false, uint64(0)
+		if err := decodeFrame(payload, func(off uint64, ts int64, _, _ []byte) bool {
+			if off >= in.Start && off < r.Next && ts >= ns {
+				found, at = true, off
+				return false
+			}
+			return true
+		}); err != nil {
+			return 0, b.corrupt(r, err)
+		}
+		if found {
+			return at, nil
+		}
+	}
+	return in.End, nil
+}
+
+// Commit records next as the offset group reads next on a partition.
+func (b *Broker) Commit(ctx context.Context, name, group string, partition int, next uint64) error {
+	if err := context.Cause(ctx); err != nil {
+		return err
+	}
+	if err := stream.CheckGroup(group); err != nil {
+		return err
+	}
+	_, id, err := b.partitionOf(name, partition)
+	if err != nil {
+		return err
+	}
+	res, err := b.apply(ctx, &meta.Command{Op: meta.OpGroup, Group: &meta.GroupOffset{Stream: id, Group: group, Next: next}})
+	if err != nil {
+		return err
+	}
+	if err, ok := res.(error); ok {
+		return err
+	}
+	return nil
+}
+
+// Committed returns the offset group committed last on a partition.
+func (b *Broker) Committed(ctx context.Context, name, group string, partition int) (uint64, error) {
+	if err := context.Cause(ctx); err != nil {
+		return 0, err
+	}
+	if err := stream.CheckGroup(group); err != nil {
+		return 0, err
+	}
+	_, id, err := b.partitionOf(name, partition)
+	if err != nil {
+		return 0, err
+	}
+	in, ok := b.fsm.Internal(id)
+	if !ok {
+		return 0, meta.StreamNotFound.With("name", name)
+	}
+	next, ok := in.Groups[group]
+	if !ok {
+		return 0, stream.NoCommit(group, partition)
+	}
+	return next, nil
+}
+
+// expired reports whether a stream's lifetime is over at now.
+func (b *Broker) expired(e *meta.Entry, now int64) bool {
+	if e.ExpiresAt > 0 && now >= e.ExpiresAt {
+		return true
+	}
+	if e.TTL > 0 {
+		last := e.LastAccess
+		b.mu.Lock()
+		if n, ok := b.named[e.Name]; ok {
+			last = max64(last, n.lastAccess.Load())
+		}
+		b.mu.Unlock()
+		return now-last >= e.TTL
+	}
+	return false
+}
+
+// Touch records an access for the sliding TTL, in memory: the maintenance
+// loop persists it lazily.
+func (b *Broker) Touch(name string) {
+	if n, _, err := b.stream(name); err == nil {
+		n.lastAccess.Store(max64(n.lastAccess.Load(), b.now().UnixNano()))
+	}
+}
+
+func (b *Broker) maintainLoop() {
+	t := time.NewTicker(b.cfg.MaintenanceInterval)
+	defer t.Stop()
+	lastTouch := time.Now()
+	for {
+		select {
+		case <-b.stop:
+			b.persistTouches(context.Background())
+			return
+		case <-t.C:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		b.maintain(ctx)
+		if time.Since(lastTouch) >= b.cfg.TouchInterval {
+			b.persistTouches(ctx)
+			lastTouch = time.Now()
+		}
+		if err := b.collectGarbage(ctx, b.cfg.OrphanGrace); err != nil {
+			b.cfg.Logger.Warn("garbage collection failed", "err", err)
+		}
+		cancel()
+	}
+}
+
+// maintain expires streams, applies retention and merges small ranges.
+func (b *Broker) maintain(ctx context.Context) {
+	now := b.now().UnixNano()
+	var expired []*meta.Entry
+	var live []*meta.Entry
+	b.fsm.View(func(s *meta.State) {
+		for _, e := range s.Names {
+			live = append(live, e.Clone())
+		}
+	})
+	for _, e := range live {
+		if b.expired(e, now) {
+			expired = append(expired, e)
+		}
+	}
+	for _, e := range expired {
+		if err := b.deleteEntry(ctx, e); err == nil {
+			b.cfg.Metrics.ExpiredStreams.Inc()
+			b.cfg.Logger.Info("stream expired", "name", e.Name)
+		}
+	}
+	for _, e := range live {
+		b.mu.Lock()
+		n, ok := b.named[e.Name]
+		b.mu.Unlock()
+		if !ok {
+			continue
+		}
+		for _, id := range e.Streams {
+			if err := b.retain(ctx, n, id); err != nil {
+				b.cfg.Logger.Warn("retention failed", "name", e.Name, "err", err)
+			}
+			if err := b.merge(ctx, n, id); err != nil {
+				b.cfg.Logger.Warn("merge failed", "name", e.Name, "err", err)
+			}
+		}
+	}
+}
+
+// persistTouches writes, in one command, the in-memory last accesses that
+// moved since they were last persisted: sliding TTLs survive a restart
+// within TouchInterval, and no read writes the log.
+func (b *Broker) persistTouches(ctx context.Context) {
+	at := map[string]int64{}
+	var ns []*named
+	b.mu.Lock()
+	for name, n := range b.named {
+		if la := n.lastAccess.Load(); la > n.persistedAccess.Load() {
+			at[name] = la
+			ns = append(ns, n)
+		}
+	}
+	b.mu.Unlock()
+	if len(at) == 0 {
+		return
+	}
+	if _, err := b.apply(ctx, &meta.Command{Op: meta.OpTouch, Touch: &meta.Touch{At: at}}); err != nil {
+		b.cfg.Logger.Warn("persisting last accesses failed", "err", err)
+		return
+	}
+	for _, n := range ns {
+		n.persistedAccess.Store(at[n.name])
+	}
+}
+
+// collectGarbage deletes the files of garbage objects and, when grace is
+// set, of objects older than grace that no command ever committed (at start,
+// grace 0: every one).
+func (b *Broker) collectGarbage(ctx context.Context, grace time.Duration) error {
+	var garbage []uint64
+	known := map[uint64]bool{}
+	b.fsm.View(func(s *meta.State) {
+		for id := range s.Garbage {
+			garbage = append(garbage, id)
+		}
+		for id := range s.Objects {
+			known[id] = true
+		}
+	})
+	var deleted []uint64
+	for _, id := range garbage {
+		b.frames.dropObject(id)
+		if err := b.objs.Remove(id); err != nil {
+			return err
+		}
+		deleted = append(deleted, id)
+	}
+	if len(deleted) > 0 {
+		if _, err := b.apply(ctx, &meta.Command{Op: meta.OpObjectsDeleted, ObjectsDeleted: &meta.ObjectsDeleted{IDs: deleted}}); err != nil {
+			return err
+		}
+		b.cfg.Metrics.ObjectsDeleted.Add(float64(len(deleted)))
+	}
+	infos, err := b.objs.List()
+	if err != nil {
+		return err
+	}
+	cutoff := time.Now().Add(-grace)
+	for _, info := range infos {
+		if known[info.ID] || (grace > 0 && info.ModTime.After(cutoff)) {
+			continue
+		}
+		// Never committed (or committed and already forgotten as garbage).
+		if err := b.objs.Remove(info.ID); err != nil {
+			return err
+		}
+		b.cfg.Metrics.ObjectsDeleted.Inc()
+		b.cfg.Logger.Info("removed uncommitted object", "object", info.ID, "size", info.Size)
+	}
+	return nil
+}

@@ -1,0 +1,45 @@
+package core
+
+import (
+	"strings"
+	"time"
+
+	"github.com/picomq/picomq/broker/stream"
+)
+
+// MaxNameLength bounds a stream's path name.
+const MaxNameLength = 255
+
+// ValidateName refuses a name that cannot name a stream: empty, longer than
+// 255 bytes, or with a segment that is empty, "." or "..", or holds anything
+// but letters, digits, '.', '_' and '-' — so a name can never climb out of a
+// path or smuggle a separator. The refusal is STREAM_MISCONFIGURED with
+// field "name".
+func ValidateName(name string) error {
+	bad := func(reason string) error {
+		return stream.StreamMisconfigured.With("field", "name", "reason", reason, "length", len(name))
+	}
+	if name == "" {
+		return bad("empty")
+	}
+	if len(name) > MaxNameLength {
+		return bad("longer than 255 bytes")
+	}
+	for _, seg := range strings.Split(name, "/") {
+		switch seg {
+		case "":
+			return bad("empty segment (leading, trailing or doubled '/')")
+		case ".", "..":
+			return bad("'.' or '..' segment")
+		}
+		for i := 0; i < len(seg); i++ {
+			c := seg[i]
+			if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
+				return bad("a segment holds a character other than letters, digits, '.', '_' and '-'")
+			}
+		}
+	}
+	return nil
+}
+
+func timeOf(ns int64) time.Time { return time.Unix(0, ns) }

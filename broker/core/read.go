@@ -1,0 +1,250 @@
+package core
+
+import (
+	"container/list"
+	"context"
+	"errors"
+	"sync"
+
+	"github.com/picomq/picomq/broker/meta"
+	"github.com/picomq/picomq/broker/objstore"
+	"github.com/picomq/picomq/broker/stream"
+)
+
+// partitionOf resolves a named stream's partition to its internal stream.
+func (b *Broker) partitionOf(name string, partition int) (*named, uint64, error) {
+	n, e, err := b.stream(name)
+	if err != nil {
+		return nil, 0, err
+	}
+	if err := stream.CheckPartition(partition, len(e.Streams)); err != nil {
+		return nil, 0, err
+	}
+	return n, e.Streams[partition], nil
+}
+
+// Bounds returns a partition's first retained offset and next offset.
+func (b *Broker) Bounds(ctx context.Context, name string, partition int) (stream.BoundsValue, error) {
+	if err := context.Cause(ctx); err != nil {
+		return stream.BoundsValue{}, err
+	}
+	n, id, err := b.partitionOf(name, partition)
+	if err != nil {
+		return stream.BoundsValue{}, err
+	}
+	if err := b.retain(ctx, n, id); err != nil {
+		return stream.BoundsValue{}, err
+	}
+	in, ok := b.fsm.Internal(id)
+	if !ok {
+		return stream.BoundsValue{}, meta.StreamNotFound.With("name", name)
+	}
+	return stream.BoundsValue{First: stream.Offset(in.Start), Next: stream.Offset(in.End)}, nil
+}
+
+// ReadOptions bound a read beyond its record count.
+type ReadOptions struct {
+	// MaxBytes stops the read once this many key+payload bytes are
+	// gathered (at least one record is always returned). Zero: no bound.
+	MaxBytes int64
+}
+
+// Read returns up to max committed records of a partition from offset from
+// on, skipping the holes compaction left. It never blocks: at the end it
+// returns no entry (wait with Wake).
+func (b *Broker) Read(ctx context.Context, name string, partition int, from uint64, max int, o ReadOptions) ([]stream.EntryValue, stream.BoundsValue, error) {
+	if err := context.Cause(ctx); err != nil {
+		return nil, stream.BoundsValue{}, err
+	}
+	n, id, err := b.partitionOf(name, partition)
+	if err != nil {
+		return nil, stream.BoundsValue{}, err
+	}
+	if err := stream.CheckMax(max); err != nil {
+		return nil, stream.BoundsValue{}, err
+	}
+	if err := b.retain(ctx, n, id); err != nil {
+		return nil, stream.BoundsValue{}, err
+	}
+	n.lastAccess.Store(max64(n.lastAccess.Load(), b.now().UnixNano()))
+
+	var bounds stream.BoundsValue
+	var ranges []meta.Range
+	var checkErr error
+	b.fsm.View(func(s *meta.State) {
+		in, ok := s.Streams[id]
+		if !ok {
+			checkErr = meta.StreamNotFound.With("name", name)
+			return
+		}
+		bounds = stream.BoundsValue{First: stream.Offset(in.Start), Next: stream.Offset(in.End)}
+		if checkErr = stream.CheckRead(partition, stream.Offset(from), bounds); checkErr != nil {
+			return
+		}
+		// Copy just the ranges the read may need: enough records, or bytes.
+		// Records of the first range below the read's start do not count
+		// (an upper bound of them, with compaction's holes).
+		at := max64u(from, in.Start)
+		var count, bytes, skip int64
+		for i := in.RangeAt(at); i < len(in.Ranges); i++ {
+			r := in.Ranges[i]
+			if len(ranges) == 0 && at > r.First {
+				skip = int64(at - r.First)
+			}
+			ranges = append(ranges, r)
+			count += r.Count
+			bytes += r.Bytes
+			if count >= int64(max)+skip || (o.MaxBytes > 0 && bytes >= o.MaxBytes) {
+				break
+			}
+		}
+	})
+	if checkErr != nil {
+		return nil, bounds, checkErr
+	}
+	start := max64u(from, uint64(bounds.First))
+	out := []stream.EntryValue{} // empty, not nil, at the end: "no entry yet"
+	var gathered int64
+	for _, r := range ranges {
+		payload, err := b.frame(r)
+		if err != nil {
+			return nil, bounds, err
+		}
+		done := false
+		derr := decodeFrame(payload, func(off uint64, at int64, key, value []byte) bool {
+			if off < start || off >= r.Next {
+				return true
+			}
+			out = append(out, stream.EntryValue{
+				AppendedAt: timeOf(at), Partition: partition, Offset: stream.Offset(off),
+				Record: stream.RecordValue{Key: clone(key), Payload: clone(value)},
+			})
+			gathered += int64(len(key) + len(value))
+			if len(out) >= max || (o.MaxBytes > 0 && gathered >= o.MaxBytes) {
+				done = true
+				return false
+			}
+			return true
+		})
+		if derr != nil {
+			return nil, bounds, b.corrupt(r, derr)
+		}
+		if done {
+			break
+		}
+	}
+	return out, bounds, nil
+}
+
+// frame returns a range's frame payload, from the cache or the object.
+func (b *Broker) frame(r meta.Range) ([]byte, error) {
+	key := frameKey{r.Object, r.Pos}
+	if p, ok := b.frames.get(key); ok {
+		return p, nil
+	}
+	p, err := b.objs.ReadFrame(r.Object, r.Pos, r.Len)
+	if err != nil {
+		if errors.Is(err, objstore.ErrCorrupt) {
+			return nil, b.corrupt(r, err)
+		}
+		return nil, err
+	}
+	b.frames.put(key, p)
+	return p, nil
+}
+
+// corrupt reports a committed frame that failed its checks: logged, counted,
+// and refused — never served.
+func (b *Broker) corrupt(r meta.Range, cause error) error {
+	b.cfg.Metrics.CorruptReads.Inc()
+	b.cfg.Logger.Error("committed object failed its checksum; refusing to serve it", "object", r.Object, "pos", r.Pos, "first", r.First, "next", r.Next, "err", cause)
+	return Corrupt.Wrap(cause, "object", r.Object, "pos", r.Pos, "first", r.First, "next", r.Next)
+}
+
+func clone(b []byte) []byte {
+	if len(b) == 0 {
+		return nil
+	}
+	return append([]byte(nil), b...)
+}
+
+func max64(a, b int64) int64 {
+	if a > b {
+		return a
+	}
+	return b
+}
+
+func max64u(a, b uint64) uint64 {
+	if a > b {
+		return a
+	}
+	return b
+}
+
+// frameCache keeps recently read frame payloads (catch-up readers read the
+// same frame many times), bounded by bytes, least recently used out first.
+type frameCache struct {
+	mu    sync.Mutex
+	limit int64
+	size  int64
+	ll    *list.List
+	items map[frameKey]*list.Element
+}
+
+type frameKey struct {
+	object uint64
+	pos    int64
+}
+
+type frameItem struct {
+	key frameKey
+	p   []byte
+}
+
+func newFrameCache(limit int64) *frameCache {
+	return &frameCache{limit: limit, ll: list.New(), items: map[frameKey]*list.Element{}}
+}
+
+func (c *frameCache) get(k frameKey) ([]byte, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if el, ok := c.items[k]; ok {
+		c.ll.MoveToFront(el)
+		return el.Value.(*frameItem).p, true
+	}
+	return nil, false
+}
+
+func (c *frameCache) put(k frameKey, p []byte) {
+	if int64(len(p)) > c.limit/4 {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.items[k]; ok {
+		return
+	}
+	c.items[k] = c.ll.PushFront(&frameItem{key: k, p: p})
+	c.size += int64(len(p))
+	for c.size > c.limit {
+		el := c.ll.Back()
+		it := el.Value.(*frameItem)
+		c.ll.Remove(el)
+		delete(c.items, it.key)
+		c.size -= int64(len(it.p))
+	}
+}
+
+// dropObject forgets an object's frames (it is being deleted).
+func (c *frameCache) dropObject(id uint64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for k, el := range c.items {
+		if k.object == id {
+			c.ll.Remove(el)
+			delete(c.items, k)
+			c.size -= int64(len(el.Value.(*frameItem).p))
+		}
+	}
+}
