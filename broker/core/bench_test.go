@@ -2,7 +2,10 @@ package core
 
 import (
 	"context"
+
 	"fmt"
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	"sync"
 	"testing"
 
@@ -16,7 +19,8 @@ import (
 func BenchmarkAppend(b *testing.B) {
 	for _, c := range []struct{ writers, batch, streams int }{{1, 1, 1}, {64, 1, 1}, {64, 1, 64}, {8, 100, 8}} {
 		b.Run(fmt.Sprintf("writers=%d/batch=%d/streams=%d", c.writers, c.batch, c.streams), func(b *testing.B) {
-			br, err := Open(Config{DataDir: b.TempDir()})
+			m := NewMetrics(nil)
+			br, err := Open(Config{DataDir: b.TempDir(), Metrics: m})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -50,6 +54,17 @@ func BenchmarkAppend(b *testing.B) {
 			}
 			wg.Wait()
 			b.ReportMetric(float64(per*c.writers*c.batch)/b.Elapsed().Seconds(), "records/s")
+			b.ReportMetric(mean(m.FlushAppends), "appends/flush")
+			b.ReportMetric(mean(m.FsyncSeconds)*1e6, "µs/object-sync")
+			b.ReportMetric(mean(m.CommitSeconds)*1e6, "µs/commit")
 		})
 	}
+}
+
+func mean(h prometheus.Histogram) float64 {
+	var d dto.Metric
+	if err := h.Write(&d); err != nil || d.GetHistogram().GetSampleCount() == 0 {
+		return 0
+	}
+	return d.GetHistogram().GetSampleSum() / float64(d.GetHistogram().GetSampleCount())
 }

@@ -60,13 +60,17 @@ func (f *flusher) close() {
 	<-f.done
 }
 
-// run pipelines the group commit in two stages: while the metadata log
-// commits one object, the next is written and synced. Commits stay in
-// order; an append whose generation a rollback ended meanwhile is dropped
-// before its commit (its bytes in the object are simply never referenced).
+// run pipelines the group commit in three stages: one goroutine writes and
+// syncs objects, one proposes their commit commands — several may be in
+// flight, and raft writes them in one batch —, and this one answers the
+// appends as the commands apply, in order. An append whose generation a
+// rollback ended is dropped before its proposal (its bytes in the object
+// are simply never referenced); one already proposed is refused by the
+// state machine, since its offsets no longer continue the stream.
 func (f *flusher) run() {
 	defer close(f.done)
 	written := make(chan *written, 1)
+	proposed := make(chan *proposal, 4)
 	go func() {
 		defer close(written)
 		for {
@@ -83,8 +87,16 @@ func (f *flusher) run() {
 			}
 		}
 	}()
-	for w := range written {
-		f.commit(w)
+	go func() {
+		defer close(proposed)
+		for w := range written {
+			if p := f.propose(w); p != nil {
+				proposed <- p
+			}
+		}
+	}()
+	for p := range proposed {
+		f.settle(p)
 	}
 }
 
@@ -185,12 +197,19 @@ func (f *flusher) write(batch []*pendingAppend) *written {
 	return &written{live: live, c: c, bytes: payloadBytes}
 }
 
-// commit proposes a written batch's command and answers its appends.
-func (f *flusher) commit(w *written) {
+// proposal is a commit command in the log, waiting to apply.
+type proposal struct {
+	live  []*pendingAppend
+	start time.Time
+	wait  func(context.Context) (any, error)
+}
+
+// propose appends a written batch's commit command to the log.
+func (f *flusher) propose(w *written) *proposal {
 	b := f.b
 	live := dropStale(w.live)
 	if len(live) == 0 {
-		return // the object holds nothing committed: an orphan, collected later
+		return nil // the object holds nothing committed: an orphan, collected later
 	}
 	c := w.c
 	c.Now = b.now().UnixNano()
@@ -205,30 +224,48 @@ func (f *flusher) commit(w *written) {
 	}
 	b.cfg.Metrics.FlushAppends.Observe(float64(len(live)))
 	b.cfg.Metrics.FlushBytes.Observe(float64(w.bytes))
-
-	res, err := b.apply(context.Background(), &meta.Command{Op: meta.OpCommit, Commit: c})
+	raw, err := meta.Encode(&meta.Command{Op: meta.OpCommit, Commit: c})
 	if err != nil {
-		f.fail(live, err)
+		f.fail(live, meta.BadCommand.Wrap(err, "op", "commit"))
+		return nil
+	}
+	return &proposal{live: live, start: time.Now(), wait: b.log.Propose(raw)}
+}
+
+// settle waits for a proposal to apply and answers its appends.
+func (f *flusher) settle(p *proposal) {
+	b := f.b
+	res, err := p.wait(context.Background())
+	b.cfg.Metrics.observeCommit(time.Since(p.start))
+	if err != nil {
+		f.fail(p.live, stream.StreamBackendFailed.Wrap(err, "op", "metalog.apply.commit"))
 		return
 	}
 	cr, ok := res.(*meta.CommitResult)
 	if !ok {
-		f.fail(live, meta.BadCommand.With("op", "commit", "reason", "no commit result"))
+		f.fail(p.live, meta.BadCommand.With("op", "commit", "reason", "no commit result"))
 		return
 	}
 	touched := map[*named]bool{}
-	for i, p := range live {
+	for i, pa := range p.live {
 		// A group offset riding with the append is refused with it.
 		if err := cr.Appends[i]; err != nil {
-			b.rollback(p.n, p.gen, err)
-			p.done <- err
+			pa.n.mu.Lock()
+			stale := pa.n.gen != pa.gen
+			pa.n.mu.Unlock()
+			if stale {
+				// Built on an append refused before it: not its own fault.
+				err = Aborted.Wrap(err, "name", pa.n.name, "first", pa.app.First)
+			}
+			b.rollback(pa.n, pa.gen, err)
+			pa.done <- err
 			continue
 		}
-		p.n.mu.Lock()
-		p.n.pendingBytes -= p.bytes
-		p.n.mu.Unlock()
-		touched[p.n] = true
-		p.done <- nil
+		pa.n.mu.Lock()
+		pa.n.pendingBytes -= pa.bytes
+		pa.n.mu.Unlock()
+		touched[pa.n] = true
+		pa.done <- nil
 	}
 	for n := range touched {
 		n.mu.Lock()

@@ -491,3 +491,24 @@ func TestOpenWithDefaults(t *testing.T) {
 	}
 	apply(t, l, mustCmd("add", "a", 1))
 }
+
+func TestProposeKeepsOrderWithSeveralInFlight(t *testing.T) {
+	l := open(t, testConfig(t, t.TempDir()), newToyFSM())
+	var waits []func(context.Context) (any, error)
+	for i := 0; i < 50; i++ {
+		waits = append(waits, l.Propose(mustCmd("add", "k", 1)))
+	}
+	for i, w := range waits {
+		res, err := w(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res != int64(i+1) {
+			t.Fatalf("proposal %d applied as %v: order lost", i, res)
+		}
+	}
+	_ = l.Close()
+	if _, err := l.Propose(mustCmd("add", "k", 1))(context.Background()); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Propose after Close: %v", err)
+	}
+}
