@@ -1,0 +1,378 @@
+// Package client is PicoMQ's remote engine: a Go client of the broker's
+// HTTP API (broker/httpapi) giving the admin calls and, per named stream, a
+// stream.Stream with all five siblings (Waker, Seeker, Trimmer, Compactor,
+// Committer).
+//
+//	s, err := client.Open(ctx, "http://localhost:4437", "shop/orders", stream.PolicyValue{Partitions: 4})
+//	v, err := s.Append(ctx, []stream.RecordValue{{Key: orderID, Payload: body}})
+//	entries, err := s.Read(ctx, v.Partition, from, 100)
+//
+// Refusals come back as the coded errors the broker returned, decoded with
+// errs.Unmarshal: errors.Is(err, stream.RecordTooLarge) holds and the fields
+// (sizes, offsets, field names) are intact. A transport failure is
+// STREAM_BACKEND_FAILED wrapping it; a ctx that ends returns its cause.
+//
+// The package depends on neither the broker nor its metadata log.
+package client
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/picomq/picomq/broker/errs"
+	"github.com/picomq/picomq/broker/httpapi/wire"
+	"github.com/picomq/picomq/broker/stream"
+)
+
+// Client talks to one broker (or a Service in front of brokers). It is safe
+// for concurrent use and should be reused: it keeps its connections alive.
+type Client struct {
+	base      string
+	hc        *http.Client
+	userAgent string
+}
+
+// Option configures New.
+type Option func(*Client)
+
+// WithHTTPClient makes the client send its requests through hc instead of
+// one made by NewHTTPClient.
+func WithHTTPClient(hc *http.Client) Option { return func(c *Client) { c.hc = hc } }
+
+// WithUserAgent sets the User-Agent of every request.
+func WithUserAgent(ua string) Option { return func(c *Client) { c.userAgent = ua } }
+
+// NewHTTPClient returns the http.Client New uses by default: keep-alive
+// connections (up to 64 idle per broker), a 5s dial timeout and no overall
+// timeout — an append may legitimately wait BlockTimeout for room, so
+// deadlines come from the ctx of each call.
+func NewHTTPClient() *http.Client {
+	dialer := &net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}
+	return &http.Client{Transport: &http.Transport{
+		Proxy:                 http.ProxyFromEnvironment,
+		DialContext:           dialer.DialContext,
+		MaxIdleConns:          256,
+		MaxIdleConnsPerHost:   64,
+		IdleConnTimeout:       90 * time.Second,
+		TLSHandshakeTimeout:   10 * time.Second,
+		ExpectContinueTimeout: time.Second,
+	}}
+}
+
+// New returns a client of the broker at baseURL (http://host:4437).
+func New(baseURL string, opts ...Option) (*Client, error) {
+	u, err := url.Parse(baseURL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, stream.StreamMisconfigured.With("field", "baseURL", "value", baseURL, "reason", "not an http(s) URL with a host")
+	}
+	c := &Client{base: strings.TrimRight(baseURL, "/"), userAgent: "picomq-go-client"}
+	for _, o := range opts {
+		o(c)
+	}
+	if c.hc == nil {
+		c.hc = NewHTTPClient()
+	}
+	return c, nil
+}
+
+// Close releases the client's idle connections.
+func (c *Client) Close() { c.hc.CloseIdleConnections() }
+
+// request is one call to the API.
+type request struct {
+	op          string // for errors: "append", "admin.create", ...
+	method      string
+	path        string // escaped
+	query       url.Values
+	header      http.Header
+	body        []byte
+	contentType string
+	accept      string
+}
+
+// response is a 2xx answer.
+type response struct {
+	status int
+	header http.Header
+	body   []byte
+}
+
+// do sends r and returns its 2xx answer, or the refusal it got as the
+// coded error it carries.
+func (c *Client) do(ctx context.Context, r request) (*response, error) {
+	u := c.base + r.path
+	if len(r.query) > 0 {
+		u += "?" + r.query.Encode()
+	}
+	var body io.Reader
+	if r.body != nil || r.method == http.MethodPost || r.method == http.MethodPut || r.method == http.MethodPatch {
+		body = bytes.NewReader(r.body)
+	}
+	req, err := http.NewRequestWithContext(ctx, r.method, u, body)
+	if err != nil {
+		return nil, stream.StreamMisconfigured.Wrap(err, "field", "request", "op", r.op)
+	}
+	for k, vs := range r.header {
+		req.Header[k] = vs
+	}
+	if r.contentType != "" {
+		req.Header.Set("Content-Type", r.contentType)
+	}
+	if r.accept != "" {
+		req.Header.Set("Accept", r.accept)
+	} else {
+		req.Header.Set("Accept", wire.JSONContentType+", "+wire.ProblemContentType)
+	}
+	req.Header.Set("User-Agent", c.userAgent)
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, context.Cause(ctx)
+		}
+		return nil, stream.StreamBackendFailed.Wrap(err, "op", "http."+r.op)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, context.Cause(ctx)
+		}
+		return nil, stream.StreamBackendFailed.Wrap(err, "op", "http."+r.op, "status", resp.StatusCode)
+	}
+	if resp.StatusCode/100 != 2 {
+		return nil, problemOf(r.op, resp, data)
+	}
+	return &response{status: resp.StatusCode, header: resp.Header, body: data}, nil
+}
+
+// problemOf decodes a refusal. A body that is not a problem (a proxy's
+// page, say) becomes STREAM_BACKEND_FAILED with the status.
+func problemOf(op string, resp *http.Response, data []byte) error {
+	if e, err := errs.Unmarshal(data); err == nil {
+		return e
+	}
+	text := strings.TrimSpace(string(data))
+	if len(text) > 200 {
+		text = text[:200] + "..."
+	}
+	return stream.StreamBackendFailed.With("op", "http."+op, "status", resp.StatusCode, "body", text)
+}
+
+// decode reads a JSON answer into v.
+func decode(op string, resp *response, v any) error {
+	if err := json.Unmarshal(resp.body, v); err != nil {
+		return stream.StreamBackendFailed.Wrap(err, "op", "http."+op+".decode")
+	}
+	return nil
+}
+
+// Ready returns nil when the broker answers /readyz with 200, and its
+// NOT_READY refusal otherwise.
+func (c *Client) Ready(ctx context.Context) error {
+	_, err := c.do(ctx, request{op: "readyz", method: http.MethodGet, path: "/readyz", accept: "text/plain, " + wire.ProblemContentType})
+	return err
+}
+
+// Node returns the broker's node status.
+func (c *Client) Node(ctx context.Context) (wire.NodeInfo, error) {
+	var n wire.NodeInfo
+	resp, err := c.do(ctx, request{op: "admin.node", method: http.MethodGet, path: wire.NodePath})
+	if err != nil {
+		return n, err
+	}
+	return n, decode("admin.node", resp, &n)
+}
+
+// StreamConfig is a named stream's configuration.
+type StreamConfig struct {
+	// ContentType defaults to application/octet-stream.
+	ContentType string
+	Policy      stream.PolicyValue
+	// TTL is a sliding lifetime: the stream is deleted once nobody used it
+	// for that long. Zero: none.
+	TTL time.Duration
+	// ExpiresAt is an absolute end of life. Zero: none.
+	ExpiresAt time.Time
+}
+
+// StreamInfo describes a named stream.
+type StreamInfo struct {
+	Name           string
+	ContentType    string
+	Policy         stream.PolicyValue
+	PartitionCount int
+	TTL            time.Duration
+	ExpiresAt      time.Time
+	CreatedAt      time.Time
+	LastAccess     time.Time
+	Closed         bool
+	Producers      map[string]wire.Producer
+	// Partitions is filled by CreateStream, GetStream and UpdatePolicy, not
+	// by ListStreams.
+	Partitions []wire.PartitionInfo
+}
+
+func infoOf(w wire.StreamInfo) (StreamInfo, error) {
+	p, err := w.Policy.Value()
+	if err != nil {
+		return StreamInfo{}, err
+	}
+	ttl, err := wire.ParseDuration("ttl", w.TTL)
+	if err != nil {
+		return StreamInfo{}, err
+	}
+	out := StreamInfo{
+		Name: w.Name, ContentType: w.ContentType, Policy: p, PartitionCount: w.PartitionCount, TTL: ttl,
+		CreatedAt: w.CreatedAt, LastAccess: w.LastAccess, Closed: w.Closed, Producers: w.Producers, Partitions: w.Partitions,
+	}
+	if w.ExpiresAt != nil {
+		out.ExpiresAt = *w.ExpiresAt
+	}
+	return out, nil
+}
+
+func streamPath(name string) string { return wire.StreamsPrefix + wire.EscapeName(name) }
+
+// CreateStream creates a named stream. created is false when it existed
+// with the same configuration; one with another configuration is
+// STREAM_EXISTS (the field "field" names what differs). A policy the broker
+// refuses is STREAM_MISCONFIGURED by field, as PolicyValue.Validate words it.
+func (c *Client) CreateStream(ctx context.Context, name string, cfg StreamConfig) (info StreamInfo, created bool, err error) {
+	body := wire.StreamConfig{ContentType: cfg.ContentType, Policy: wire.PolicyOf(cfg.Policy)}
+	if cfg.TTL != 0 {
+		body.TTL = cfg.TTL.String()
+	}
+	if !cfg.ExpiresAt.IsZero() {
+		t := cfg.ExpiresAt
+		body.ExpiresAt = &t
+	}
+	raw, err := json.Marshal(body)
+	if err != nil {
+		return StreamInfo{}, false, stream.StreamMisconfigured.Wrap(err, "field", "config")
+	}
+	resp, err := c.do(ctx, request{op: "admin.create", method: http.MethodPut, path: streamPath(name), body: raw, contentType: wire.JSONContentType})
+	if err != nil {
+		return StreamInfo{}, false, err
+	}
+	var w wire.StreamInfo
+	if err := decode("admin.create", resp, &w); err != nil {
+		return StreamInfo{}, false, err
+	}
+	info, err = infoOf(w)
+	return info, resp.status == http.StatusCreated, err
+}
+
+// GetStream returns a named stream with its partitions; a missing one is
+// STREAM_NOT_FOUND.
+func (c *Client) GetStream(ctx context.Context, name string) (StreamInfo, error) {
+	resp, err := c.do(ctx, request{op: "admin.get", method: http.MethodGet, path: streamPath(name)})
+	if err != nil {
+		return StreamInfo{}, err
+	}
+	var w wire.StreamInfo
+	if err := decode("admin.get", resp, &w); err != nil {
+		return StreamInfo{}, err
+	}
+	return infoOf(w)
+}
+
+// DeleteStream deletes a named stream: the name is reusable at once.
+func (c *Client) DeleteStream(ctx context.Context, name string) error {
+	_, err := c.do(ctx, request{op: "admin.delete", method: http.MethodDelete, path: streamPath(name)})
+	return err
+}
+
+// ListStreams returns the live named streams whose names start with prefix
+// ("" for all), sorted by name, without per-partition detail.
+func (c *Client) ListStreams(ctx context.Context, prefix string) ([]StreamInfo, error) {
+	var q url.Values
+	if prefix != "" {
+		q = url.Values{"prefix": {prefix}}
+	}
+	resp, err := c.do(ctx, request{op: "admin.list", method: http.MethodGet, path: wire.StreamsPath, query: q})
+	if err != nil {
+		return nil, err
+	}
+	var l wire.StreamList
+	if err := decode("admin.list", resp, &l); err != nil {
+		return nil, err
+	}
+	out := make([]StreamInfo, 0, len(l.Streams))
+	for _, w := range l.Streams {
+		info, err := infoOf(w)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, info)
+	}
+	return out, nil
+}
+
+// UpdatePolicy replaces a stream's policy. Partitions may only grow
+// (PARTITIONS_SHRINK); a Stream value opened before keeps the count it
+// read.
+func (c *Client) UpdatePolicy(ctx context.Context, name string, p stream.PolicyValue) (StreamInfo, error) {
+	raw, err := json.Marshal(wire.PolicyUpdate{Policy: wire.PatchOf(p)})
+	if err != nil {
+		return StreamInfo{}, stream.StreamMisconfigured.Wrap(err, "field", "policy")
+	}
+	resp, err := c.do(ctx, request{op: "admin.patch", method: http.MethodPatch, path: streamPath(name), body: raw, contentType: wire.JSONContentType})
+	if err != nil {
+		return StreamInfo{}, err
+	}
+	var w wire.StreamInfo
+	if err := decode("admin.patch", resp, &w); err != nil {
+		return StreamInfo{}, err
+	}
+	return infoOf(w)
+}
+
+// errNoPartitions guards a broker answer without partitions.
+var errNoPartitions = errors.New("the broker reported a stream with no partition")
+
+// Stream returns the named stream as a stream.Stream. It asks the broker
+// for its partition count once: a missing stream is STREAM_NOT_FOUND.
+func (c *Client) Stream(ctx context.Context, name string) (*Stream, error) {
+	info, err := c.GetStream(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	return c.streamOf(info)
+}
+
+func (c *Client) streamOf(info StreamInfo) (*Stream, error) {
+	if info.PartitionCount < 1 {
+		return nil, stream.StreamBackendFailed.Wrap(errNoPartitions, "op", "http.admin.get", "name", info.Name)
+	}
+	return &Stream{c: c, name: info.Name, parts: info.PartitionCount, path: wire.LogPrefix + wire.EscapeName(info.Name), wake: make(chan struct{})}, nil
+}
+
+// Open creates the named stream with policy on the broker at baseURL,
+// unless it exists with the same configuration, and returns it. A stream
+// of that name with another configuration is STREAM_EXISTS; a policy the
+// broker refuses is STREAM_MISCONFIGURED by field, nothing created.
+func Open(ctx context.Context, baseURL, name string, policy stream.PolicyValue, opts ...Option) (*Stream, error) {
+	c, err := New(baseURL, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return c.Open(ctx, name, StreamConfig{Policy: policy})
+}
+
+// Open creates the named stream with cfg unless it exists with the same
+// configuration, and returns it.
+func (c *Client) Open(ctx context.Context, name string, cfg StreamConfig) (*Stream, error) {
+	info, _, err := c.CreateStream(ctx, name, cfg)
+	if err != nil {
+		return nil, err
+	}
+	return c.streamOf(info)
+}

@@ -1,0 +1,65 @@
+package wire
+
+import "github.com/picomq/picomq/broker/errs"
+
+// The HTTP layer's own refusals: block 0.16.3 (0x00_10_03_xx), beside the
+// broker's 0.16.1 (metadata) and 0.16.2 (core).
+const (
+	CodeMalformedBatch       errs.Code = 0x00_10_03_01
+	CodeBodyTooLarge         errs.Code = 0x00_10_03_02
+	CodeUnsupportedMediaType errs.Code = 0x00_10_03_03
+	CodeMalformedBody        errs.Code = 0x00_10_03_04
+	CodeNotReady             errs.Code = 0x00_10_03_05
+	CodeRouteNotFound        errs.Code = 0x00_10_03_06
+	CodeMethodNotAllowed     errs.Code = 0x00_10_03_07
+)
+
+var (
+	// MalformedBatch refuses an append body (or a read answer, client side)
+	// whose framing does not parse; the fields carry the byte position and
+	// why. Nothing was written.
+	MalformedBatch = errs.Static(CodeMalformedBatch, "MALFORMED_BATCH",
+		"The batch framing is malformed",
+		"broker/httpapi: a record length is not a uvarint or runs past the body; the fields carry the byte position",
+		400, 65)
+
+	// BodyTooLarge refuses a request body above the server's limit, or a
+	// batch of more records than it accepts at once. Nothing was written.
+	BodyTooLarge = errs.Static(CodeBodyTooLarge, "BODY_TOO_LARGE",
+		"The request body exceeds the server's limit",
+		"broker/httpapi: the body is larger than MaxBodyBytes or holds more than MaxBatchRecords records; the fields carry the limit",
+		413, 65)
+
+	// UnsupportedMediaType refuses an append whose Content-Type is neither
+	// the batch framing nor a raw payload.
+	UnsupportedMediaType = errs.Static(CodeUnsupportedMediaType, "UNSUPPORTED_MEDIA_TYPE",
+		"The request's content type is not supported",
+		"broker/httpapi: appends take application/vnd.picomq.batch or application/octet-stream; admin bodies application/json",
+		415, 65)
+
+	// MalformedBody refuses an admin body that is not the JSON it should be.
+	MalformedBody = errs.Static(CodeMalformedBody, "MALFORMED_BODY",
+		"The request body is not valid",
+		"broker/httpapi: the JSON body does not parse or holds unknown members; the fields say why",
+		400, 65)
+
+	// NotReady answers /readyz, and requests that need the metadata log,
+	// while this broker has no metadata leader or is shutting down.
+	NotReady = errs.Static(CodeNotReady, "NOT_READY",
+		"The broker is not ready",
+		"broker/httpapi: the metadata log has no leader, or the broker is draining; the fields say which",
+		503, 69)
+
+	// RouteNotFound answers a path no route serves.
+	RouteNotFound = errs.Static(CodeRouteNotFound, "ROUTE_NOT_FOUND",
+		"No such endpoint",
+		"broker/httpapi: no route serves this path; the fields carry it",
+		404, 64)
+
+	// MethodNotAllowed answers a method a route does not serve; the Allow
+	// header lists those it does.
+	MethodNotAllowed = errs.Static(CodeMethodNotAllowed, "METHOD_NOT_ALLOWED",
+		"The method is not allowed on this endpoint",
+		"broker/httpapi: the route serves other methods; the fields carry them",
+		405, 64)
+)

@@ -1,0 +1,164 @@
+// Command broker runs one PicoMQ broker: the durable stream broker core on a
+// data directory, with its HTTP API (partitioned-log and admin API,
+// /healthz, /readyz, Prometheus /metrics) on one port, 4437 by default.
+//
+//	go run ./cmd/broker --data-dir /var/lib/picomq
+//
+// Flags and their PICOMQ_* variables are listed by --help. On SIGTERM or
+// SIGINT it stops accepting requests (readyz answers 503, long-polls end),
+// drains those in flight for up to --shutdown-timeout, then closes the
+// broker, which flushes pending appends and closes the streams it owns.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/picomq/picomq/broker/core"
+	"github.com/picomq/picomq/broker/errs"
+	"github.com/picomq/picomq/broker/httpapi"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	go func() {
+		<-ctx.Done()
+		stop() // a second signal during the drain ends the process at once
+	}()
+	os.Exit(run(ctx, os.Args[1:], os.Getenv, os.Stderr, nil))
+}
+
+// Exit codes beside the coded errors' own (sysexits.h).
+const (
+	exitUsage       = 64
+	exitSoftware    = 70
+	exitUnavailable = 69
+)
+
+// run runs the broker until ctx ends and returns the process exit code.
+// started, when set, is told the address the API listens on.
+func run(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer, started func(addr string)) int {
+	cfg, err := parseConfig(args, getenv, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "broker: %v\n", err)
+		return exitUsage
+	}
+	logger := newLogger(cfg, stderr)
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	var testClock *httpapi.ManualClock
+	clock := time.Now
+	if cfg.TestClock {
+		testClock = httpapi.NewManualClock(time.Now())
+		clock = testClock.Now
+		logger.Warn("test clock enabled: records are dated by a clock that stands still until PUT /v1/admin/clock sets it; never use this in production")
+	}
+	raftLog := io.Discard
+	if cfg.LogLevel <= slog.LevelDebug {
+		raftLog = stderr
+	}
+
+	b, err := core.Open(core.Config{
+		DataDir:       cfg.DataDir,
+		NodeID:        cfg.NodeID,
+		FlushLinger:   cfg.FlushLinger,
+		MaxBatchBytes: cfg.MaxBatchBytes,
+		Clock:         clock,
+		Logger:        logger,
+		Metrics:       core.NewMetrics(reg),
+		RaftLog:       raftLog,
+	})
+	if err != nil {
+		logger.Error("cannot open the broker", "dataDir", cfg.DataDir, "err", err)
+		return errs.ExitCode(err)
+	}
+	api := httpapi.New(b, logger, reg, httpapi.Options{
+		LongPollTimeout: cfg.LongPollTimeout,
+		MaxBodyBytes:    cfg.MaxBodyBytes,
+		Registerer:      reg,
+		TestClock:       testClock,
+	})
+
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		logger.Error("cannot listen", "addr", cfg.Listen, "err", err)
+		if cerr := b.Close(); cerr != nil {
+			logger.Error("closing the broker failed", "err", cerr)
+		}
+		return exitUnavailable
+	}
+	srv := &http.Server{
+		Handler:           api,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		ErrorLog:          log.New(&slogWriter{logger}, "", 0),
+	}
+	logger.Info("listening", "addr", ln.Addr().String(), "node", cfg.NodeID, "dataDir", cfg.DataDir)
+	if started != nil {
+		started(ln.Addr().String())
+	}
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- srv.Serve(ln) }()
+
+	code := 0
+	select {
+	case <-ctx.Done():
+		logger.Info("shutting down: draining requests", "timeout", cfg.ShutdownTimeout)
+	case err := <-serveErr:
+		logger.Error("the HTTP server stopped", "err", err)
+		code = exitSoftware
+	}
+	api.Drain()
+	sctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		logger.Warn("requests still in flight after the shutdown timeout: closing their connections", "err", err)
+		_ = srv.Close()
+	}
+	if err := b.Close(); err != nil {
+		logger.Error("closing the broker failed", "err", err)
+		if code == 0 {
+			code = errs.ExitCode(err)
+		}
+	}
+	logger.Info("stopped")
+	return code
+}
+
+func newLogger(cfg config, w io.Writer) *slog.Logger {
+	opts := &slog.HandlerOptions{Level: cfg.LogLevel}
+	if cfg.LogFormat == "text" {
+		return slog.New(slog.NewTextHandler(w, opts))
+	}
+	return slog.New(slog.NewJSONHandler(w, opts))
+}
+
+// slogWriter turns the http.Server's log lines into warnings.
+type slogWriter struct{ l *slog.Logger }
+
+func (w *slogWriter) Write(p []byte) (int, error) {
+	msg := string(p)
+	for len(msg) > 0 && msg[len(msg)-1] == '\n' {
+		msg = msg[:len(msg)-1]
+	}
+	w.l.Warn("http server", "msg", msg)
+	return len(p), nil
+}

@@ -1,0 +1,241 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/picomq/picomq/broker/httpapi/wire"
+	"github.com/picomq/picomq/broker/stream"
+)
+
+func env(kv map[string]string) func(string) string {
+	return func(k string) string { return kv[k] }
+}
+
+func TestParseConfig(t *testing.T) {
+	host, _ := os.Hostname()
+	c, err := parseConfig([]string{"--data-dir", "/d"}, env(nil), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := config{DataDir: "/d", Listen: ":4437", NodeID: host, MaxBatchBytes: 8 << 20, LongPollTimeout: time.Second,
+		MaxBodyBytes: 16 << 20, ShutdownTimeout: 20 * time.Second, LogLevel: slog.LevelInfo, LogFormat: "json"}
+	if c != want {
+		t.Fatalf("defaults = %+v, want %+v", c, want)
+	}
+
+	// Every setting from the environment.
+	c, err = parseConfig(nil, env(map[string]string{
+		"PICOMQ_DATA_DIR": "/env", "PICOMQ_LISTEN": "127.0.0.1:9000", "PICOMQ_NODE_ID": "b-1",
+		"PICOMQ_FLUSH_LINGER": "2ms", "PICOMQ_MAX_BATCH_BYTES": "4MiB", "PICOMQ_LONG_POLL_TIMEOUT": "30s",
+		"PICOMQ_LOG_LEVEL": "debug", "PICOMQ_LOG_FORMAT": "text", "PICOMQ_MAX_BODY_BYTES": "1024",
+	}), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want = config{DataDir: "/env", Listen: "127.0.0.1:9000", NodeID: "b-1", FlushLinger: 2 * time.Millisecond, MaxBatchBytes: 4 << 20,
+		LongPollTimeout: 30 * time.Second, MaxBodyBytes: 1024, ShutdownTimeout: 20 * time.Second, LogLevel: slog.LevelDebug, LogFormat: "text"}
+	if c != want {
+		t.Fatalf("from env = %+v, want %+v", c, want)
+	}
+
+	// A flag wins over its variable.
+	c, err = parseConfig([]string{"--listen", ":1", "--log-level", "warn", "--max-batch-bytes", "1GiB"},
+		env(map[string]string{"PICOMQ_DATA_DIR": "/env", "PICOMQ_LISTEN": ":2", "PICOMQ_LOG_LEVEL": "error"}), io.Discard)
+	if err != nil || c.Listen != ":1" || c.LogLevel != slog.LevelWarn || c.DataDir != "/env" || c.MaxBatchBytes != 1<<30 {
+		t.Fatalf("flags over env = %+v, %v", c, err)
+	}
+
+	for _, bad := range []struct {
+		args []string
+		env  map[string]string
+		says string
+	}{
+		{nil, nil, "--data-dir"},
+		{[]string{"--data-dir", "/d", "extra"}, nil, "unexpected"},
+		{[]string{"--data-dir", "/d", "--flush-linger", "soon"}, nil, "flush-linger"},
+		{[]string{"--data-dir", "/d"}, map[string]string{"PICOMQ_FLUSH_LINGER": "soon"}, "PICOMQ_FLUSH_LINGER"},
+		{[]string{"--data-dir", "/d"}, map[string]string{"PICOMQ_MAX_BATCH_BYTES": "8MB"}, "PICOMQ_MAX_BATCH_BYTES"},
+		{[]string{"--data-dir", "/d", "--log-level", "chatty"}, nil, "log-level"},
+		{[]string{"--data-dir", "/d", "--log-format", "xml"}, nil, "log-format"},
+		{[]string{"--data-dir", "/d", "--long-poll-timeout", "0s"}, nil, "long-poll-timeout"},
+		{[]string{"--data-dir", "/d", "--max-body-bytes", "0"}, nil, "byte sizes"},
+		{[]string{"--nope"}, nil, "nope"},
+	} {
+		_, err := parseConfig(bad.args, env(bad.env), io.Discard)
+		if !errors.Is(err, errUsage) || !strings.Contains(err.Error(), bad.says) {
+			t.Errorf("parseConfig(%q, %v) = %v, want a usage error naming %s", bad.args, bad.env, err, bad.says)
+		}
+	}
+	var help bytes.Buffer
+	if _, err := parseConfig([]string{"--help"}, env(nil), &help); !errors.Is(err, flag.ErrHelp) || !strings.Contains(help.String(), "PICOMQ_DATA_DIR") {
+		t.Fatalf("--help = %v:\n%s", err, help.String())
+	}
+}
+
+// started runs the broker in this process until the returned stop is
+// called, and returns its base URL.
+func started(t *testing.T, args ...string) (base string, stop func() int) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	addrc := make(chan string, 1)
+	done := make(chan int, 1)
+	var logs syncBuffer
+	go func() {
+		done <- run(ctx, append([]string{"--listen", "127.0.0.1:0", "--log-level", "warn"}, args...), env(nil), &logs,
+			func(addr string) { addrc <- addr })
+	}()
+	select {
+	case addr := <-addrc:
+		base = "http://" + addr
+	case code := <-done:
+		cancel()
+		t.Fatalf("run exited with %d before listening:\n%s", code, logs.String())
+	case <-time.After(30 * time.Second):
+		cancel()
+		t.Fatal("not listening within 30s")
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		resp, err := http.Get(base + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			cancel()
+			t.Fatal("not ready within 30s")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	stopped := false
+	stop = func() int {
+		if stopped {
+			return 0
+		}
+		stopped = true
+		cancel()
+		select {
+		case code := <-done:
+			return code
+		case <-time.After(30 * time.Second):
+			t.Fatal("run did not return within 30s of shutdown")
+			return -1
+		}
+	}
+	t.Cleanup(func() { stop() })
+	return base, stop
+}
+
+func do(t *testing.T, method, url, ct string, body []byte) (*http.Response, []byte) {
+	t.Helper()
+	req, err := http.NewRequest(method, url, bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ct != "" {
+		req.Header.Set("Content-Type", ct)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	data, _ := io.ReadAll(resp.Body)
+	return resp, data
+}
+
+// TestRunServesDrainsAndKeepsData: the binary's run serves the API and
+// metrics; a shutdown ends long-polls at once, flushes and closes; the
+// data is there when it starts again on the same directory.
+func TestRunServesDrainsAndKeepsData(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "data")
+	base, stop := started(t, "--data-dir", dir, "--long-poll-timeout", "1h")
+	if resp, body := do(t, "PUT", base+"/v1/admin/streams/app/events", "", []byte(`{"policy":{"partitions":2}}`)); resp.StatusCode != 201 {
+		t.Fatalf("create: %d %s", resp.StatusCode, body)
+	}
+	batch := wire.EncodeRecords([]stream.RecordValue{{Key: []byte("k"), Payload: []byte("v1")}, {Key: []byte("k"), Payload: []byte("v2")}})
+	resp, body := do(t, "POST", base+"/v1/log/app/events", wire.BatchContentType, batch)
+	if resp.StatusCode != 200 {
+		t.Fatalf("append: %d %s", resp.StatusCode, body)
+	}
+	partition := resp.Header.Get(wire.HeaderPartition)
+	resp, body = do(t, "GET", base+"/metrics", "", nil)
+	for _, want := range []string{"picomq_appends_total 1", "picomq_raft_state", "go_goroutines", "picomq_http_requests_total"} {
+		if !bytes.Contains(body, []byte(want)) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+	// No test clock unless asked for.
+	if resp, _ := do(t, "PUT", base+"/v1/admin/clock?now=0", "", nil); resp.StatusCode != 404 {
+		t.Fatalf("clock endpoint answered %d without --test-clock", resp.StatusCode)
+	}
+
+	// A long-poll in flight does not hold the shutdown for its hour.
+	polled := make(chan int, 1)
+	go func() {
+		resp, err := http.Get(base + "/v1/log/app/events?partition=" + partition + "&from=2&wait=1h")
+		if err != nil {
+			polled <- -1
+			return
+		}
+		resp.Body.Close()
+		polled <- resp.StatusCode
+	}()
+	time.Sleep(200 * time.Millisecond)
+	start := time.Now()
+	if code := stop(); code != 0 {
+		t.Fatalf("run returned %d", code)
+	}
+	if took := time.Since(start); took > 10*time.Second {
+		t.Fatalf("shutdown took %v", took)
+	}
+	if code := <-polled; code != 200 {
+		t.Fatalf("long-poll during shutdown answered %d", code)
+	}
+
+	base, _ = started(t, "--data-dir", dir)
+	resp, body = do(t, "GET", base+"/v1/log/app/events?partition="+partition, "", nil)
+	es, err := wire.DecodeEntries(body, 0)
+	if resp.StatusCode != 200 || err != nil || len(es) != 2 || string(es[1].Record.Payload) != "v2" {
+		t.Fatalf("after restart: %d %v %+v", resp.StatusCode, err, es)
+	}
+}
+
+// TestRunExitCodes: usage errors exit 64; an unusable data directory exits
+// with its coded error's exit code (EX_CONFIG).
+func TestRunExitCodes(t *testing.T) {
+	var out syncBuffer
+	if code := run(context.Background(), nil, env(nil), &out, nil); code != 64 || !strings.Contains(out.String(), "--data-dir") {
+		t.Fatalf("no --data-dir: %d %s", code, out.String())
+	}
+	if code := run(context.Background(), []string{"--help"}, env(nil), io.Discard, nil); code != 0 {
+		t.Fatalf("--help: %d", code)
+	}
+	open := filepath.Join(t.TempDir(), "open")
+	if err := os.Mkdir(open, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(open, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	out.Reset()
+	if code := run(context.Background(), []string{"--data-dir", open, "--listen", "127.0.0.1:0"}, env(nil), &out, nil); code != 78 {
+		t.Fatalf("world-writable data dir: exit %d, want 78\n%s", code, out.String())
+	}
+	if !strings.Contains(out.String(), "STREAM_DIRECTORY_UNUSABLE") {
+		t.Fatalf("log does not name the refusal:\n%s", out.String())
+	}
+}
