@@ -1,0 +1,420 @@
+// Command bench measures the PicoMQ broker as a client sees it: it builds
+// and starts the real broker binary on loopback with a fresh data
+// directory, drives it over HTTP, and reports appends/s, MB/s and latency
+// percentiles, next to this machine's raw fdatasync latency and sequential
+// write bandwidth measured in the same run, in the same directory.
+//
+//	go run ./test/bench                 # every scenario
+//	go run ./test/bench -duration 10s   # longer runs
+//
+// Every append it counts was acknowledged, which the broker does only after
+// the records were fdatasynced in an object and committed in the metadata
+// log.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/picomq/picomq/broker/client"
+	"github.com/picomq/picomq/broker/stream"
+)
+
+var (
+	duration = flag.Duration("duration", 5*time.Second, "length of each timed scenario")
+	dir      = flag.String("dir", "", "where the broker's data directory and the raw-disk probe go (default: a new temporary folder)")
+	only     = flag.String("only", "", "run only the scenario with this name")
+)
+
+func main() {
+	flag.Parse()
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	base := *dir
+	if base == "" {
+		d, err := os.MkdirTemp("", "picomq-bench")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(d)
+		base = d
+	}
+	fmt.Printf("PicoMQ broker benchmark — %s, data in %s\n\n", time.Now().Format(time.RFC3339), base)
+
+	raw, err := measureDisk(base)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("raw disk: 4 KiB append+fdatasync p50 %s p99 %s; sequential write (fdatasync per MiB) %.0f MB/s\n\n",
+		ms(raw.syncP50), ms(raw.syncP99), raw.seqMBs)
+
+	bin := filepath.Join(base, "broker")
+	build := exec.Command("go", "build", "-o", bin, "github.com/picomq/picomq/cmd/broker")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		return fmt.Errorf("building the broker: %w", err)
+	}
+	b, err := startBroker(bin, filepath.Join(base, "data"))
+	if err != nil {
+		return err
+	}
+	defer b.stop()
+	c, err := client.New(b.url, client.WithHTTPClient(&http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256, MaxConnsPerHost: 0}}))
+	if err != nil {
+		return err
+	}
+	ctx := context.Background()
+
+	kib := make([]byte, 1024)
+	one := []stream.RecordValue{{Payload: kib}}
+	hundred := make([]stream.RecordValue, 100)
+	for i := range hundred {
+		hundred[i] = stream.RecordValue{Payload: kib}
+	}
+	type scenario struct {
+		name            string
+		streams, writer int
+		batch           []stream.RecordValue
+	}
+	results := map[string]result{}
+	for _, s := range []scenario{
+		{"single-writer", 1, 1, one},
+		{"64-writers-1-stream", 1, 64, one},
+		{"batch-100x1KiB", 8, 8, hundred},
+		{"streams-1", 1, 64, one},
+		{"streams-100", 100, 64, one},
+		{"streams-10000", 10000, 64, one},
+	} {
+		if *only != "" && *only != s.name {
+			continue
+		}
+		names, err := createStreams(ctx, c, s.name, s.streams)
+		if err != nil {
+			return err
+		}
+		r, err := appendLoad(ctx, c, names, s.writer, s.batch, *duration)
+		if err != nil {
+			return fmt.Errorf("%s: %w", s.name, err)
+		}
+		results[s.name] = r
+		fmt.Printf("%-22s %3d writers %5d streams: %9.0f appends/s %9.0f records/s %7.1f MB/s  p50 %s p99 %s p999 %s\n",
+			s.name, s.writer, s.streams, r.appendsPerSec, r.recordsPerSec, r.mbPerSec, ms(r.p50), ms(r.p99), ms(r.p999))
+	}
+	if *only == "" || *only == "catch-up" {
+		mbs, err := catchUp(ctx, c, "streams-1-0")
+		if err != nil {
+			return err
+		}
+		results["catch-up"] = result{mbPerSec: mbs}
+		fmt.Printf("%-22s %.1f MB/s\n", "catch-up read", mbs)
+	}
+	if *only == "" || *only == "live" {
+		p50, p99, err := liveLatency(ctx, c)
+		if err != nil {
+			return err
+		}
+		fmt.Printf("%-22s p50 %s p99 %s (append acknowledged -> long-poll reader has it)\n", "append->live read", ms(p50), ms(p99))
+	}
+
+	fmt.Printf("\nratios (targets in brackets):\n")
+	if r, ok := results["64-writers-1-stream"]; ok {
+		fmt.Printf("  64 concurrent 1 KiB appends/s          %8.0f  [>= 20000]\n", r.appendsPerSec)
+	}
+	if r, ok := results["batch-100x1KiB"]; ok {
+		fmt.Printf("  batched MB/s / raw sequential MB/s     %8.2f  [>= 0.70]\n", r.mbPerSec/raw.seqMBs)
+	}
+	if r, ok := results["single-writer"]; ok {
+		fmt.Printf("  single-writer p99 / raw fdatasync p99  %8.2f  [<= 2.5]\n", float64(r.p99)/float64(raw.syncP99))
+	}
+	if a, ok := results["streams-10000"]; ok {
+		if b, ok := results["streams-100"]; ok {
+			fmt.Printf("  10,000-stream rate / 100-stream rate   %8.2f  [>= 0.50]\n", a.appendsPerSec/b.appendsPerSec)
+		}
+	}
+	return nil
+}
+
+type result struct {
+	appendsPerSec, recordsPerSec, mbPerSec float64
+	p50, p99, p999                         time.Duration
+}
+
+func createStreams(ctx context.Context, c *client.Client, prefix string, n int) ([]string, error) {
+	names := make([]string, n)
+	var wg sync.WaitGroup
+	errc := make(chan error, 1)
+	sem := make(chan struct{}, 32)
+	for i := range names {
+		names[i] = fmt.Sprintf("%s-%d", prefix, i)
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			if _, _, err := c.CreateStream(ctx, names[i], client.StreamConfig{}); err != nil {
+				select {
+				case errc <- err:
+				default:
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	select {
+	case err := <-errc:
+		return nil, err
+	default:
+	}
+	return names, nil
+}
+
+// appendLoad runs writers appending batch in a closed loop for d, spreading
+// them over the streams (writer w appends to stream (w + i*writers) mod n at
+// its i-th append, so that every stream is active).
+func appendLoad(ctx context.Context, c *client.Client, names []string, writers int, batch []stream.RecordValue, d time.Duration) (result, error) {
+	streams := make([]*client.Stream, len(names))
+	for i, n := range names {
+		s, err := c.Stream(ctx, n)
+		if err != nil {
+			return result{}, err
+		}
+		streams[i] = s
+	}
+	var bytes int64
+	for _, r := range batch {
+		bytes += int64(len(r.Payload) + len(r.Key))
+	}
+	var count atomic.Int64
+	lat := make([][]time.Duration, writers)
+	errc := make(chan error, writers)
+	start := time.Now()
+	deadline := start.Add(d)
+	var wg sync.WaitGroup
+	for w := 0; w < writers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; time.Now().Before(deadline); i++ {
+				s := streams[(w+i*writers)%len(streams)]
+				t0 := time.Now()
+				if _, err := s.Append(ctx, batch); err != nil {
+					errc <- err
+					return
+				}
+				lat[w] = append(lat[w], time.Since(t0))
+				count.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	select {
+	case err := <-errc:
+		return result{}, err
+	default:
+	}
+	var all []time.Duration
+	for _, l := range lat {
+		all = append(all, l...)
+	}
+	sort.Slice(all, func(i, j int) bool { return all[i] < all[j] })
+	n := float64(count.Load())
+	return result{
+		appendsPerSec: n / elapsed.Seconds(),
+		recordsPerSec: n * float64(len(batch)) / elapsed.Seconds(),
+		mbPerSec:      n * float64(bytes) / elapsed.Seconds() / 1e6,
+		p50:           pct(all, 0.50), p99: pct(all, 0.99), p999: pct(all, 0.999),
+	}, nil
+}
+
+// catchUp reads a stream from its start to its end in pages.
+func catchUp(ctx context.Context, c *client.Client, name string) (float64, error) {
+	s, err := c.Stream(ctx, name)
+	if err != nil {
+		return 0, err
+	}
+	b, err := s.Bounds(ctx, 0)
+	if err != nil {
+		return 0, err
+	}
+	start := time.Now()
+	var bytes int64
+	for from := b.First; from < b.Next; {
+		es, err := s.Read(ctx, 0, from, 10000)
+		if err != nil {
+			return 0, err
+		}
+		if len(es) == 0 {
+			break
+		}
+		for _, e := range es {
+			bytes += int64(len(e.Record.Payload) + len(e.Record.Key))
+		}
+		from = es[len(es)-1].Offset + 1
+	}
+	return float64(bytes) / time.Since(start).Seconds() / 1e6, nil
+}
+
+// liveLatency measures, 300 times, how long after an append is
+// acknowledged a reader parked in a long-poll has the record.
+func liveLatency(ctx context.Context, c *client.Client) (p50, p99 time.Duration, err error) {
+	if _, _, err := c.CreateStream(ctx, "live", client.StreamConfig{}); err != nil {
+		return 0, 0, err
+	}
+	w, err := c.Stream(ctx, "live")
+	if err != nil {
+		return 0, 0, err
+	}
+	rc, err := client.New(urlOf(c))
+	if err != nil {
+		return 0, 0, err
+	}
+	r, err := rc.Stream(ctx, "live")
+	if err != nil {
+		return 0, 0, err
+	}
+	var lats []time.Duration
+	for i := 0; i < 300; i++ {
+		got := make(chan time.Time, 1)
+		errc := make(chan error, 1)
+		go func() {
+			es, err := r.ReadWait(ctx, 0, stream.Offset(i), 1, 5*time.Second)
+			if err != nil || len(es) == 0 {
+				errc <- fmt.Errorf("live read %d: %v (%d entries)", i, err, len(es))
+				return
+			}
+			got <- time.Now()
+		}()
+		time.Sleep(2 * time.Millisecond) // let the reader park
+		t0 := time.Now()
+		if _, err := w.Append(ctx, []stream.RecordValue{{Payload: []byte("tick")}}); err != nil {
+			return 0, 0, err
+		}
+		select {
+		case t := <-got:
+			lats = append(lats, t.Sub(t0))
+		case err := <-errc:
+			return 0, 0, err
+		}
+	}
+	sort.Slice(lats, func(i, j int) bool { return lats[i] < lats[j] })
+	return pct(lats, 0.5), pct(lats, 0.99), nil
+}
+
+var baseURL string
+
+func urlOf(*client.Client) string { return baseURL }
+
+type brokerProc struct {
+	cmd *exec.Cmd
+	url string
+}
+
+func startBroker(bin, dataDir string) (*brokerProc, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	addr := l.Addr().String()
+	l.Close()
+	cmd := exec.Command(bin, "--data-dir", dataDir, "--listen", addr, "--log-level", "warn")
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	p := &brokerProc{cmd: cmd, url: "http://" + addr}
+	baseURL = p.url
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if resp, err := http.Get(p.url + "/readyz"); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				return p, nil
+			}
+		}
+	}
+	p.stop()
+	return nil, fmt.Errorf("broker not ready after 30s")
+}
+
+func (p *brokerProc) stop() {
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() { _, _ = p.cmd.Process.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(20 * time.Second):
+		_ = p.cmd.Process.Kill()
+	}
+}
+
+type disk struct {
+	syncP50, syncP99 time.Duration
+	seqMBs           float64
+}
+
+// measureDisk times 2,000 appends of 4 KiB each followed by fdatasync, and
+// 256 MiB written sequentially with an fdatasync per MiB, in dir.
+func measureDisk(dir string) (disk, error) {
+	f, err := os.CreateTemp(dir, "rawdisk")
+	if err != nil {
+		return disk{}, err
+	}
+	defer os.Remove(f.Name())
+	defer f.Close()
+	buf := make([]byte, 4096)
+	var lats []time.Duration
+	for i := 0; i < 2000; i++ {
+		t0 := time.Now()
+		if _, err := f.Write(buf); err != nil {
+			return disk{}, err
+		}
+		if err := syscall.Fdatasync(int(f.Fd())); err != nil {
+			return disk{}, err
+		}
+		lats = append(lats, time.Since(t0))
+	}
+	sort.Slice(lats, func(i, j int) bool { return lats[i] < lats[j] })
+	g, err := os.CreateTemp(dir, "rawseq")
+	if err != nil {
+		return disk{}, err
+	}
+	defer os.Remove(g.Name())
+	defer g.Close()
+	mib := make([]byte, 1<<20)
+	t0 := time.Now()
+	for i := 0; i < 256; i++ {
+		if _, err := g.Write(mib); err != nil {
+			return disk{}, err
+		}
+		if err := syscall.Fdatasync(int(g.Fd())); err != nil {
+			return disk{}, err
+		}
+	}
+	return disk{syncP50: pct(lats, 0.5), syncP99: pct(lats, 0.99), seqMBs: 256 * (1 << 20) / time.Since(t0).Seconds() / 1e6}, nil
+}
+
+func pct(sorted []time.Duration, q float64) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := int(q * float64(len(sorted)-1))
+	return sorted[i]
+}
+
+func ms(d time.Duration) string { return fmt.Sprintf("%.2fms", float64(d)/1e6) }
