@@ -51,8 +51,24 @@ verify-fmt: ## Fail when a Go file is not gofmt-ed.
 envtest: ## Print the folder holding kube-apiserver and etcd for envtest (builds them once).
 	@hack/envtest-assets.sh
 
+# The Durable Streams conformance suite: Node packages pinned by
+# test/conformance/package-lock.json, installed with npm ci.
+CONFORMANCE_DIR := test/conformance
+CONFORMANCE_DEPS := $(CONFORMANCE_DIR)/node_modules/.installed-from-lock
+
+$(CONFORMANCE_DEPS): $(CONFORMANCE_DIR)/package.json $(CONFORMANCE_DIR)/package-lock.json
+	cd $(CONFORMANCE_DIR) && npm ci --no-audit --no-fund
+	touch $@
+
+.PHONY: conformance-deps
+conformance-deps: $(CONFORMANCE_DEPS) ## Install the conformance suite's Node packages from its lock file.
+
+.PHONY: conformance
+conformance: $(CONFORMANCE_DEPS) ## Run the Durable Streams conformance suite against a real broker (Node 20).
+	$(CONFORMANCE_DIR)/run.sh
+
 .PHONY: test
-test: manifests generate verify-fmt vet ## Run every test (the README's test command).
+test: manifests generate verify-fmt vet conformance ## Run every test (the README's test command).
 	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" go test $(GO_TEST_FLAGS) ./...
 
 ##@ Build

@@ -171,8 +171,10 @@ func (b *Broker) admit(ctx context.Context, n *named, partition int, records []s
 			err := b.awaitProducer(ctx, n, o.Producer)
 			n.mu.Lock()
 			return nil, admitWait{res: AppendResult{Partition: partition, Duplicate: true, Producer: cur, Next: b.committedEnd(pt)}}, err
-		case (!known || o.Producer.Epoch > cur.Epoch) && o.Producer.Seq != 0:
+		case !known && o.Producer.Seq != 0:
 			return nil, admitWait{res: AppendResult{Producer: cur}}, meta.ProducerSeqGap.With("producer", o.Producer.ID, "expected", 0, "received", o.Producer.Seq)
+		case known && o.Producer.Epoch > cur.Epoch && o.Producer.Seq != 0:
+			return nil, admitWait{res: AppendResult{Producer: cur}}, meta.ProducerEpochSeq.With("producer", o.Producer.ID, "epoch", o.Producer.Epoch, "seq", o.Producer.Seq)
 		case known && o.Producer.Epoch == cur.Epoch && o.Producer.Seq != cur.LastSeq+1:
 			return nil, admitWait{res: AppendResult{Producer: cur}}, meta.ProducerSeqGap.With("producer", o.Producer.ID, "expected", cur.LastSeq+1, "received", o.Producer.Seq)
 		}

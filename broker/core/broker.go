@@ -239,6 +239,10 @@ type CreateOptions struct {
 	TTL         time.Duration
 	ExpiresAt   time.Time
 	Closed      bool
+	// Initial, when set, are the stream's first records (partition 0, from
+	// offset 0): written to an object of their own first, they land with
+	// the create in one metadata command, or not at all.
+	Initial []stream.RecordValue
 }
 
 // Create creates a named stream, or returns the existing one (created false)
@@ -250,24 +254,66 @@ func (b *Broker) Create(ctx context.Context, name string, o CreateOptions) (*met
 	if err := o.Policy.Validate(); err != nil {
 		return nil, false, err
 	}
-	if e, ok := b.lookup(name); ok {
-		return e, false, nil
+	if e, ok, err := b.existing(ctx, name); ok || err != nil {
+		return e, false, err
 	}
 	c := &meta.Create{Name: name, ContentType: o.ContentType, Policy: o.Policy, TTL: int64(o.TTL), Closed: o.Closed, Now: b.now().UnixNano()}
 	if !o.ExpiresAt.IsZero() {
 		c.ExpiresAt = o.ExpiresAt.UnixNano()
 	}
+	if len(o.Initial) > 0 {
+		if _, err := stream.CheckBatch(stream.PolicyValue{MaxRecordBytes: o.Policy.MaxRecordBytes}, o.Initial); err != nil {
+			return nil, false, err
+		}
+		obj, size, rs, err := b.writeInitial(0, o.Initial)
+		if err != nil {
+			return nil, false, err
+		}
+		c.Object, c.Size, c.Initial = obj, size, rs
+	}
 	res, err := b.apply(ctx, &meta.Command{Op: meta.OpCreate, Create: c})
 	if err != nil {
 		return nil, false, err
 	}
+	return createResult(res, "create")
+}
+
+// createResult reads a create's or a fork's answer: an entry that lost a
+// race to a soft-deleted one is gone.
+func createResult(res any, op string) (*meta.Entry, bool, error) {
 	switch r := res.(type) {
 	case *meta.CreateResult:
+		if r.Entry.Deleted {
+			return nil, false, meta.StreamGone.With("name", r.Entry.Name)
+		}
 		return r.Entry, r.Created, nil
 	case error:
 		return nil, false, r
 	}
-	return nil, false, meta.BadCommand.With("op", "create", "reason", fmt.Sprintf("result %T", res))
+	return nil, false, meta.BadCommand.With("op", op, "reason", fmt.Sprintf("result %T", res))
+}
+
+// existing returns the entry a create of name must answer with instead of
+// creating: a live one (ok), or StreamGone for a soft-deleted one. An
+// expired one is deleted first, so that the name is created anew.
+func (b *Broker) existing(ctx context.Context, name string) (*meta.Entry, bool, error) {
+	e, ok := b.fsm.Entry(name)
+	if !ok {
+		return nil, false, nil
+	}
+	if e.Deleted {
+		return nil, false, meta.StreamGone.With("name", name)
+	}
+	if !b.expired(e, b.now().UnixNano()) {
+		return e, true, nil
+	}
+	if err := b.deleteEntry(ctx, e); err != nil && !errors.Is(err, meta.StreamNotFound) {
+		return nil, false, err
+	}
+	if e, ok := b.fsm.Entry(name); ok && e.Deleted {
+		return nil, false, meta.StreamGone.With("name", name) // expired, but forks of it live
+	}
+	return nil, false, nil
 }
 
 // Delete removes a named stream: the name is reusable at once, its data is
@@ -307,11 +353,15 @@ func (b *Broker) UpdatePolicy(ctx context.Context, name string, p stream.PolicyV
 	return nil, meta.BadCommand.With("op", "updatePolicy")
 }
 
-// Get returns a named stream's entry; an expired one is not found.
+// Get returns a named stream's entry; an expired one is not found, a
+// soft-deleted one (kept for its forks) is StreamGone.
 func (b *Broker) Get(name string) (*meta.Entry, error) {
 	e, ok := b.lookup(name)
 	if !ok {
 		return nil, meta.StreamNotFound.With("name", name)
+	}
+	if e.Deleted {
+		return nil, meta.StreamGone.With("name", name)
 	}
 	return e, nil
 }
@@ -322,7 +372,7 @@ func (b *Broker) List() []*meta.Entry {
 	now := b.now().UnixNano()
 	b.fsm.View(func(s *meta.State) {
 		for _, e := range s.Names {
-			if !b.expired(e, now) {
+			if !e.Deleted && !b.expired(e, now) {
 				out = append(out, e.Clone())
 			}
 		}
@@ -346,7 +396,8 @@ func (b *Broker) NodeID() string { return b.cfg.NodeID }
 // Snapshot forces a metadata snapshot.
 func (b *Broker) Snapshot() error { return b.log.Snapshot() }
 
-// lookup returns the live entry of name: not found when absent or expired.
+// lookup returns the entry of name: not found when absent or expired. A
+// soft-deleted entry is returned: callers refuse it with StreamGone.
 func (b *Broker) lookup(name string) (*meta.Entry, bool) {
 	e, ok := b.fsm.Entry(name)
 	if !ok {

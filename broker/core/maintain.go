@@ -236,7 +236,9 @@ func (b *Broker) maintain(ctx context.Context) {
 	var live []*meta.Entry
 	b.fsm.View(func(s *meta.State) {
 		for _, e := range s.Names {
-			live = append(live, e.Clone())
+			if !e.Deleted { // kept for its forks: nothing to expire or retain
+				live = append(live, e.Clone())
+			}
 		}
 	})
 	for _, e := range live {

@@ -79,6 +79,9 @@ func (b *Broker) stream(name string) (*named, *meta.Entry, error) {
 	if !ok {
 		return nil, nil, meta.StreamNotFound.With("name", name)
 	}
+	if e.Deleted {
+		return nil, nil, meta.StreamGone.With("name", name)
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.closed {

@@ -190,6 +190,9 @@ type frameCache struct {
 	size  int64
 	ll    *list.List
 	items map[frameKey]*list.Element
+	// perObject counts the cached frames of each object, so that dropping
+	// an object with none cached (most garbage) costs nothing.
+	perObject map[uint64]int
 }
 
 type frameKey struct {
@@ -203,7 +206,7 @@ type frameItem struct {
 }
 
 func newFrameCache(limit int64) *frameCache {
-	return &frameCache{limit: limit, ll: list.New(), items: map[frameKey]*list.Element{}}
+	return &frameCache{limit: limit, ll: list.New(), items: map[frameKey]*list.Element{}, perObject: map[uint64]int{}}
 }
 
 func (c *frameCache) get(k frameKey) ([]byte, bool) {
@@ -226,13 +229,10 @@ func (c *frameCache) put(k frameKey, p []byte) {
 		return
 	}
 	c.items[k] = c.ll.PushFront(&frameItem{key: k, p: p})
+	c.perObject[k.object]++
 	c.size += int64(len(p))
 	for c.size > c.limit {
-		el := c.ll.Back()
-		it := el.Value.(*frameItem)
-		c.ll.Remove(el)
-		delete(c.items, it.key)
-		c.size -= int64(len(it.p))
+		c.remove(c.ll.Back())
 	}
 }
 
@@ -240,11 +240,23 @@ func (c *frameCache) put(k frameKey, p []byte) {
 func (c *frameCache) dropObject(id uint64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.perObject[id] == 0 {
+		return
+	}
 	for k, el := range c.items {
 		if k.object == id {
-			c.ll.Remove(el)
-			delete(c.items, k)
-			c.size -= int64(len(el.Value.(*frameItem).p))
+			c.remove(el)
 		}
+	}
+}
+
+// remove drops one cached frame. Called with c.mu held.
+func (c *frameCache) remove(el *list.Element) {
+	it := el.Value.(*frameItem)
+	c.ll.Remove(el)
+	delete(c.items, it.key)
+	c.size -= int64(len(it.p))
+	if c.perObject[it.key.object]--; c.perObject[it.key.object] <= 0 {
+		delete(c.perObject, it.key.object)
 	}
 }

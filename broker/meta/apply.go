@@ -53,9 +53,9 @@ func (s *State) Apply(c *Command) any {
 		}
 	case OpTouch:
 		if c.Touch != nil {
-			for _, n := range c.Touch.Names {
-				if e, ok := s.Names[n]; ok && c.Touch.At > e.LastAccess {
-					e.LastAccess = c.Touch.At
+			for n, at := range c.Touch.At {
+				if e, ok := s.Names[n]; ok && at > e.LastAccess {
+					e.LastAccess = at
 				}
 			}
 			return nil
@@ -64,18 +64,29 @@ func (s *State) Apply(c *Command) any {
 		if c.UpdatePolicy != nil {
 			return s.updatePolicy(c.UpdatePolicy)
 		}
+	case OpFork:
+		if c.Fork != nil {
+			return s.fork(c.Fork)
+		}
 	}
 	return BadCommand.With("op", string(c.Op), "reason", "unknown op or missing body")
 }
 
 func (s *State) create(c *Create) any {
 	if e, ok := s.Names[c.Name]; ok {
+		if c.Object != 0 {
+			s.addObject(c.Object, c.Size)
+			s.settleObject(c.Object)
+		}
 		return &CreateResult{Entry: e.Clone()}
 	}
 	if err := c.Policy.Validate(); err != nil {
 		return err
 	}
 	p := c.Policy.Normalized()
+	if err := checkInitial(c.Initial, 0, c.Object); err != nil {
+		return err
+	}
 	e := &Entry{
 		Name: c.Name, ContentType: c.ContentType, Policy: c.Policy,
 		TTL: c.TTL, ExpiresAt: c.ExpiresAt, CreatedAt: c.Now, LastAccess: c.Now,
@@ -85,6 +96,7 @@ func (s *State) create(c *Create) any {
 		e.Streams = append(e.Streams, s.newInternal(c.Name, i))
 	}
 	s.Names[c.Name] = e
+	s.addInitial(s.Streams[e.Streams[0]], c.Object, c.Size, c.Initial)
 	return &CreateResult{Entry: e.Clone(), Created: true}
 }
 
@@ -103,13 +115,14 @@ func (s *State) delete(c *Delete) any {
 	if c.IfStreams != nil && !slices.Equal(c.IfStreams, e.Streams) {
 		return StreamNotFound.With("name", c.Name, "reason", "recreated since")
 	}
-	for _, id := range e.Streams {
-		if in, ok := s.Streams[id]; ok {
-			s.dropRanges(in, 0, len(in.Ranges))
-			delete(s.Streams, id)
-		}
+	if e.Deleted {
+		return StreamGone.With("name", c.Name, "forks", e.Forks)
 	}
-	delete(s.Names, c.Name)
+	if e.Forks > 0 {
+		s.softDelete(e)
+		return e.Clone()
+	}
+	s.remove(e)
 	return e
 }
 
@@ -141,20 +154,33 @@ func (s *State) commit(c *Commit) any {
 	if c.Object != 0 {
 		s.addObject(c.Object, c.Size)
 	}
-	res := &CommitResult{Appends: make([]error, len(c.Appends))}
+	res := &CommitResult{Appends: make([]error, len(c.Appends)), Groups: make([]error, len(c.Groups))}
 	for i := range c.Appends {
-		res.Appends[i] = s.commitAppend(c, &c.Appends[i])
-	}
-	if len(c.Groups) > 0 {
-		res.Groups = make([]error, len(c.Groups))
-		for i := range c.Groups {
-			g := &c.Groups[i]
-			if g.After >= 0 && g.After < len(res.Appends) && res.Appends[g.After] != nil {
-				res.Groups[i] = res.Appends[g.After]
-				continue
+		// A group offset riding with this append is checked first, so that
+		// either both land or neither does.
+		var err error
+		for j := range c.Groups {
+			if g := &c.Groups[j]; g.After == i && err == nil {
+				err = s.checkGroup(g, &c.Appends[i])
 			}
+		}
+		if err == nil {
+			err = s.commitAppend(c, &c.Appends[i])
+		}
+		res.Appends[i] = err
+		for j := range c.Groups {
+			if g := &c.Groups[j]; g.After == i {
+				res.Groups[j] = err
+				if err == nil {
+					s.setGroup(g)
+				}
+			}
+		}
+	}
+	for j := range c.Groups {
+		if g := &c.Groups[j]; g.After < 0 || g.After >= len(c.Appends) {
 			if err, _ := s.group(g).(error); err != nil {
-				res.Groups[i] = err
+				res.Groups[j] = err
 			}
 		}
 	}
@@ -172,6 +198,9 @@ func (s *State) commitAppend(c *Commit, a *Append) error {
 	e, ok := s.Names[in.Name]
 	if !ok {
 		return StreamNotFound.With("stream", a.Stream, "name", in.Name)
+	}
+	if e.Deleted {
+		return StreamGone.With("stream", a.Stream, "name", in.Name)
 	}
 	if !in.Open || a.Epoch != in.Epoch {
 		return StaleEpoch.With("stream", a.Stream, "epoch", a.Epoch, "current", in.Epoch)
@@ -228,9 +257,13 @@ func (s *State) commitAppend(c *Commit, a *Append) error {
 func checkProducer(e *Entry, t *ProducerTuple) error {
 	p, known := e.Producers[t.ID]
 	switch {
-	case !known || t.Epoch > p.Epoch:
+	case !known:
 		if t.Seq != 0 {
 			return ProducerSeqGap.With("producer", t.ID, "expected", 0, "received", t.Seq)
+		}
+	case t.Epoch > p.Epoch:
+		if t.Seq != 0 {
+			return ProducerEpochSeq.With("producer", t.ID, "epoch", t.Epoch, "seq", t.Seq)
 		}
 	case t.Epoch < p.Epoch:
 		return ProducerFenced.With("producer", t.ID, "epoch", t.Epoch, "current", p.Epoch)
@@ -255,6 +288,10 @@ func (s *State) trim(c *Trim) any {
 	// Drop the ranges wholly below the new start; one that straddles it
 	// stays, and readers skip its records below Start.
 	s.dropRanges(in, 0, in.RangeAt(in.Start))
+	in.HeadSkip = 0
+	if len(in.Ranges) > 0 && in.Ranges[0].First < in.Start {
+		in.HeadSkip = c.SkipBytes
+	}
 	return nil
 }
 
@@ -264,8 +301,15 @@ func (s *State) replace(c *Replace) any {
 		return StreamNotFound.With("stream", c.Stream)
 	}
 	drop := make(map[int]bool, len(c.Old))
+	at := make(map[RangeRef]int, len(in.Ranges))
+	for i, r := range in.Ranges {
+		at[RangeRef{Object: r.Object, Pos: r.Pos}] = i
+	}
 	for _, ref := range c.Old {
-		i := slices.IndexFunc(in.Ranges, func(r Range) bool { return r.Object == ref.Object && r.Pos == ref.Pos })
+		i, ok := at[ref]
+		if !ok {
+			i = -1
+		}
 		if i < 0 {
 			return RangesChanged.With("stream", c.Stream, "object", ref.Object, "pos", ref.Pos)
 		}
@@ -303,6 +347,9 @@ func (s *State) replace(c *Replace) any {
 	for i := range drop {
 		s.unref(in.Ranges[i].Object)
 	}
+	if drop[0] {
+		in.HeadSkip = 0 // rewrites keep no record below Start
+	}
 	in.Ranges = kept
 	if c.Object != 0 {
 		s.settleObject(c.Object)
@@ -311,6 +358,16 @@ func (s *State) replace(c *Replace) any {
 }
 
 func (s *State) group(g *GroupOffset) any {
+	if err := s.checkGroup(g, nil); err != nil {
+		return err
+	}
+	s.setGroup(g)
+	return nil
+}
+
+// checkGroup checks a group offset; with, when set, is the append it rides
+// with, whose records count as committed when both are on one stream.
+func (s *State) checkGroup(g *GroupOffset, with *Append) error {
 	in, ok := s.Streams[g.Stream]
 	if !ok {
 		return StreamNotFound.With("stream", g.Stream)
@@ -318,14 +375,22 @@ func (s *State) group(g *GroupOffset) any {
 	if g.Group == "" {
 		return stream.StreamMisconfigured.With("field", "group")
 	}
-	if g.Next > in.End {
-		return stream.OffsetAhead.With("partition", in.Partition, "offset", g.Next, "next", in.End)
+	end := in.End
+	if with != nil && with.Stream == g.Stream && with.Range != nil {
+		end = with.Range.Next
 	}
+	if g.Next > end {
+		return stream.OffsetAhead.With("partition", in.Partition, "offset", g.Next, "next", end)
+	}
+	return nil
+}
+
+func (s *State) setGroup(g *GroupOffset) {
+	in := s.Streams[g.Stream]
 	if in.Groups == nil {
 		in.Groups = map[string]uint64{}
 	}
 	in.Groups[g.Group] = g.Next
-	return nil
 }
 
 func (s *State) updatePolicy(c *UpdatePolicy) any {
@@ -333,12 +398,19 @@ func (s *State) updatePolicy(c *UpdatePolicy) any {
 	if !ok {
 		return StreamNotFound.With("name", c.Name)
 	}
+	if e.Deleted {
+		return StreamGone.With("name", c.Name)
+	}
 	if err := c.Policy.Validate(); err != nil {
 		return err
 	}
 	want := c.Policy.Normalized().Partitions
 	if want < len(e.Streams) {
 		return PartitionsShrink.With("name", c.Name, "partitions", len(e.Streams), "requested", want)
+	}
+	if want > 1 && (e.ForkOf != "" || e.Forks > 0) {
+		// Forks share one offset space with their source: one partition.
+		return stream.StreamMisconfigured.With("field", "Partitions", "value", want, "reason", "a fork, or a stream with forks, has one partition")
 	}
 	for i := len(e.Streams); i < want; i++ {
 		e.Streams = append(e.Streams, s.newInternal(e.Name, i))

@@ -213,6 +213,13 @@ func TestGroupOffsetsRideWithTheirAppend(t *testing.T) {
 	if res.Groups[0] != nil || !errors.Is(res.Groups[1], StaleEpoch) || !errors.Is(res.Groups[2], stream.OffsetAhead) {
 		t.Fatalf("group results %v", res.Groups)
 	}
+	// A group offset that cannot land refuses the append it rides with.
+	c = commit(2, Append{Stream: id, Epoch: 0, First: 2, Range: rng(2, 3, 2)})
+	c.Commit.Groups = []GroupOffset{{Stream: id, Group: "j", Next: 50, After: 0}}
+	res = mustApply(t, s, c).(*CommitResult)
+	if !errors.Is(res.Appends[0], stream.OffsetAhead) || s.Streams[id].End != 2 {
+		t.Fatalf("append riding with a bad group offset: %v, end %d", res.Appends[0], s.Streams[id].End)
+	}
 	if g := s.Streams[id].Groups; g["g"] != 2 || len(g) != 1 {
 		t.Fatalf("groups %v", g)
 	}
@@ -236,27 +243,32 @@ func TestUpdatePolicyGrowsOnly(t *testing.T) {
 // snapshot, give the same state.
 func TestRandomCommandsKeepInvariants(t *testing.T) {
 	accepted, refused := map[Op]int{}, map[Op]int{}
+	var forked, softDeleted, cascaded int
 	defer func() {
+		// Forks must really be made, soft-deleted and collected in cascade.
+		if forked == 0 || softDeleted == 0 || cascaded == 0 {
+			t.Errorf("forks made %d, soft deletes %d, cascades %d: want all above 0", forked, softDeleted, cascaded)
+		}
 		// The generator must reach both outcomes of the interesting commands,
 		// or the test proves nothing about them.
-		for _, op := range []Op{OpCreate, OpDelete, OpOpen, OpClose, OpCommit, OpTrim, OpReplace} {
+		for _, op := range []Op{OpCreate, OpDelete, OpOpen, OpClose, OpCommit, OpTrim, OpReplace, OpFork} {
 			if accepted[op] == 0 {
 				t.Errorf("no %s was accepted", op)
 			}
 		}
-		for _, op := range []Op{OpClose, OpCommit, OpTrim, OpReplace} {
+		for _, op := range []Op{OpClose, OpCommit, OpTrim, OpReplace, OpFork, OpDelete} {
 			if refused[op] == 0 {
 				t.Errorf("no %s was refused", op)
 			}
 		}
-		t.Logf("accepted %v refused %v", accepted, refused)
+		t.Logf("accepted %v refused %v; forks made %d, soft deletes %d, cascades %d", accepted, refused, forked, softDeleted, cascaded)
 	}()
 	for seed := uint64(1); seed <= 40; seed++ {
 		r := rand.New(rand.NewPCG(seed, seed*7919))
 		s := NewState()
 		var log [][]byte
 		var obj uint64
-		names := []string{"a", "b", "c"}
+		names := []string{"a", "b", "c", "d", "e"}
 		for step := 0; step < 400; step++ {
 			c := randomCommand(r, s, names, &obj)
 			raw, err := Encode(c)
@@ -271,6 +283,17 @@ func TestRandomCommandsKeepInvariants(t *testing.T) {
 			}
 			if err, ok := res.(error); ok && !reflect.DeepEqual(normalize(before), normalize(s)) {
 				t.Fatalf("seed %d step %d: refused command (%v) changed the state", seed, step, err)
+			}
+			if cr, ok := res.(*CreateResult); ok && cr.Created && c.Op == OpFork {
+				forked++
+			}
+			if c.Op == OpDelete {
+				if e, ok := s.Names[c.Delete.Name]; ok && e.Deleted && !before.Names[c.Delete.Name].Deleted {
+					softDeleted++
+				}
+				if len(s.Names) < len(before.Names)-1 {
+					cascaded++
+				}
 			}
 			if cr, ok := res.(*CommitResult); ok {
 				checkStaleNeverLanded(t, before, s, c.Commit, cr)
@@ -341,9 +364,38 @@ func randomCommand(r *rand.Rand, s *State, names []string, obj *uint64) *Command
 		}
 		return s.Streams[e.Streams[r.IntN(len(e.Streams))]], true
 	}
-	switch r.IntN(11) {
+	switch r.IntN(14) {
 	case 0:
 		return create(name, 1+r.IntN(3))
+	case 11:
+		// A create with initial records, in an object of their own.
+		*obj++
+		c := create(name, 1+r.IntN(2))
+		n := uint64(1 + r.IntN(4))
+		c.Create.Object, c.Create.Size, c.Create.Initial = *obj, 100, []Range{*rng(0, n, *obj)}
+		return c
+	case 12, 13:
+		// A fork of a random source at a random offset — past its end now
+		// and then —, sometimes with initial records, sometimes naming a
+		// stale incarnation.
+		src := s.Names[names[r.IntN(len(names))]]
+		f := &Fork{Name: name, Source: names[r.IntN(len(names))], ContentType: "text/plain", TTL: int64(r.IntN(3)), Now: 3}
+		if src != nil {
+			f.Source = src.Name
+			f.SourceStreams = append([]uint64(nil), src.Streams...)
+			if r.IntN(8) == 0 {
+				f.SourceStreams[0]++
+			}
+			if in := s.Streams[src.Streams[0]]; in != nil {
+				f.At = in.Start + uint64(r.IntN(int(in.End-in.Start)+2))
+			}
+		}
+		if r.IntN(3) == 0 {
+			*obj++
+			f.Object, f.Size = *obj, 50
+			f.Initial = []Range{*rng(f.At, f.At+1+uint64(r.IntN(3)), *obj)}
+		}
+		return &Command{Op: OpFork, Fork: f}
 	case 1:
 		if r.IntN(4) == 0 {
 			return &Command{Op: OpDelete, Delete: &Delete{Name: name}}
@@ -412,5 +464,5 @@ func randomCommand(r *rand.Rand, s *State, names []string, obj *uint64) *Command
 		}
 		return &Command{Op: OpObjectsDeleted, ObjectsDeleted: &ObjectsDeleted{IDs: ids}}
 	}
-	return &Command{Op: OpTouch, Touch: &Touch{Names: []string{name}, At: int64(r.IntN(1000))}}
+	return &Command{Op: OpTouch, Touch: &Touch{At: map[string]int64{name: int64(r.IntN(1000))}}}
 }

@@ -6,7 +6,8 @@ import "fmt"
 // every internal stream has start <= end, ranges sorted, non-overlapping,
 // below end and with a live object; every object's reference count equals
 // the ranges naming it; garbage is referenced by no range; every entry's
-// internal streams exist. Tests run it after every command; the broker may
+// internal streams exist; every fork's source exists and counts it, a fork
+// has one partition, and a soft-deleted entry has forks and no range. Tests run it after every command; the broker may
 // run it at start-up.
 func (s *State) Check() error {
 	refs := map[uint64]int{}
@@ -16,6 +17,9 @@ func (s *State) Check() error {
 		}
 		if in.Start > in.End {
 			return fmt.Errorf("stream %d: start %d > end %d", id, in.Start, in.End)
+		}
+		if in.HeadSkip < 0 || (in.HeadSkip > 0 && (len(in.Ranges) == 0 || in.Ranges[0].First >= in.Start || in.HeadSkip > in.Ranges[0].Bytes)) {
+			return fmt.Errorf("stream %d: head skip %d does not fit its first range", id, in.HeadSkip)
 		}
 		if in.Epoch < -1 {
 			return fmt.Errorf("stream %d: epoch %d below -1", id, in.Epoch)
@@ -58,9 +62,36 @@ func (s *State) Check() error {
 			return fmt.Errorf("object %d above MaxObjectID %d", id, s.MaxObjectID)
 		}
 	}
+	forks := map[string]int{}
+	for _, e := range s.Names {
+		if e.ForkOf != "" {
+			forks[e.ForkOf]++
+		}
+	}
 	for name, e := range s.Names {
 		if e.Name != name {
 			return fmt.Errorf("entry %q stored under %q", e.Name, name)
+		}
+		if e.Forks != forks[name] {
+			return fmt.Errorf("entry %q: counts %d forks, %d entries name it", name, e.Forks, forks[name])
+		}
+		if e.ForkOf != "" {
+			if _, ok := s.Names[e.ForkOf]; !ok {
+				return fmt.Errorf("entry %q: forked from %q, which is gone", name, e.ForkOf)
+			}
+			if len(e.Streams) != 1 {
+				return fmt.Errorf("fork %q has %d partitions", name, len(e.Streams))
+			}
+		}
+		if e.Deleted {
+			if e.Forks == 0 {
+				return fmt.Errorf("entry %q: soft-deleted with no fork left", name)
+			}
+			for _, id := range e.Streams {
+				if in, ok := s.Streams[id]; ok && len(in.Ranges) > 0 {
+					return fmt.Errorf("entry %q: soft-deleted but stream %d holds %d ranges", name, id, len(in.Ranges))
+				}
+			}
 		}
 		for p, id := range e.Streams {
 			if _, ok := s.Streams[id]; !ok {

@@ -21,6 +21,7 @@ const (
 	OpObjectsDeleted Op = "objectsDeleted"
 	OpTouch          Op = "touch"
 	OpUpdatePolicy   Op = "updatePolicy"
+	OpFork           Op = "fork"
 )
 
 // Command is one entry of the metadata log: Op and the matching field.
@@ -37,6 +38,7 @@ type Command struct {
 	ObjectsDeleted *ObjectsDeleted `json:"objectsDeleted,omitempty"`
 	Touch          *Touch          `json:"touch,omitempty"`
 	UpdatePolicy   *UpdatePolicy   `json:"updatePolicy,omitempty"`
+	Fork           *Fork           `json:"fork,omitempty"`
 }
 
 // Create allocates one internal stream per partition and stores the entry
@@ -51,6 +53,13 @@ type Create struct {
 	ExpiresAt   int64              `json:"expiresAt,omitempty"`
 	Closed      bool               `json:"closed,omitempty"`
 	Now         int64              `json:"now"`
+	// Initial, when set, are the new stream's first records, written
+	// beforehand as frames of Object (Size bytes): a create with a body lands
+	// whole or not at all. Partition 0 gets them, from offset 0 on,
+	// contiguous. When Name exists, Object is garbage at once.
+	Object  uint64  `json:"object,omitempty"`
+	Size    int64   `json:"size,omitempty"`
+	Initial []Range `json:"initial,omitempty"`
 }
 
 // CreateResult is Create's answer.
@@ -61,7 +70,11 @@ type CreateResult struct {
 
 // Delete removes the entry (the name is reusable at once) and its internal
 // streams; their objects lose a reference each and become garbage when none
-// is left. IfStreams, when set, must equal the entry's internal ids — so that
+// is left. An entry that live forks were made from is only soft-deleted:
+// it refuses every request (StreamGone), its name stays taken and its own
+// ranges are released at once — the forks hold references of their own on
+// the objects they share —, and it is removed with the last of its forks,
+// which may in turn remove its own soft-deleted source (cascade). IfStreams, when set, must equal the entry's internal ids — so that
 // an expiry decided on an old incarnation never deletes a new one.
 type Delete struct {
 	Name      string   `json:"name"`
@@ -126,6 +139,9 @@ type CommitResult struct {
 type Trim struct {
 	Stream uint64 `json:"stream"`
 	Before uint64 `json:"before"`
+	// SkipBytes is the record bytes below Before in the range holding
+	// Before, measured by the trimmer from the frame (0 at a range edge).
+	SkipBytes int64 `json:"skipBytes,omitempty"`
 }
 
 // RangeRef names a range by where its frame is.
@@ -160,10 +176,10 @@ type ObjectsDeleted struct {
 	IDs []uint64 `json:"ids"`
 }
 
-// Touch persists a stream's last access (sliding TTL), lazily.
+// Touch persists streams' last accesses (sliding TTL), lazily: name to Unix
+// ns. A value below the stored one changes nothing.
 type Touch struct {
-	Names []string `json:"names"`
-	At    int64    `json:"at"`
+	At map[string]int64 `json:"at"`
 }
 
 // UpdatePolicy changes a stream's policy; partitions may only grow, each new
@@ -171,4 +187,35 @@ type Touch struct {
 type UpdatePolicy struct {
 	Name   string             `json:"name"`
 	Policy stream.PolicyValue `json:"policy"`
+}
+
+// Fork creates Name as a fork of Source: a one-partition stream that shares
+// Source's offset space and records below At — its internal stream gets
+// copies of Source's ranges below At (a range straddling At is cut at At:
+// readers filter by a range's Next), each taking a reference on its object,
+// so no record is copied — and continues at At with its own appends. Later
+// appends to Source are not visible in the fork. Initial, when set, are
+// records the fork starts with beyond At (a sub-offset prefix materialized
+// from Source's record at At, then a create body), contiguous from At, in
+// Object. When Name exists nothing changes and the existing entry is
+// returned, as Create does. A fork with neither TTL nor ExpiresAt inherits
+// Source's. Producer state and the closed flag start fresh.
+type Fork struct {
+	Name   string `json:"name"`
+	Source string `json:"source"`
+	// SourceStreams, when set, must equal Source's internal ids: a fork
+	// decided on an incarnation never lands on another.
+	SourceStreams []uint64 `json:"sourceStreams,omitempty"`
+	At            uint64   `json:"at"`
+	// SubOffset is what the client asked inside the record at At; it is
+	// kept for comparing configurations, Initial carries its effect.
+	SubOffset   int64   `json:"subOffset,omitempty"`
+	ContentType string  `json:"contentType"`
+	TTL         int64   `json:"ttl,omitempty"`
+	ExpiresAt   int64   `json:"expiresAt,omitempty"`
+	Closed      bool    `json:"closed,omitempty"`
+	Now         int64   `json:"now"`
+	Object      uint64  `json:"object,omitempty"`
+	Size        int64   `json:"size,omitempty"`
+	Initial     []Range `json:"initial,omitempty"`
 }

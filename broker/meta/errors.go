@@ -17,6 +17,8 @@ const (
 	CodeBadCommand       errs.Code = 0x00_10_01_09
 	CodeStreamExists     errs.Code = 0x00_10_01_0A
 	CodePartitionsShrink errs.Code = 0x00_10_01_0B
+	CodeStreamGone       errs.Code = 0x00_10_01_0C
+	CodeProducerEpochSeq errs.Code = 0x00_10_01_0D
 )
 
 var (
@@ -87,4 +89,18 @@ var (
 		"Partitions may only grow",
 		"broker/meta: a policy update asked for fewer partitions; the fields carry both counts",
 		409, 65)
+
+	// StreamGone: the stream was deleted but forks of it live, so its name
+	// is still taken; it is removed with its last fork.
+	StreamGone = errs.Static(CodeStreamGone, "STREAM_GONE",
+		"The stream was deleted; forks of it still hold its name",
+		"broker/meta: the entry is soft-deleted because live forks were made from it; the name is reusable once the last fork is deleted",
+		410, 66)
+
+	// ProducerEpochSeq: an idempotent producer opened a new epoch at a
+	// sequence other than 0.
+	ProducerEpochSeq = errs.Static(CodeProducerEpochSeq, "PRODUCER_EPOCH_SEQ",
+		"A new producer epoch must start at sequence 0",
+		"broker/meta: Producer-Epoch above the producer's current epoch with a Producer-Seq other than 0; the fields carry both",
+		400, 65)
 )

@@ -39,6 +39,18 @@ type Entry struct {
 	Producers map[string]Producer `json:"producers,omitempty"`
 	// LastStreamSeq is the last accepted Stream-Seq (byte-wise ordered).
 	LastStreamSeq string `json:"lastStreamSeq,omitempty"`
+	// ForkOf names the entry this one was forked from (empty: not a fork),
+	// ForkOffset the offset of the source it was forked at and
+	// ForkSubOffset what the client asked inside the record there.
+	ForkOf        string `json:"forkOf,omitempty"`
+	ForkOffset    uint64 `json:"forkOffset,omitempty"`
+	ForkSubOffset int64  `json:"forkSubOffset,omitempty"`
+	// Forks counts the entries whose ForkOf names this one (soft-deleted
+	// ones included): while it is above zero a delete only soft-deletes.
+	Forks int `json:"forks,omitempty"`
+	// Deleted: soft-deleted, kept only because forks of it live. It refuses
+	// every request and holds no range of its own.
+	Deleted bool `json:"deleted,omitempty"`
 }
 
 // Producer is one idempotent producer's accepted state.
@@ -72,6 +84,9 @@ type Internal struct {
 	// leave holes (compaction) and the first may begin below Start (a trim
 	// inside a range): readers filter by offset.
 	Ranges []Range `json:"ranges,omitempty"`
+	// HeadSkip is the record bytes of the first range below Start (a trim
+	// inside a range), so that Bytes counts only what is readable.
+	HeadSkip int64 `json:"headSkip,omitempty"`
 	// Groups maps a consumer group to the offset it reads next.
 	Groups map[string]uint64 `json:"groups,omitempty"`
 }
@@ -128,9 +143,8 @@ func NewState() *State {
 }
 
 // Bytes returns the record bytes an internal stream holds at or above Start.
-// Ranges that straddle Start count whole: retention drops whole ranges.
 func (in *Internal) Bytes() int64 {
-	var n int64
+	n := -in.HeadSkip
 	for _, r := range in.Ranges {
 		n += r.Bytes
 	}

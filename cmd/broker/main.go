@@ -29,6 +29,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/picomq/picomq/broker/core"
+	"github.com/picomq/picomq/broker/durable"
 	"github.com/picomq/picomq/broker/errs"
 	"github.com/picomq/picomq/broker/httpapi"
 )
@@ -96,6 +97,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		Registerer:      reg,
 		TestClock:       testClock,
 	})
+	ds := durable.New(b, durable.Options{LongPollTimeout: cfg.LongPollTimeout, MaxBodyBytes: cfg.MaxBodyBytes, Logger: logger})
+	api.Handle(durable.Prefix, ds) // the Durable Streams protocol
 
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
@@ -127,6 +130,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		code = exitSoftware
 	}
 	api.Drain()
+	ds.Drain()
 	sctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
 	defer cancel()
 	if err := srv.Shutdown(sctx); err != nil {

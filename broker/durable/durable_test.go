@@ -1,0 +1,200 @@
+package durable
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/picomq/picomq/broker/core"
+)
+
+// clock is a settable clock for the broker.
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *clock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *clock) Add(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
+
+// server is a broker on dir behind the protocol's handler.
+type server struct {
+	t   *testing.T
+	b   *core.Broker
+	srv *httptest.Server
+	url string
+}
+
+func start(t *testing.T, dir string, clk *clock) *server {
+	t.Helper()
+	cfg := core.Config{DataDir: dir, MaintenanceInterval: time.Hour}
+	if clk != nil {
+		cfg.Clock = clk.Now
+	}
+	b, err := core.Open(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle(Prefix, New(b, Options{LongPollTimeout: 200 * time.Millisecond}))
+	srv := httptest.NewServer(mux)
+	s := &server{t: t, b: b, srv: srv, url: srv.URL + "/v1/stream/"}
+	t.Cleanup(s.stop)
+	return s
+}
+
+func (s *server) stop() {
+	if s.srv == nil {
+		return
+	}
+	s.srv.CloseClientConnections()
+	s.srv.Close()
+	if err := s.b.Close(); err != nil {
+		s.t.Error(err)
+	}
+	s.srv = nil
+}
+
+type resp struct {
+	status int
+	h      http.Header
+	body   string
+}
+
+func (s *server) do(method, name string, body string, headers ...string) resp {
+	s.t.Helper()
+	var rd io.Reader
+	if body != "" {
+		rd = strings.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(context.Background(), method, s.url+name, rd)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	for i := 0; i+1 < len(headers); i += 2 {
+		req.Header.Set(headers[i], headers[i+1])
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	defer res.Body.Close()
+	raw, _ := io.ReadAll(res.Body)
+	return resp{res.StatusCode, res.Header, string(raw)}
+}
+
+func (s *server) want(r resp, status int, what string) resp {
+	s.t.Helper()
+	if r.status != status {
+		s.t.Fatalf("%s: status %d, want %d (%s)", what, r.status, status, r.body)
+	}
+	return r
+}
+
+func TestOffsetsSortAndRoundTrip(t *testing.T) {
+	prev := ""
+	for _, off := range []uint64{0, 1, 9, 10, 99, 1 << 40, 1<<63 - 1} {
+		s := formatOffset(off)
+		if len(s) != 33 && off < 1e16 {
+			t.Fatalf("%d -> %q", off, s)
+		}
+		if s <= prev {
+			t.Fatalf("%q does not sort after %q", s, prev)
+		}
+		prev = s
+		if got, ok := parseOffset(s); !ok || got != off {
+			t.Fatalf("parse(%q) = %d %v", s, got, ok)
+		}
+	}
+	for _, bad := range []string{"", "-1", "now", "0", "0_1", "a_0", "0,1", "1 2", "../0_0", "0_0/..", "0_0\n"} {
+		if _, ok := parseOffset(bad); ok {
+			t.Fatalf("parsed %q", bad)
+		}
+	}
+}
+
+func TestSSEDataCannotInjectEvents(t *testing.T) {
+	var b bytes.Buffer
+	writeData(&b, []byte("a\r\n\r\nevent: control\rdata: x\n\nz"))
+	want := "data:a\ndata:\ndata:event: control\ndata:data: x\ndata:\ndata:z\n\n"
+	if b.String() != want {
+		t.Fatalf("got %q want %q", b.String(), want)
+	}
+}
+
+func TestCursorAdvancesPastTheClients(t *testing.T) {
+	now := cursorEpoch.Add(100*cursorInterval + time.Second)
+	if c := nextCursor("", now); c != "100" {
+		t.Fatalf("cursor %s", c)
+	}
+	if c := nextCursor("3", now); c != "100" {
+		t.Fatalf("old client cursor: %s", c)
+	}
+	for i := 0; i < 50; i++ {
+		c := nextCursor("100", now)
+		if c <= "100" || len(c) != 3 || c > "280" {
+			t.Fatalf("colliding cursor answered %s", c)
+		}
+	}
+}
+
+func TestJSONRecordsFlattenOneLevel(t *testing.T) {
+	for in, want := range map[string]string{
+		`{"a": 1}`:          `{"a":1}`,
+		` [ [1, 2], [3] ] `: `[1,2],[3]`,
+		`"x"`:               `"x"`,
+		`[]`:                ``,
+	} {
+		got, _, err := jsonRecord([]byte(in))
+		if err != nil || string(got) != want {
+			t.Fatalf("%s -> %s, %v; want %s", in, got, err, want)
+		}
+	}
+	if _, _, err := jsonRecord([]byte(`{bad`)); err == nil {
+		t.Fatal("invalid JSON accepted")
+	}
+}
+
+// TestProtocolBasics: create, append, read, JSON, long-poll, SSE and HEAD
+// through the handler (the conformance suite covers the rest).
+func TestProtocolBasics(t *testing.T) {
+	s := start(t, t.TempDir(), nil)
+	r := s.want(s.do("PUT", "a/b", `[{"n":1},{"n":2}]`, "Content-Type", "application/json"), 201, "create")
+	if r.h.Get(hNextOffset) != formatOffset(1) || !strings.HasSuffix(r.h.Get("Location"), "/v1/stream/a/b") {
+		t.Fatalf("create headers %v", r.h)
+	}
+	s.want(s.do("POST", "a/b", `{"n":3}`, "Content-Type", "application/json; charset=utf-8"), 204, "append")
+	r = s.want(s.do("GET", "a/b", ""), 200, "read")
+	if r.body != `[{"n":1},{"n":2},{"n":3}]` || r.h.Get(hUpToDate) != "true" {
+		t.Fatalf("read %q %v", r.body, r.h)
+	}
+	s.want(s.do("GET", "a/b?offset="+formatOffset(2)+"&live=long-poll", ""), 204, "long-poll timeout")
+	done := make(chan resp)
+	go func() { done <- s.do("GET", "a/b?offset="+formatOffset(2)+"&live=long-poll", "") }()
+	time.Sleep(50 * time.Millisecond)
+	s.want(s.do("POST", "a/b", `[4]`, "Content-Type", "application/json"), 204, "append")
+	if r := <-done; r.status != 200 || r.body != `[4]` {
+		t.Fatalf("long-poll woken: %d %q", r.status, r.body)
+	}
+	s.want(s.do("POST", "a/b", "", "Stream-Closed", "true"), 204, "close")
+	r = s.want(s.do("GET", "a/b?offset=-1&live=sse", ""), 200, "sse")
+	if !strings.Contains(r.body, "event: data\ndata:[{\"n\":1},{\"n\":2},{\"n\":3},4]\n\n") || !strings.Contains(r.body, `"streamClosed":true`) {
+		t.Fatalf("sse body %q", r.body)
+	}
+	r = s.want(s.do("HEAD", "a/b", ""), 200, "head")
+	if r.h.Get(hClosed) != "true" || r.h.Get(hNextOffset) != formatOffset(3) || r.h.Get("Cache-Control") != "no-store" {
+		t.Fatalf("head %v", r.h)
+	}
+	s.want(s.do("DELETE", "a/b", ""), 204, "delete")
+	s.want(s.do("GET", "a/b", ""), 404, "read deleted")
+}
