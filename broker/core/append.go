@@ -62,7 +62,7 @@ func (b *Broker) Append(ctx context.Context, name string, records []stream.Recor
 	if err := context.Cause(ctx); err != nil {
 		return AppendResult{}, err
 	}
-	n, _, err := b.stream(name)
+	n, err := b.stream(name)
 	if err != nil {
 		return AppendResult{}, err
 	}

@@ -182,17 +182,23 @@ func (b *Broker) Committed(ctx context.Context, name, group string, partition in
 
 // expired reports whether a stream's lifetime is over at now.
 func (b *Broker) expired(e *meta.Entry, now int64) bool {
-	if e.ExpiresAt > 0 && now >= e.ExpiresAt {
+	return b.expiredAt(e.Name, e.TTL, e.ExpiresAt, e.LastAccess, now)
+}
+
+// expiredAt is expired on the entry's lifetime fields: an absolute expiry
+// passed, or a TTL since the later of the persisted and the in-memory last
+// access.
+func (b *Broker) expiredAt(name string, ttl, expiresAt, lastAccess, now int64) bool {
+	if expiresAt > 0 && now >= expiresAt {
 		return true
 	}
-	if e.TTL > 0 {
-		last := e.LastAccess
+	if ttl > 0 {
 		b.mu.Lock()
-		if n, ok := b.named[e.Name]; ok {
-			last = max64(last, n.lastAccess.Load())
+		if n, ok := b.named[name]; ok {
+			lastAccess = max64(lastAccess, n.lastAccess.Load())
 		}
 		b.mu.Unlock()
-		return now-last >= e.TTL
+		return now-lastAccess >= ttl
 	}
 	return false
 }
@@ -200,7 +206,7 @@ func (b *Broker) expired(e *meta.Entry, now int64) bool {
 // Touch records an access for the sliding TTL, in memory: the maintenance
 // loop persists it lazily.
 func (b *Broker) Touch(name string) {
-	if n, _, err := b.stream(name); err == nil {
+	if n, err := b.stream(name); err == nil {
 		n.lastAccess.Store(max64(n.lastAccess.Load(), b.now().UnixNano()))
 	}
 }

@@ -73,36 +73,67 @@ func (n *named) reset(e *meta.Entry) {
 }
 
 // stream returns the owner's view of name, loading it on first use; an
-// incarnation that was deleted or recreated is replaced.
-func (b *Broker) stream(name string) (*named, *meta.Entry, error) {
-	e, ok := b.lookup(name)
-	if !ok {
-		return nil, nil, meta.StreamNotFound.With("name", name)
+// incarnation that was deleted or recreated is replaced. It is on every
+// request's path, so it reads the registry in place rather than copying
+// the entry (whose producer map may be large): only a (re)load copies.
+func (b *Broker) stream(name string) (*named, error) {
+	b.mu.Lock()
+	n, cached := b.named[name]
+	b.mu.Unlock()
+	var (
+		found, deleted, reload   bool
+		ttl, expiresAt, accessed int64
+		ids                      []uint64
+		policy                   stream.PolicyValue
+		fresh                    *meta.Entry
+	)
+	b.fsm.View(func(s *meta.State) {
+		e, ok := s.Names[name]
+		if !ok {
+			return
+		}
+		found, deleted = true, e.Deleted
+		ttl, expiresAt, accessed = e.TTL, e.ExpiresAt, e.LastAccess
+		reload = !cached || len(e.Streams) < len(n.streams) || !sameIDs(n.streams, e.Streams[:len(n.streams)])
+		switch {
+		case reload:
+			fresh = e.Clone()
+		case len(e.Streams) > len(n.streams):
+			ids = append([]uint64(nil), e.Streams...)
+		}
+		policy = e.Policy
+	})
+	if !found || b.expiredAt(name, ttl, expiresAt, accessed, b.now().UnixNano()) {
+		return nil, meta.StreamNotFound.With("name", name)
 	}
-	if e.Deleted {
-		return nil, nil, meta.StreamGone.With("name", name)
+	if deleted {
+		return nil, meta.StreamGone.With("name", name)
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.closed {
-		return nil, nil, stream.StreamBackendFailed.With("op", "broker.closed")
+		return nil, stream.StreamBackendFailed.With("op", "broker.closed")
 	}
-	n, ok := b.named[name]
-	switch {
-	case !ok || len(e.Streams) < len(n.streams) || !sameIDs(n.streams, e.Streams[:len(n.streams)]):
-		n = newNamed(e)
+	if reload {
+		// Another request may have loaded this incarnation meanwhile: use
+		// it, or both would open the partitions and fence each other.
+		if cur, ok := b.named[name]; ok && sameIDs(cur.streams, fresh.Streams) {
+			return cur, nil
+		}
+		n = newNamed(fresh)
 		b.named[name] = n
-	default:
-		// Same incarnation: pick up policy changes and new partitions.
-		n.mu.Lock()
-		for _, id := range e.Streams[len(n.streams):] {
+		return n, nil
+	}
+	n.mu.Lock()
+	if ids != nil { // partitions grew
+		for _, id := range ids[len(n.streams):] {
 			n.parts = append(n.parts, &part{id: id})
 		}
-		n.streams = append(n.streams[:0:0], e.Streams...)
-		n.policy = e.Policy.Normalized()
-		n.mu.Unlock()
+		n.streams = ids
 	}
-	return n, e, nil
+	n.policy = policy.Normalized()
+	n.mu.Unlock()
+	return n, nil
 }
 
 func sameIDs(a, b []uint64) bool {
@@ -183,7 +214,7 @@ func (n *named) freed() {
 // on this broker (or by its deletion): get it BEFORE the read that may come
 // back empty.
 func (b *Broker) Wake(name string) (<-chan struct{}, error) {
-	n, _, err := b.stream(name)
+	n, err := b.stream(name)
 	if err != nil {
 		return nil, err
 	}

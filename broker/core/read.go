@@ -13,14 +13,16 @@ import (
 
 // partitionOf resolves a named stream's partition to its internal stream.
 func (b *Broker) partitionOf(name string, partition int) (*named, uint64, error) {
-	n, e, err := b.stream(name)
+	n, err := b.stream(name)
 	if err != nil {
 		return nil, 0, err
 	}
-	if err := stream.CheckPartition(partition, len(e.Streams)); err != nil {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if err := stream.CheckPartition(partition, len(n.streams)); err != nil {
 		return nil, 0, err
 	}
-	return n, e.Streams[partition], nil
+	return n, n.streams[partition], nil
 }
 
 // Bounds returns a partition's first retained offset and next offset.

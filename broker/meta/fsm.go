@@ -12,9 +12,10 @@ import (
 // raft.FSM. Readers take copies through its accessors, so nothing they hold
 // changes under them.
 type FSM struct {
-	mu      sync.RWMutex
-	state   *State
-	applied uint64
+	mu       sync.RWMutex
+	state    *State
+	applied  uint64
+	commands uint64 // commands applied by this process (tests, metrics)
 }
 
 // NewFSM returns a state machine over an empty state.
@@ -36,6 +37,7 @@ func (f *FSM) Apply(l *raft.Log) any {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.applied = l.Index
+	f.commands++
 	return f.state.Apply(&c)
 }
 
@@ -119,6 +121,15 @@ func (f *FSM) Applied() uint64 {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	return f.applied
+}
+
+// Commands returns how many commands this state machine applied since it
+// was created (replayed ones included). Unlike the log index, it does not
+// count raft's own entries.
+func (f *FSM) Commands() uint64 {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.commands
 }
 
 // State returns a deep copy of the whole state (tests, admin, snapshots).
