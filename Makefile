@@ -67,9 +67,13 @@ conformance-deps: $(CONFORMANCE_DEPS) ## Install the conformance suite's Node pa
 conformance: $(CONFORMANCE_DEPS) ## Run the Durable Streams conformance suite against a real broker (Node 20).
 	$(CONFORMANCE_DIR)/run.sh
 
+# The SQL engine's PostgreSQL tests run against a throwaway server
+# hack/postgres.sh starts around `go test` (installing postgresql with
+# apt-get when missing) and stops after; PICOMQ_TEST_POSTGRES_URL, when set,
+# names a server to use instead.
 .PHONY: test
 test: manifests generate verify-fmt vet conformance ## Run every test (the README's test command).
-	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" go test $(GO_TEST_FLAGS) ./...
+	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" hack/postgres.sh run -- go test $(GO_TEST_FLAGS) ./...
 
 ##@ Build
 
