@@ -13,6 +13,7 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"flag"
 	"fmt"
@@ -22,6 +23,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -93,6 +95,7 @@ func run() error {
 		batch           []stream.RecordValue
 	}
 	results := map[string]result{}
+	before := scrape(b.url)
 	for _, s := range []scenario{
 		{"single-writer", 1, 1, one},
 		{"64-writers-1-stream", 1, 64, one},
@@ -113,8 +116,13 @@ func run() error {
 			return fmt.Errorf("%s: %w", s.name, err)
 		}
 		results[s.name] = r
+		after := scrape(b.url)
 		fmt.Printf("%-22s %3d writers %5d streams: %9.0f appends/s %9.0f records/s %7.1f MB/s  p50 %s p99 %s p999 %s\n",
 			s.name, s.writer, s.streams, r.appendsPerSec, r.recordsPerSec, r.mbPerSec, ms(r.p50), ms(r.p99), ms(r.p999))
+		fmt.Printf("%-22s   group commit: %.1f appends/object, object write+sync %s, metadata commit %s\n", "",
+			after.delta(before, "picomq_flush_appends"), ms(time.Duration(after.delta(before, "picomq_object_fsync_seconds")*1e9)),
+			ms(time.Duration(after.delta(before, "picomq_metadata_commit_seconds")*1e9)))
+		before = after
 	}
 	if *only == "" || *only == "catch-up" {
 		mbs, err := catchUp(ctx, c, "streams-1-0")
@@ -148,6 +156,38 @@ func run() error {
 		}
 	}
 	return nil
+}
+
+// metrics holds the sums and counts of the broker's histograms.
+type metrics map[string]float64
+
+// scrape reads the broker's /metrics (text format) for _sum and _count.
+func scrape(url string) metrics {
+	m := metrics{}
+	resp, err := http.Get(url + "/metrics")
+	if err != nil {
+		return m
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		var name string
+		var v float64
+		if _, err := fmt.Sscanf(sc.Text(), "%s %g", &name, &v); err == nil && (strings.HasSuffix(name, "_sum") || strings.HasSuffix(name, "_count")) {
+			m[name] = v
+		}
+	}
+	return m
+}
+
+// delta is the mean of histogram h over the samples taken since before.
+func (m metrics) delta(before metrics, h string) float64 {
+	n := m[h+"_count"] - before[h+"_count"]
+	if n <= 0 {
+		return 0
+	}
+	return (m[h+"_sum"] - before[h+"_sum"]) / n
 }
 
 type result struct {
