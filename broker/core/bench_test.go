@@ -17,10 +17,10 @@ import (
 // append has been fdatasynced in an object and committed in the metadata
 // log.
 func BenchmarkAppend(b *testing.B) {
-	for _, c := range []struct{ writers, batch, streams int }{{1, 1, 1}, {64, 1, 1}, {64, 1, 64}, {8, 100, 8}} {
-		b.Run(fmt.Sprintf("writers=%d/batch=%d/streams=%d", c.writers, c.batch, c.streams), func(b *testing.B) {
+	for _, c := range []struct{ writers, batch, streams, inflight int }{{1, 1, 1, 1}, {64, 1, 1, 1}, {64, 1, 1, 4}, {64, 1, 64, 1}, {8, 100, 8, 1}, {8, 100, 8, 4}} {
+		b.Run(fmt.Sprintf("writers=%d/batch=%d/streams=%d/inflight=%d", c.writers, c.batch, c.streams, c.inflight), func(b *testing.B) {
 			m := NewMetrics(nil)
-			br, err := Open(Config{DataDir: b.TempDir(), Metrics: m})
+			br, err := Open(Config{DataDir: b.TempDir(), Metrics: m, CommitsInFlight: c.inflight})
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -493,5 +494,35 @@ func TestSnapshotThenRestart(t *testing.T) {
 	}
 	if got.NextStreamID != want.NextStreamID || got.MaxObjectID != want.MaxObjectID {
 		t.Fatalf("restored counters differ: %d/%d vs %d/%d", got.NextStreamID, got.MaxObjectID, want.NextStreamID, want.MaxObjectID)
+	}
+}
+
+// TestCloseClosesEveryOwnedStreamAtOnce: shutdown closes all the streams
+// this node opened in one command, however many there are.
+func TestCloseClosesEveryOwnedStreamAtOnce(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	b := openTest(t, dir)
+	const n = 300
+	for i := 0; i < n; i++ {
+		name := "s" + strconv.Itoa(i)
+		mustCreate(t, b, name, CreateOptions{})
+		if _, err := b.Append(ctx, name, recs("x"), AppendOptions{Partition: -1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := b.fsm.Commands()
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got := b.fsm.Commands() - before; got > 2 { // closeMany (+ a last touch)
+		t.Fatalf("shutdown took %d commands to close %d streams", got, n)
+	}
+	b = openTest(t, dir)
+	defer b.Close()
+	for id, in := range b.fsm.State().Streams {
+		if in.Open || in.Owner != "" {
+			t.Fatalf("stream %d still open after shutdown: %+v", id, in)
+		}
 	}
 }

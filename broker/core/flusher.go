@@ -69,8 +69,14 @@ func (f *flusher) close() {
 // state machine, since its offsets no longer continue the stream.
 func (f *flusher) run() {
 	defer close(f.done)
-	written := make(chan *written, 1)
-	proposed := make(chan *proposal, 4)
+	written := make(chan *written)
+	inflight := f.b.cfg.CommitsInFlight
+	proposed := make(chan *proposal, inflight)
+	// slots bounds the commit commands in the log at once. While they
+	// commit, the writer stage may sync one more object and then waits, so
+	// the appends arriving meanwhile gather into one larger object instead
+	// of many small ones, each with its own fdatasync and proposal.
+	slots := make(chan struct{}, inflight)
 	go func() {
 		defer close(written)
 		for {
@@ -90,13 +96,17 @@ func (f *flusher) run() {
 	go func() {
 		defer close(proposed)
 		for w := range written {
+			slots <- struct{}{}
 			if p := f.propose(w); p != nil {
 				proposed <- p
+			} else {
+				<-slots
 			}
 		}
 	}()
 	for p := range proposed {
 		f.settle(p)
+		<-slots
 	}
 }
 

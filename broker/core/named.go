@@ -181,19 +181,19 @@ func (n *named) open(ctx context.Context, b *Broker, p *part) error {
 	return meta.BadCommand.With("op", "open")
 }
 
-// closeParts closes the partitions this node opened (shutdown, hand-off).
-func (n *named) closeParts(ctx context.Context, b *Broker) {
+// openParts returns the partitions this node opened, marking them closed
+// in memory: the caller closes them in the log (shutdown, hand-off).
+func (n *named) openParts() []meta.Close {
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	var out []meta.Close
 	for _, p := range n.parts {
-		if !p.opened {
-			continue
+		if p.opened {
+			out = append(out, meta.Close{Stream: p.id, Epoch: p.epoch})
+			p.opened = false
 		}
-		if _, err := b.apply(ctx, &meta.Command{Op: meta.OpClose, Close: &meta.Close{Stream: p.id, Epoch: p.epoch}}); err != nil {
-			b.cfg.Logger.Warn("closing stream failed", "name", n.name, "stream", p.id, "err", err)
-		}
-		p.opened = false
 	}
+	return out
 }
 
 // signal wakes readers and room waiters. Called with n.mu held.

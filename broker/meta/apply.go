@@ -28,6 +28,13 @@ func (s *State) Apply(c *Command) any {
 		if c.Close != nil {
 			return s.close(c.Close)
 		}
+	case OpCloseMany:
+		if c.CloseMany != nil {
+			for i := range c.CloseMany.Streams {
+				s.close(&c.CloseMany.Streams[i]) // stale or gone: skipped
+			}
+			return nil
+		}
 	case OpCommit:
 		if c.Commit != nil {
 			return s.commit(c.Commit)

@@ -85,7 +85,10 @@ func TestEpochsFenceStaleWriters(t *testing.T) {
 	if err, _ := s.Apply(&Command{Op: OpClose, Close: &Close{Stream: id, Epoch: 0}}).(error); !errors.Is(err, StaleEpoch) {
 		t.Fatalf("stale close = %v", err)
 	}
-	mustApply(t, s, &Command{Op: OpClose, Close: &Close{Stream: id, Epoch: 1}})
+	mustApply(t, s, &Command{Op: OpCloseMany, CloseMany: &CloseMany{Streams: []Close{{Stream: id, Epoch: 0}, {Stream: 999, Epoch: 0}, {Stream: id, Epoch: 1}}}})
+	if in := s.Streams[id]; in.Open || in.Owner != "" {
+		t.Fatalf("closeMany left the stream open: %+v", in)
+	}
 	res = mustApply(t, s, commit(3, Append{Stream: id, Epoch: 1, First: 3, Range: rng(3, 4, 3)})).(*CommitResult)
 	if !errors.Is(res.Appends[0], StaleEpoch) {
 		t.Fatalf("commit to a closed stream = %v, want STALE_EPOCH", res.Appends[0])

@@ -14,6 +14,7 @@ const (
 	OpDelete         Op = "delete"
 	OpOpen           Op = "open"
 	OpClose          Op = "close"
+	OpCloseMany      Op = "closeMany"
 	OpCommit         Op = "commit"
 	OpTrim           Op = "trim"
 	OpReplace        Op = "replace"
@@ -31,6 +32,7 @@ type Command struct {
 	Delete         *Delete         `json:"delete,omitempty"`
 	Open           *Open           `json:"open,omitempty"`
 	Close          *Close          `json:"close,omitempty"`
+	CloseMany      *CloseMany      `json:"closeMany,omitempty"`
 	Commit         *Commit         `json:"commit,omitempty"`
 	Trim           *Trim           `json:"trim,omitempty"`
 	Replace        *Replace        `json:"replace,omitempty"`
@@ -97,6 +99,13 @@ type OpenResult struct {
 type Close struct {
 	Stream uint64 `json:"stream"`
 	Epoch  int64  `json:"epoch"`
+}
+
+// CloseMany closes many internal streams in one command (a broker shutting
+// down or handing its streams off): those whose epoch is no longer the
+// given one are skipped, as their new owner holds them.
+type CloseMany struct {
+	Streams []Close `json:"streams"`
 }
 
 // Commit records one object and the appends it holds, each continuing its
