@@ -1,67 +1,140 @@
-// Command manager runs the PicoMQ operator: a controller-runtime manager with
-// leader election, metrics and health endpoints.
+// Command manager runs the PicoMQ operator: a controller-runtime manager
+// with leader election (a Lease), metrics and health endpoints, and the
+// StreamCluster and Stream controllers.
+//
+//	go run ./cmd/manager --namespaces=default --resync-period=10m
+//
+// `make run` runs it against the cluster of the current kubeconfig.
 package main
 
 import (
+	"errors"
 	"flag"
+	"fmt"
+	"io"
 	"os"
 	"strings"
+	"time"
 
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	streamsv1alpha1 "github.com/picomq/picomq/api/v1alpha1"
+	"github.com/picomq/picomq/controllers"
+	"github.com/picomq/picomq/controllers/resources"
 )
 
-func main() {
-	var (
-		metricsAddr, probeAddr, namespaces string
-		leaderElect                        bool
-	)
-	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8080", "address the Prometheus metrics endpoint binds to; 0 disables it")
-	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "address the /healthz and /readyz endpoints bind to")
-	flag.BoolVar(&leaderElect, "leader-elect", false, "elect one active manager through a Lease (set it when running more than one replica)")
-	flag.StringVar(&namespaces, "namespaces", "", "comma-separated namespaces to watch; empty watches all")
-	opts := zap.Options{}
-	opts.BindFlags(flag.CommandLine)
-	flag.Parse()
-	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&opts)))
-	log := ctrl.Log.WithName("setup")
+// config is the manager's command line.
+type config struct {
+	MetricsAddr             string
+	ProbeAddr               string
+	LeaderElect             bool
+	LeaderElectionNamespace string
+	Namespaces              []string
+	StreamClusterWorkers    int
+	StreamWorkers           int
+	ResyncPeriod            time.Duration
+	BrokerImage             string
+	Zap                     zap.Options
+}
 
+// parseFlags reads the command line; getenv supplies PICOMQ_BROKER_IMAGE
+// (the image the operator's own Deployment runs, by default).
+func parseFlags(args []string, getenv func(string) string, out io.Writer) (config, error) {
+	var c config
+	var namespaces string
+	fs := flag.NewFlagSet("manager", flag.ContinueOnError)
+	fs.SetOutput(out)
+	fs.StringVar(&c.MetricsAddr, "metrics-bind-address", ":8080", "address the Prometheus metrics endpoint binds to; 0 disables it")
+	fs.StringVar(&c.ProbeAddr, "health-probe-bind-address", ":8081", "address the /healthz and /readyz endpoints bind to")
+	fs.BoolVar(&c.LeaderElect, "leader-elect", false, "elect one active manager through a Lease (set it when running more than one replica)")
+	fs.StringVar(&c.LeaderElectionNamespace, "leader-election-namespace", "", "namespace of the leader election Lease (default: the manager's own namespace in a cluster)")
+	fs.StringVar(&namespaces, "namespaces", "", "comma-separated namespaces to watch; empty watches all")
+	fs.IntVar(&c.StreamClusterWorkers, "streamcluster-concurrency", 1, "StreamClusters reconciled at once (MaxConcurrentReconciles)")
+	fs.IntVar(&c.StreamWorkers, "stream-concurrency", 4, "Streams reconciled at once (MaxConcurrentReconciles)")
+	fs.DurationVar(&c.ResyncPeriod, "resync-period", controllers.DefaultResyncPeriod, "how often an idle StreamCluster or Stream is reconciled again (jittered up to +20%), repairing drift on the brokers")
+	defImage := resources.DefaultImage
+	if v := getenv("PICOMQ_BROKER_IMAGE"); v != "" {
+		defImage = v
+	}
+	fs.StringVar(&c.BrokerImage, "broker-image", defImage, "broker image of StreamClusters that name none [PICOMQ_BROKER_IMAGE]")
+	c.Zap.BindFlags(fs)
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	if fs.NArg() > 0 {
+		return c, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	for _, ns := range strings.Split(namespaces, ",") {
+		if ns = strings.TrimSpace(ns); ns != "" {
+			c.Namespaces = append(c.Namespaces, ns)
+		}
+	}
+	switch {
+	case c.StreamClusterWorkers < 1 || c.StreamWorkers < 1:
+		return c, errors.New("--streamcluster-concurrency and --stream-concurrency must be at least 1")
+	case c.ResyncPeriod < time.Second:
+		return c, errors.New("--resync-period must be at least 1s")
+	case c.BrokerImage == "":
+		return c, errors.New("--broker-image must not be empty")
+	}
+	return c, nil
+}
+
+func newScheme() *runtime.Scheme {
 	scheme := runtime.NewScheme()
 	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
 	utilruntime.Must(streamsv1alpha1.AddToScheme(scheme))
+	return scheme
+}
 
-	cacheOpts := cache.Options{}
-	if namespaces != "" {
-		cacheOpts.DefaultNamespaces = map[string]cache.Config{}
-		for _, ns := range strings.Split(namespaces, ",") {
-			cacheOpts.DefaultNamespaces[strings.TrimSpace(ns)] = cache.Config{}
-		}
+func main() {
+	cfg, err := parseFlags(os.Args[1:], os.Getenv, os.Stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return
 	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "manager:", err)
+		os.Exit(64)
+	}
+	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&cfg.Zap)))
+	log := ctrl.Log.WithName("setup")
+
 	mgr, err := ctrl.NewManager(ctrl.GetConfigOrDie(), ctrl.Options{
-		Scheme:                 scheme,
-		Cache:                  cacheOpts,
-		Metrics:                metricsserver.Options{BindAddress: metricsAddr},
-		HealthProbeBindAddress: probeAddr,
-		LeaderElection:         leaderElect,
-		LeaderElectionID:       "operator.streams.picomq.io",
+		Scheme:                        newScheme(),
+		Cache:                         controllers.CacheOptions(cfg.Namespaces),
+		Metrics:                       metricsserver.Options{BindAddress: cfg.MetricsAddr},
+		HealthProbeBindAddress:        cfg.ProbeAddr,
+		LeaderElection:                cfg.LeaderElect,
+		LeaderElectionID:              "operator.streams.picomq.io",
+		LeaderElectionNamespace:       cfg.LeaderElectionNamespace,
+		LeaderElectionReleaseOnCancel: true,
 	})
 	if err != nil {
 		log.Error(err, "cannot create the manager")
 		os.Exit(1)
 	}
+	ctx := ctrl.SetupSignalHandler()
+	if err := controllers.Setup(ctx, mgr, controllers.Options{
+		ResyncPeriod:             cfg.ResyncPeriod,
+		StreamClusterConcurrency: cfg.StreamClusterWorkers,
+		StreamConcurrency:        cfg.StreamWorkers,
+		BrokerImage:              cfg.BrokerImage,
+	}); err != nil {
+		log.Error(err, "cannot set up the controllers")
+		os.Exit(1)
+	}
 	utilruntime.Must(mgr.AddHealthzCheck("healthz", healthz.Ping))
 	utilruntime.Must(mgr.AddReadyzCheck("readyz", healthz.Ping))
 
-	log.Info("starting manager", "namespaces", namespaces, "leaderElect", leaderElect)
-	if err := mgr.Start(ctrl.SetupSignalHandler()); err != nil {
+	log.Info("starting manager", "namespaces", cfg.Namespaces, "leaderElect", cfg.LeaderElect,
+		"resyncPeriod", cfg.ResyncPeriod, "brokerImage", cfg.BrokerImage)
+	if err := mgr.Start(ctx); err != nil {
 		log.Error(err, "manager stopped")
 		os.Exit(1)
 	}

@@ -1,0 +1,91 @@
+package main
+
+import (
+	"io"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/picomq/picomq/controllers"
+	"github.com/picomq/picomq/controllers/resources"
+)
+
+func noEnv(string) string { return "" }
+
+func TestParseFlagsDefaults(t *testing.T) {
+	c, err := parseFlags(nil, noEnv, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.MetricsAddr != ":8080" || c.ProbeAddr != ":8081" || c.LeaderElect || len(c.Namespaces) != 0 {
+		t.Errorf("defaults %+v", c)
+	}
+	if c.ResyncPeriod != controllers.DefaultResyncPeriod || c.StreamClusterWorkers != 1 || c.StreamWorkers != 4 || c.BrokerImage != resources.DefaultImage {
+		t.Errorf("controller defaults %+v", c)
+	}
+}
+
+func TestParseFlags(t *testing.T) {
+	env := func(k string) string {
+		if k == "PICOMQ_BROKER_IMAGE" {
+			return "reg.local/picomq:env"
+		}
+		return ""
+	}
+	c, err := parseFlags([]string{
+		"--leader-elect", "--namespaces", " a, b ,,c", "--resync-period=2m",
+		"--streamcluster-concurrency=2", "--stream-concurrency=16", "--zap-log-level=debug",
+		"--leader-election-namespace=picomq-system",
+	}, env, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !c.LeaderElect || !slices.Equal(c.Namespaces, []string{"a", "b", "c"}) || c.ResyncPeriod != 2*time.Minute ||
+		c.StreamClusterWorkers != 2 || c.StreamWorkers != 16 || c.LeaderElectionNamespace != "picomq-system" {
+		t.Errorf("parsed %+v", c)
+	}
+	if c.BrokerImage != "reg.local/picomq:env" {
+		t.Errorf("broker image %q, want PICOMQ_BROKER_IMAGE's", c.BrokerImage)
+	}
+	if c, _ := parseFlags([]string{"--broker-image=cli:1"}, env, io.Discard); c.BrokerImage != "cli:1" {
+		t.Errorf("the flag must win over the variable: %q", c.BrokerImage)
+	}
+}
+
+func TestParseFlagsRefusals(t *testing.T) {
+	for _, args := range [][]string{
+		{"--stream-concurrency=0"},
+		{"--resync-period=10ms"},
+		{"--broker-image="},
+		{"extra"},
+		{"--no-such-flag"},
+	} {
+		if _, err := parseFlags(args, noEnv, io.Discard); err == nil {
+			t.Errorf("%v accepted", args)
+		}
+	}
+	var help strings.Builder
+	if _, err := parseFlags([]string{"--help"}, noEnv, &help); err == nil || !strings.Contains(help.String(), "resync-period") {
+		t.Errorf("--help: %v\n%s", err, help.String())
+	}
+}
+
+func TestCacheOptions(t *testing.T) {
+	all := controllers.CacheOptions(nil)
+	if all.DefaultNamespaces != nil || len(all.ByObject) != 7 {
+		t.Errorf("all namespaces: %+v", all)
+	}
+	for obj, by := range all.ByObject {
+		if by.Label == nil || by.Label.String() != resources.LabelManagedBy+"="+resources.ManagedByValue {
+			t.Errorf("%T cached without the managed-by selector", obj)
+		}
+	}
+	some := controllers.CacheOptions([]string{"a", "b"})
+	if len(some.DefaultNamespaces) != 2 {
+		t.Errorf("namespaces: %+v", some.DefaultNamespaces)
+	}
+	if newScheme().IsGroupRegistered("streams.picomq.io") != true {
+		t.Errorf("scheme lacks the PicoMQ types")
+	}
+}

@@ -1,0 +1,151 @@
+package brokeradmin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/picomq/picomq/broker/errs"
+	"github.com/picomq/picomq/broker/httpapi/wire"
+	"github.com/picomq/picomq/broker/stream"
+)
+
+func serve(t *testing.T, h http.HandlerFunc) Broker {
+	t.Helper()
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	return Broker{Namespace: "ns", Cluster: "demo", Pod: "demo-0", URL: srv.URL}
+}
+
+func TestStatusDecodesNodeInfoAndClusterFields(t *testing.T) {
+	b := serve(t, func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodGet || r.URL.Path != wire.NodePath {
+			t.Errorf("%s %s", r.Method, r.URL.Path)
+		}
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprint(w, `{"nodeId":"demo-0","raftState":"Leader","leader":"demo-0","appliedIndex":5,"lastIndex":5,"streams":3,"ready":true,
+			"slotsHeld":21,"drain":{"phase":"Draining","slotsHeld":4,"openStreams":2}}`)
+	})
+	st, err := NewHTTP().Status(context.Background(), b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.NodeID != "demo-0" || st.Leader != "demo-0" || st.RaftState != "Leader" || !st.Ready || st.Streams != 3 ||
+		st.SlotsHeld == nil || *st.SlotsHeld != 21 || st.Drain.Phase != DrainInProgress || st.Drain.SlotsHeld != 4 {
+		t.Errorf("status %+v", st)
+	}
+	// A single-node broker reports neither slots nor drain.
+	b = serve(t, func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprint(w, `{"nodeId":"b","raftState":"Leader","leader":"b","ready":true}`)
+	})
+	if st, err = NewHTTP().Status(context.Background(), b); err != nil || st.SlotsHeld != nil || st.Drain.Phase != DrainNone {
+		t.Errorf("single node: %+v %v", st, err)
+	}
+}
+
+func TestDrainNotSupportedIsNeverSuccess(t *testing.T) {
+	for _, code := range []int{http.StatusNotFound, http.StatusMethodNotAllowed, http.StatusNotImplemented} {
+		b := serve(t, func(w http.ResponseWriter, r *http.Request) {
+			w.WriteHeader(code)
+			fmt.Fprint(w, `{"code":"0.16.3.6","name":"ROUTE_NOT_FOUND","message":"No such endpoint"}`)
+		})
+		ds, err := NewHTTP().Drain(context.Background(), b)
+		if !IsNotSupported(err) || ds.Done() {
+			t.Errorf("%d: drain = %+v, %v; want ErrNotSupported", code, ds, err)
+		}
+		if err := NewHTTP().CancelDrain(context.Background(), b); !IsNotSupported(err) {
+			t.Errorf("%d: cancel = %v", code, err)
+		}
+	}
+}
+
+func TestDrainProgressAndRefusals(t *testing.T) {
+	var calls atomic.Int32
+	b := serve(t, func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost || r.URL.Path != DrainPath {
+			t.Errorf("%s %s", r.Method, r.URL.Path)
+		}
+		if calls.Add(1) == 1 {
+			fmt.Fprint(w, `{"phase":"Draining","slotsHeld":3,"openStreams":9,"message":"handing off"}`)
+			return
+		}
+		fmt.Fprint(w, `{"phase":"Drained"}`)
+	})
+	a := NewHTTP()
+	ds, err := a.Drain(context.Background(), b)
+	if err != nil || ds.Done() || ds.SlotsHeld != 3 || !strings.Contains(ds.String(), "handing off") {
+		t.Errorf("first drain: %+v %v", ds, err)
+	}
+	if ds, err = a.Drain(context.Background(), b); err != nil || !ds.Done() {
+		t.Errorf("second drain: %+v %v", ds, err)
+	}
+
+	// A coded refusal comes back as the broker's error, not as "not
+	// supported".
+	b = serve(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", wire.ProblemContentType)
+		w.WriteHeader(http.StatusServiceUnavailable)
+		raw, _ := errs.Marshal(wire.NotReady.With("reason", "no metadata leader"))
+		w.Write(raw)
+	})
+	_, err = a.Drain(context.Background(), b)
+	if err == nil || IsNotSupported(err) || !errors.Is(err, wire.NotReady) {
+		t.Errorf("refusal = %v, want NOT_READY", err)
+	}
+}
+
+func TestUnreachableAndTimeout(t *testing.T) {
+	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	addr := ln.Addr().String()
+	ln.Close()
+	a := NewHTTP()
+	_, err := a.Status(context.Background(), Broker{Pod: "x", URL: "http://" + addr})
+	if err == nil || !IsUnreachable(err) || IsNotSupported(err) {
+		t.Errorf("closed port: %v", err)
+	}
+	slow := serve(t, func(w http.ResponseWriter, r *http.Request) { time.Sleep(2 * time.Second) })
+	a.Timeout = 100 * time.Millisecond
+	start := time.Now()
+	if _, err := a.Status(context.Background(), slow); err == nil || time.Since(start) > time.Second {
+		t.Errorf("slow broker: %v after %s", err, time.Since(start))
+	}
+}
+
+func TestClientFactoryReusesClients(t *testing.T) {
+	f := NewClientFactory()
+	a, err := f.For("http://a:4437")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a2, _ := f.For("http://a:4437")
+	b, _ := f.For("http://b:4437")
+	if a != a2 || a == b || f.Len() != 2 {
+		t.Errorf("clients not reused per endpoint (len %d)", f.Len())
+	}
+	if _, err := f.For("not a url"); err == nil {
+		t.Errorf("a bad URL was accepted")
+	}
+}
+
+func TestErrorClassification(t *testing.T) {
+	nf := errs.Static(0x7f_00_00_01, "STREAM_NOT_FOUND", "m", "d", 404, 1)
+	if !IsNotFound(fmt.Errorf("wrapped: %w", nf.With("name", "x"))) || IsNotFound(errors.New("STREAM_NOT_FOUND")) {
+		t.Errorf("IsNotFound")
+	}
+	if !IsUnreachable(stream.StreamBackendFailed.Wrap(errors.New("dial tcp: connection refused"), "op", "http.admin.get")) {
+		t.Errorf("a transport failure is unreachable")
+	}
+	if IsUnreachable(stream.StreamBackendFailed.With("op", "http.admin.get", "status", 502)) {
+		t.Errorf("an answered 502 is not unreachable")
+	}
+	if ErrorCode(nf) != "STREAM_NOT_FOUND" || ErrorCode(errors.New("x")) != "" {
+		t.Errorf("ErrorCode")
+	}
+}

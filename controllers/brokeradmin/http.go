@@ -1,0 +1,153 @@
+package brokeradmin
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/picomq/picomq/broker/errs"
+	"github.com/picomq/picomq/broker/httpapi/wire"
+)
+
+// DrainPath is the admin endpoint of a broker's drain: POST starts it (or
+// reports its progress), GET reports progress, DELETE cancels it. The
+// cluster-mode broker implements it; until then a broker answers 404 and
+// the operator holds every scale-down.
+const DrainPath = "/v1/admin/drain"
+
+// HTTP is BrokerAdmin over the brokers' HTTP admin API. It is safe for
+// concurrent use and keeps connections alive across reconciles.
+type HTTP struct {
+	Client *http.Client
+	// Timeout bounds each call (default 5s).
+	Timeout time.Duration
+}
+
+// NewHTTP returns a BrokerAdmin with its own connection pool.
+func NewHTTP() *HTTP {
+	return &HTTP{Client: NewHTTPClient(), Timeout: 5 * time.Second}
+}
+
+// NewHTTPClient is the http.Client the operator talks to brokers with:
+// short dial timeout, keep-alive connections, no overall timeout (each call
+// has its ctx deadline).
+func NewHTTPClient() *http.Client {
+	dialer := &net.Dialer{Timeout: 3 * time.Second, KeepAlive: 30 * time.Second}
+	return &http.Client{Transport: &http.Transport{
+		Proxy:                 http.ProxyFromEnvironment,
+		DialContext:           dialer.DialContext,
+		MaxIdleConns:          256,
+		MaxIdleConnsPerHost:   16,
+		IdleConnTimeout:       90 * time.Second,
+		TLSHandshakeTimeout:   5 * time.Second,
+		ExpectContinueTimeout: time.Second,
+	}}
+}
+
+// nodeInfo is GET /v1/admin/node: the broker's wire.NodeInfo plus the
+// members the cluster-mode broker adds (absent from a single-node broker).
+type nodeInfo struct {
+	wire.NodeInfo
+	SlotsHeld *int32       `json:"slotsHeld,omitempty"`
+	Drain     *DrainStatus `json:"drain,omitempty"`
+}
+
+// Status implements BrokerAdmin.
+func (h *HTTP) Status(ctx context.Context, b Broker) (NodeStatus, error) {
+	var n nodeInfo
+	if err := h.call(ctx, b, http.MethodGet, wire.NodePath, &n); err != nil {
+		return NodeStatus{}, err
+	}
+	s := NodeStatus{
+		NodeID: n.NodeID, RaftState: n.RaftState, Leader: n.Leader, Ready: n.Ready,
+		Streams: n.Streams, SlotsHeld: n.SlotsHeld,
+	}
+	if n.Drain != nil {
+		s.Drain = *n.Drain
+	}
+	return s, nil
+}
+
+// Drain implements BrokerAdmin.
+func (h *HTTP) Drain(ctx context.Context, b Broker) (DrainStatus, error) {
+	var d DrainStatus
+	err := h.call(ctx, b, http.MethodPost, DrainPath, &d)
+	return d, err
+}
+
+// CancelDrain implements BrokerAdmin.
+func (h *HTTP) CancelDrain(ctx context.Context, b Broker) error {
+	return h.call(ctx, b, http.MethodDelete, DrainPath, nil)
+}
+
+// call sends one admin request and decodes a 2xx JSON answer into out.
+// 404, 405 and 501 are ErrNotSupported; another refusal is the coded
+// problem the broker sent (or an error naming the status).
+func (h *HTTP) call(ctx context.Context, b Broker, method, path string, out any) error {
+	timeout := h.Timeout
+	if timeout <= 0 {
+		timeout = 5 * time.Second
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	var body io.Reader
+	if method == http.MethodPost {
+		body = bytes.NewReader([]byte("{}"))
+	}
+	req, err := http.NewRequestWithContext(ctx, method, strings.TrimRight(b.URL, "/")+path, body)
+	if err != nil {
+		return fmt.Errorf("broker %s: %w", b, err)
+	}
+	req.Header.Set("Accept", wire.JSONContentType+", "+wire.ProblemContentType)
+	req.Header.Set("User-Agent", "picomq-operator")
+	if body != nil {
+		req.Header.Set("Content-Type", wire.JSONContentType)
+	}
+	hc := h.Client
+	if hc == nil {
+		hc = http.DefaultClient
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return fmt.Errorf("broker %s: %s %s: %w", b, method, path, err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil {
+		return fmt.Errorf("broker %s: %s %s: reading the answer: %w", b, method, path, err)
+	}
+	switch {
+	case resp.StatusCode == http.StatusNotFound || resp.StatusCode == http.StatusMethodNotAllowed || resp.StatusCode == http.StatusNotImplemented:
+		return fmt.Errorf("broker %s: %s %s answered %d: %w", b, method, path, resp.StatusCode, ErrNotSupported)
+	case resp.StatusCode/100 != 2:
+		if e, err := errs.Unmarshal(data); err == nil {
+			return fmt.Errorf("broker %s: %s %s: %w", b, method, path, e)
+		}
+		return fmt.Errorf("broker %s: %s %s answered %d: %s", b, method, path, resp.StatusCode, snippet(data))
+	}
+	if out == nil || len(bytes.TrimSpace(data)) == 0 {
+		return nil
+	}
+	if err := json.Unmarshal(data, out); err != nil {
+		return fmt.Errorf("broker %s: %s %s: decoding the answer: %w", b, method, path, err)
+	}
+	return nil
+}
+
+func snippet(b []byte) string {
+	s := strings.TrimSpace(string(b))
+	if len(s) > 200 {
+		s = s[:200] + "..."
+	}
+	return s
+}
+
+// IsNotSupported reports whether err is ErrNotSupported.
+func IsNotSupported(err error) bool { return errors.Is(err, ErrNotSupported) }

@@ -1,0 +1,37 @@
+package controllers
+
+import (
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/picomq/picomq/controllers/resources"
+)
+
+// CacheOptions are the manager's informer settings for these controllers:
+// limited to namespaces (all when empty), and, for the kinds the operator
+// owns, to the objects it labelled, so that the manager does not cache
+// every ConfigMap, Service or Role of the cluster.
+func CacheOptions(namespaces []string) cache.Options {
+	owned := cache.ByObject{Label: labels.SelectorFromSet(labels.Set{resources.LabelManagedBy: resources.ManagedByValue})}
+	opts := cache.Options{ByObject: map[client.Object]cache.ByObject{
+		&appsv1.StatefulSet{}:           owned,
+		&corev1.Service{}:               owned,
+		&corev1.ConfigMap{}:             owned,
+		&corev1.ServiceAccount{}:        owned,
+		&rbacv1.Role{}:                  owned,
+		&rbacv1.RoleBinding{}:           owned,
+		&policyv1.PodDisruptionBudget{}: owned,
+	}}
+	if len(namespaces) > 0 {
+		opts.DefaultNamespaces = map[string]cache.Config{}
+		for _, ns := range namespaces {
+			opts.DefaultNamespaces[ns] = cache.Config{}
+		}
+	}
+	return opts
+}

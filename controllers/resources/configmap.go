@@ -1,0 +1,139 @@
+package resources
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strconv"
+
+	corev1 "k8s.io/api/core/v1"
+
+	streamsv1alpha1 "github.com/picomq/picomq/api/v1alpha1"
+	"github.com/picomq/picomq/broker/httpapi/wire"
+)
+
+// Keys of the broker ConfigMap. Each key is the environment variable the
+// broker reads (the broker takes every flag as its PICOMQ_ variable), and
+// the pod loads the whole ConfigMap with envFrom. Keys marked "cluster mode"
+// are read by the clustered broker; a single-node broker ignores them.
+const (
+	EnvListen          = "PICOMQ_LISTEN"
+	EnvDataDir         = "PICOMQ_DATA_DIR"
+	EnvNodeID          = "PICOMQ_NODE_ID"
+	EnvFlushLinger     = "PICOMQ_FLUSH_LINGER"
+	EnvMaxBatchBytes   = "PICOMQ_MAX_BATCH_BYTES"
+	EnvLongPollTimeout = "PICOMQ_LONG_POLL_TIMEOUT"
+
+	EnvCluster             = "PICOMQ_CLUSTER"               // cluster mode: slot Lease names <cluster>-slot-<n>
+	EnvNamespace           = "PICOMQ_NAMESPACE"             // cluster mode: where the slot Leases live
+	EnvPeerListen          = "PICOMQ_PEER_LISTEN"           // cluster mode
+	EnvPeerService         = "PICOMQ_PEER_SERVICE"          // cluster mode: headless Service DNS name
+	EnvSlots               = "PICOMQ_SLOTS"                 // cluster mode
+	EnvLeaseDuration       = "PICOMQ_LEASE_DURATION"        // cluster mode
+	EnvLeaseRenewDeadline  = "PICOMQ_LEASE_RENEW_DEADLINE"  // cluster mode
+	EnvLeaseRetryPeriod    = "PICOMQ_LEASE_RETRY_PERIOD"    // cluster mode
+	EnvReplicationFactor   = "PICOMQ_REPLICATION_FACTOR"    // cluster mode
+	EnvDefaultStreamPolicy = "PICOMQ_DEFAULT_STREAM_POLICY" // JSON, the admin API's policy shape
+	EnvTLSCertFile         = "PICOMQ_TLS_CERT_FILE"
+	EnvTLSKeyFile          = "PICOMQ_TLS_KEY_FILE"
+	EnvAuthTokensDir       = "PICOMQ_AUTH_TOKENS_DIR"
+)
+
+// ConfigMap renders the broker configuration of c. Only what changes the
+// brokers' behaviour goes in: its hash rolls the pods. The replica count in
+// particular is not in it (scaling must not restart the brokers), and
+// neither is the replication factor when it is left to its default: the
+// default follows the broker count, which the brokers learn from the
+// metadata log.
+func ConfigMap(c *streamsv1alpha1.StreamCluster) (*corev1.ConfigMap, error) {
+	s := &c.Spec
+	data := map[string]string{
+		EnvListen:      ":" + itoa(ClientPort),
+		EnvDataDir:     DataDir,
+		EnvCluster:     c.Name,
+		EnvNamespace:   c.Namespace,
+		EnvPeerListen:  ":" + itoa(PeerPort),
+		EnvPeerService: HeadlessServiceName(c) + "." + c.Namespace + ".svc",
+	}
+	slots := s.Ownership.Slots
+	if slots < 1 {
+		slots = streamsv1alpha1.DefaultSlots
+	}
+	data[EnvSlots] = itoa(slots)
+	lease, renew, retry, err := s.Ownership.EffectiveLeaseTimings()
+	if err != nil {
+		return nil, err
+	}
+	data[EnvLeaseDuration] = lease.String()
+	data[EnvLeaseRenewDeadline] = renew.String()
+	data[EnvLeaseRetryPeriod] = retry.String()
+	if s.ReplicationFactor != nil {
+		data[EnvReplicationFactor] = itoa(*s.ReplicationFactor)
+	}
+	if b := s.Broker.FlushLinger; b != nil {
+		d, err := b.Parse()
+		if err != nil {
+			return nil, fmt.Errorf("broker.flushLinger: %w", err)
+		}
+		data[EnvFlushLinger] = d.Duration.String()
+	}
+	if s.Broker.MaxBatchBytes != nil {
+		data[EnvMaxBatchBytes] = strconv.FormatInt(*s.Broker.MaxBatchBytes, 10)
+	}
+	if b := s.Broker.LongPollTimeout; b != nil {
+		d, err := b.Parse()
+		if err != nil {
+			return nil, fmt.Errorf("broker.longPollTimeout: %w", err)
+		}
+		data[EnvLongPollTimeout] = d.Duration.String()
+	}
+	if p := s.Broker.DefaultStreamPolicy; p != nil {
+		v, err := PolicyValue(*p)
+		if err != nil {
+			return nil, fmt.Errorf("broker.defaultStreamPolicy.%w", err)
+		}
+		raw, err := json.Marshal(wire.PolicyOf(v))
+		if err != nil {
+			return nil, err
+		}
+		data[EnvDefaultStreamPolicy] = string(raw)
+	}
+	if s.TLS != nil {
+		data[EnvTLSCertFile] = TLSMountPath + "/tls.crt"
+		data[EnvTLSKeyFile] = TLSMountPath + "/tls.key"
+	}
+	if s.Auth != nil {
+		data[EnvAuthTokensDir] = AuthMountPath
+	}
+	return &corev1.ConfigMap{
+		TypeMeta:   typeMeta("v1", "ConfigMap"),
+		ObjectMeta: objectMeta(c, ConfigMapName(c)),
+		Data:       data,
+	}, nil
+}
+
+// ConfigHash is a short, stable hash of a ConfigMap's data (and binary
+// data), stamped on the pod template as ConfigHashAnnotation.
+func ConfigHash(cm *corev1.ConfigMap) string {
+	h := sha256.New()
+	write := func(m map[string]string) {
+		keys := make([]string, 0, len(m))
+		for k := range m {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		for _, k := range keys {
+			fmt.Fprintf(h, "%d:%s=%d:%s\n", len(k), k, len(m[k]), m[k])
+		}
+	}
+	write(cm.Data)
+	bin := make(map[string]string, len(cm.BinaryData))
+	for k, v := range cm.BinaryData {
+		bin[k] = string(v)
+	}
+	h.Write([]byte{0})
+	write(bin)
+	return hex.EncodeToString(h.Sum(nil))[:16]
+}

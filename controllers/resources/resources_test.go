@@ -1,0 +1,610 @@
+package resources
+
+import (
+	"encoding/json"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+
+	streamsv1alpha1 "github.com/picomq/picomq/api/v1alpha1"
+	"github.com/picomq/picomq/broker/httpapi/wire"
+	"github.com/picomq/picomq/broker/stream"
+)
+
+// cluster is a StreamCluster as the apiserver returns it with every
+// default filled, in namespace ns.
+func cluster() *streamsv1alpha1.StreamCluster {
+	size := resource.MustParse("10Gi")
+	return &streamsv1alpha1.StreamCluster{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "streams.picomq.io/v1alpha1", Kind: "StreamCluster"},
+		ObjectMeta: metav1.ObjectMeta{Name: "demo", Namespace: "ns", UID: types.UID("uid-1"), Generation: 1},
+		Spec: streamsv1alpha1.StreamClusterSpec{
+			Replicas:            3,
+			Storage:             streamsv1alpha1.StorageSpec{Size: &size},
+			Ownership:           streamsv1alpha1.OwnershipSpec{Slots: 64, LeaseDuration: "15s"},
+			Service:             streamsv1alpha1.ServiceSpec{Type: corev1.ServiceTypeClusterIP, Port: 4437},
+			PodDisruptionBudget: streamsv1alpha1.PodDisruptionBudgetSpec{MaxUnavailable: ptr.To[int32](1)},
+		},
+	}
+}
+
+func params() StatefulSetParams {
+	return StatefulSetParams{Replicas: 3, ConfigHash: "abc123", DefaultImage: "ghcr.io/picomq/picomq:1.2.3"}
+}
+
+// checkMeta checks what every child carries: name, namespace, labels and
+// the controller reference to the cluster.
+func checkMeta(t *testing.T, kind string, m metav1.ObjectMeta, name string) {
+	t.Helper()
+	if m.Name != name || m.Namespace != "ns" {
+		t.Errorf("%s: name %s/%s, want ns/%s", kind, m.Namespace, m.Name, name)
+	}
+	for k, v := range Labels(cluster()) {
+		if m.Labels[k] != v {
+			t.Errorf("%s: label %s = %q, want %q", kind, k, m.Labels[k], v)
+		}
+	}
+	if len(m.OwnerReferences) != 1 {
+		t.Fatalf("%s: owner references %v", kind, m.OwnerReferences)
+	}
+	ref := m.OwnerReferences[0]
+	if ref.UID != "uid-1" || ref.Kind != "StreamCluster" || ref.APIVersion != "streams.picomq.io/v1alpha1" || ref.Name != "demo" ||
+		!ptr.Deref(ref.Controller, false) || !ptr.Deref(ref.BlockOwnerDeletion, false) {
+		t.Errorf("%s: owner reference %+v", kind, ref)
+	}
+}
+
+func TestNamesAndURLs(t *testing.T) {
+	c := cluster()
+	for got, want := range map[string]string{
+		HeadlessServiceName(c):     "demo-headless",
+		ClientServiceName(c):       "demo",
+		ConfigMapName(c):           "demo-config",
+		ServiceAccountName(c):      "demo-broker",
+		StatefulSetName(c):         "demo",
+		PodDisruptionBudgetName(c): "demo",
+		PodName(c, 2):              "demo-2",
+		Endpoint(c):                "http://demo.ns.svc:4437",
+		BrokerURL(c, "demo-1"):     "http://demo-1.demo-headless.ns.svc:4437",
+	} {
+		if got != want {
+			t.Errorf("got %q, want %q", got, want)
+		}
+	}
+	c.Spec.Service.Port = 80
+	c.Spec.TLS = &streamsv1alpha1.TLSSpec{SecretName: "cert"}
+	if got := Endpoint(c); got != "https://demo.ns.svc:80" {
+		t.Errorf("endpoint with TLS and port 80 = %s", got)
+	}
+	if got := BrokerURL(c, "demo-0"); got != "https://demo-0.demo-headless.ns.svc:4437" {
+		t.Errorf("broker URL with TLS = %s (the pod port does not follow the Service's)", got)
+	}
+}
+
+func TestHeadlessService(t *testing.T) {
+	s := HeadlessService(cluster())
+	checkMeta(t, "headless Service", s.ObjectMeta, "demo-headless")
+	if s.Spec.ClusterIP != corev1.ClusterIPNone || !s.Spec.PublishNotReadyAddresses {
+		t.Errorf("clusterIP %q publishNotReady %v", s.Spec.ClusterIP, s.Spec.PublishNotReadyAddresses)
+	}
+	if !reflect.DeepEqual(s.Spec.Selector, SelectorLabels(cluster())) {
+		t.Errorf("selector %v", s.Spec.Selector)
+	}
+	if len(s.Spec.Ports) != 2 || s.Spec.Ports[0].Port != ClientPort || s.Spec.Ports[1].Port != PeerPort ||
+		s.Spec.Ports[0].TargetPort.StrVal != ClientPortName || s.Spec.Ports[1].Name != PeerPortName {
+		t.Errorf("ports %+v", s.Spec.Ports)
+	}
+	if s.Labels[LabelServiceRole] != ServiceRolePeers || s.APIVersion != "v1" || s.Kind != "Service" {
+		t.Errorf("role label / type meta: %v %s %s", s.Labels, s.APIVersion, s.Kind)
+	}
+}
+
+func TestClientService(t *testing.T) {
+	s := ClientService(cluster())
+	checkMeta(t, "client Service", s.ObjectMeta, "demo")
+	if s.Spec.Type != corev1.ServiceTypeClusterIP || s.Spec.ClusterIP != "" || len(s.Annotations) != 0 {
+		t.Errorf("type %s clusterIP %q annotations %v", s.Spec.Type, s.Spec.ClusterIP, s.Annotations)
+	}
+	if len(s.Spec.Ports) != 1 || s.Spec.Ports[0].Port != 4437 || s.Spec.Ports[0].TargetPort.StrVal != ClientPortName {
+		t.Errorf("ports %+v", s.Spec.Ports)
+	}
+
+	// Overrides: type, port, annotations.
+	c := cluster()
+	c.Spec.Service = streamsv1alpha1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, Port: 443, Annotations: map[string]string{"lb/internal": "true"}}
+	s = ClientService(c)
+	if s.Spec.Type != corev1.ServiceTypeLoadBalancer || s.Spec.Ports[0].Port != 443 || s.Annotations["lb/internal"] != "true" {
+		t.Errorf("overrides not applied: %s %d %v", s.Spec.Type, s.Spec.Ports[0].Port, s.Annotations)
+	}
+	// An object that bypassed defaulting still gets a working Service.
+	c = cluster()
+	c.Spec.Service = streamsv1alpha1.ServiceSpec{}
+	if s = ClientService(c); s.Spec.Type != corev1.ServiceTypeClusterIP || s.Spec.Ports[0].Port != 4437 {
+		t.Errorf("undefaulted: %s %d", s.Spec.Type, s.Spec.Ports[0].Port)
+	}
+}
+
+func TestConfigMapDefaults(t *testing.T) {
+	cm, err := ConfigMap(cluster())
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkMeta(t, "ConfigMap", cm.ObjectMeta, "demo-config")
+	want := map[string]string{
+		EnvListen:             ":4437",
+		EnvDataDir:            "/var/lib/picomq/data",
+		EnvCluster:            "demo",
+		EnvNamespace:          "ns",
+		EnvPeerListen:         ":4438",
+		EnvPeerService:        "demo-headless.ns.svc",
+		EnvSlots:              "64",
+		EnvLeaseDuration:      "15s",
+		EnvLeaseRenewDeadline: "10s",
+		EnvLeaseRetryPeriod:   "2s",
+	}
+	if !reflect.DeepEqual(cm.Data, want) {
+		t.Errorf("data = %v\nwant %v", cm.Data, want)
+	}
+	if !strings.HasPrefix(cm.Data[EnvDataDir], DataMountPath+"/") {
+		t.Errorf("the data dir must be a subdirectory of the mount (the broker refuses a group-writable one)")
+	}
+}
+
+func TestConfigMapOverrides(t *testing.T) {
+	c := cluster()
+	c.Spec.ReplicationFactor = ptr.To[int32](2)
+	c.Spec.Ownership = streamsv1alpha1.OwnershipSpec{Slots: 128, LeaseDuration: "30s", RenewDeadline: ptr.To[streamsv1alpha1.Duration]("20s"), RetryPeriod: ptr.To[streamsv1alpha1.Duration]("5s")}
+	c.Spec.Broker = streamsv1alpha1.BrokerSpec{
+		FlushLinger:         ptr.To[streamsv1alpha1.Duration]("2ms"),
+		MaxBatchBytes:       ptr.To[int64](1 << 20),
+		LongPollTimeout:     ptr.To[streamsv1alpha1.Duration]("30s"),
+		DefaultStreamPolicy: &streamsv1alpha1.StreamPolicy{Partitions: 4, RetainFor: ptr.To[streamsv1alpha1.Duration]("24h")},
+	}
+	c.Spec.TLS = &streamsv1alpha1.TLSSpec{SecretName: "cert"}
+	c.Spec.Auth = &streamsv1alpha1.AuthSpec{SecretName: "tokens"}
+	cm, err := ConfigMap(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range map[string]string{
+		EnvReplicationFactor:  "2",
+		EnvSlots:              "128",
+		EnvLeaseDuration:      "30s",
+		EnvLeaseRenewDeadline: "20s",
+		EnvLeaseRetryPeriod:   "5s",
+		EnvFlushLinger:        "2ms",
+		EnvMaxBatchBytes:      "1048576",
+		EnvLongPollTimeout:    "30s",
+		EnvTLSCertFile:        "/etc/picomq/tls/tls.crt",
+		EnvTLSKeyFile:         "/etc/picomq/tls/tls.key",
+		EnvAuthTokensDir:      "/etc/picomq/auth",
+	} {
+		if cm.Data[k] != v {
+			t.Errorf("%s = %q, want %q", k, cm.Data[k], v)
+		}
+	}
+	var p wire.Policy
+	if err := json.Unmarshal([]byte(cm.Data[EnvDefaultStreamPolicy]), &p); err != nil {
+		t.Fatalf("default stream policy %q: %v", cm.Data[EnvDefaultStreamPolicy], err)
+	}
+	if v, err := p.Value(); err != nil || v.Partitions != 4 || v.RetainFor != 24*time.Hour {
+		t.Errorf("default stream policy = %+v (%v)", v, err)
+	}
+
+	// A spec that bypassed the CRD's rules is refused, naming the field.
+	c = cluster()
+	c.Spec.Ownership.RenewDeadline = ptr.To[streamsv1alpha1.Duration]("20s") // >= leaseDuration
+	if _, err := ConfigMap(c); err == nil || !strings.Contains(err.Error(), "renewDeadline") {
+		t.Errorf("renewDeadline above leaseDuration: err = %v", err)
+	}
+	c = cluster()
+	c.Spec.Broker.FlushLinger = ptr.To[streamsv1alpha1.Duration]("soon")
+	if _, err := ConfigMap(c); err == nil || !strings.Contains(err.Error(), "flushLinger") {
+		t.Errorf("bad flushLinger: err = %v", err)
+	}
+}
+
+func TestConfigHash(t *testing.T) {
+	a, _ := ConfigMap(cluster())
+	b, _ := ConfigMap(cluster())
+	if ConfigHash(a) != ConfigHash(b) || len(ConfigHash(a)) != 16 {
+		t.Fatalf("hash not stable: %s %s", ConfigHash(a), ConfigHash(b))
+	}
+	// What does not configure the brokers does not change the hash: no
+	// restart for scaling, a Service change, pod overrides.
+	c := cluster()
+	c.Spec.Replicas = 7
+	c.Spec.Service.Port = 80
+	c.Spec.PodTemplate.NodeSelector = map[string]string{"a": "b"}
+	c.Spec.Image = "other:1"
+	if cm, _ := ConfigMap(c); ConfigHash(cm) != ConfigHash(a) {
+		t.Errorf("a non-config change changed the hash")
+	}
+	c = cluster()
+	c.Spec.Broker.FlushLinger = ptr.To[streamsv1alpha1.Duration]("1ms")
+	if cm, _ := ConfigMap(c); ConfigHash(cm) == ConfigHash(a) {
+		t.Errorf("a config change kept the hash")
+	}
+	// Keys and values cannot be shifted into each other.
+	x := &corev1.ConfigMap{Data: map[string]string{"a": "b=c"}}
+	y := &corev1.ConfigMap{Data: map[string]string{"a=b": "c"}}
+	if ConfigHash(x) == ConfigHash(y) {
+		t.Errorf("ambiguous hash")
+	}
+}
+
+func TestServiceAccountRoleAndBinding(t *testing.T) {
+	c := cluster()
+	sa := ServiceAccount(c)
+	checkMeta(t, "ServiceAccount", sa.ObjectMeta, "demo-broker")
+	if !ptr.Deref(sa.AutomountServiceAccountToken, false) {
+		t.Errorf("the brokers need their token for the Lease API")
+	}
+	role := Role(c)
+	checkMeta(t, "Role", role.ObjectMeta, "demo-broker")
+	want := []rbacv1.PolicyRule{{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "list", "watch", "create", "update", "patch"}}}
+	if !reflect.DeepEqual(role.Rules, want) {
+		t.Errorf("rules = %+v, want leases only, no delete", role.Rules)
+	}
+	rb := RoleBinding(c)
+	checkMeta(t, "RoleBinding", rb.ObjectMeta, "demo-broker")
+	if rb.RoleRef != (rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: "demo-broker"}) {
+		t.Errorf("roleRef %+v (must be a namespaced Role, nothing cluster-wide)", rb.RoleRef)
+	}
+	if len(rb.Subjects) != 1 || rb.Subjects[0] != (rbacv1.Subject{Kind: "ServiceAccount", Name: "demo-broker", Namespace: "ns"}) {
+		t.Errorf("subjects %+v", rb.Subjects)
+	}
+}
+
+func TestPodDisruptionBudget(t *testing.T) {
+	p := PodDisruptionBudget(cluster())
+	checkMeta(t, "PodDisruptionBudget", p.ObjectMeta, "demo")
+	if p.Spec.MaxUnavailable.IntValue() != 1 || !reflect.DeepEqual(p.Spec.Selector.MatchLabels, SelectorLabels(cluster())) || p.Spec.MinAvailable != nil {
+		t.Errorf("spec %+v", p.Spec)
+	}
+	for _, n := range []int32{0, 2} {
+		c := cluster()
+		c.Spec.PodDisruptionBudget.MaxUnavailable = ptr.To(n)
+		if got := PodDisruptionBudget(c).Spec.MaxUnavailable.IntValue(); got != int(n) {
+			t.Errorf("override %d: got %d", n, got)
+		}
+	}
+	c := cluster()
+	c.Spec.PodDisruptionBudget.MaxUnavailable = nil
+	if got := PodDisruptionBudget(c).Spec.MaxUnavailable.IntValue(); got != 1 {
+		t.Errorf("undefaulted: %d", got)
+	}
+}
+
+func TestServiceMonitor(t *testing.T) {
+	c := cluster()
+	sm := ServiceMonitor(c)
+	if sm.GroupVersionKind() != ServiceMonitorGVK || sm.GetName() != "demo" || sm.GetNamespace() != "ns" {
+		t.Errorf("identity %v %s/%s", sm.GroupVersionKind(), sm.GetNamespace(), sm.GetName())
+	}
+	if refs := sm.GetOwnerReferences(); len(refs) != 1 || refs[0].UID != "uid-1" || !ptr.Deref(refs[0].Controller, false) {
+		t.Errorf("owner references %+v", refs)
+	}
+	spec := sm.Object["spec"].(map[string]any)
+	sel := spec["selector"].(map[string]any)["matchLabels"].(map[string]any)
+	if sel[LabelServiceRole] != ServiceRolePeers || sel[LabelInstance] != "demo" {
+		t.Errorf("selector %v: must pick the headless Service only", sel)
+	}
+	ep := spec["endpoints"].([]any)[0].(map[string]any)
+	if ep["port"] != ClientPortName || ep["path"] != "/metrics" || ep["scheme"] != "http" {
+		t.Errorf("endpoint %v", ep)
+	}
+	c.Spec.TLS = &streamsv1alpha1.TLSSpec{SecretName: "x"}
+	ep = ServiceMonitor(c).Object["spec"].(map[string]any)["endpoints"].([]any)[0].(map[string]any)
+	if ep["scheme"] != "https" {
+		t.Errorf("TLS: scheme %v", ep["scheme"])
+	}
+}
+
+func TestStatefulSetDefaults(t *testing.T) {
+	sts := StatefulSet(cluster(), params())
+	checkMeta(t, "StatefulSet", sts.ObjectMeta, "demo")
+	s := sts.Spec
+	if *s.Replicas != 3 || s.ServiceName != "demo-headless" || s.PodManagementPolicy != appsv1.ParallelPodManagement ||
+		s.UpdateStrategy.Type != appsv1.RollingUpdateStatefulSetStrategyType {
+		t.Errorf("spec: replicas %d service %s policy %s strategy %s", *s.Replicas, s.ServiceName, s.PodManagementPolicy, s.UpdateStrategy.Type)
+	}
+	if !reflect.DeepEqual(s.Selector.MatchLabels, SelectorLabels(cluster())) {
+		t.Errorf("selector %v", s.Selector.MatchLabels)
+	}
+	if r := s.PersistentVolumeClaimRetentionPolicy; r.WhenDeleted != appsv1.RetainPersistentVolumeClaimRetentionPolicyType || r.WhenScaled != appsv1.RetainPersistentVolumeClaimRetentionPolicyType {
+		t.Errorf("claims must outlive the cluster and a scale-down: %+v", r)
+	}
+	vct := s.VolumeClaimTemplates[0]
+	if vct.Name != DataVolumeName || len(vct.OwnerReferences) != 0 || vct.Spec.StorageClassName != nil ||
+		!slices.Equal(vct.Spec.AccessModes, []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}) {
+		t.Errorf("claim template %+v", vct)
+	}
+	if q := vct.Spec.Resources.Requests[corev1.ResourceStorage]; q.String() != "10Gi" {
+		t.Errorf("claim size %s", q.String())
+	}
+
+	tpl := s.Template
+	if tpl.Annotations[ConfigHashAnnotation] != "abc123" {
+		t.Errorf("config hash annotation %v", tpl.Annotations)
+	}
+	for k, v := range SelectorLabels(cluster()) {
+		if tpl.Labels[k] != v {
+			t.Errorf("pod label %s = %q", k, tpl.Labels[k])
+		}
+	}
+	ps := tpl.Spec
+	if ps.ServiceAccountName != "demo-broker" || ptr.Deref(ps.TerminationGracePeriodSeconds, 0) != TerminationGracePeriodSeconds || ptr.Deref(ps.EnableServiceLinks, true) {
+		t.Errorf("pod spec: sa %s grace %v serviceLinks %v", ps.ServiceAccountName, ps.TerminationGracePeriodSeconds, ps.EnableServiceLinks)
+	}
+	// Restricted Pod Security profile.
+	psc := ps.SecurityContext
+	if !ptr.Deref(psc.RunAsNonRoot, false) || ptr.Deref(psc.RunAsUser, 0) != BrokerUser || ptr.Deref(psc.FSGroup, 0) != BrokerUser ||
+		ptr.Deref(psc.FSGroupChangePolicy, "") != corev1.FSGroupChangeOnRootMismatch || psc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault {
+		t.Errorf("pod security context %+v", psc)
+	}
+	ctr := ps.Containers[0]
+	sc := ctr.SecurityContext
+	if !ptr.Deref(sc.ReadOnlyRootFilesystem, false) || ptr.Deref(sc.AllowPrivilegeEscalation, true) || !ptr.Deref(sc.RunAsNonRoot, false) ||
+		!slices.Equal(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) || len(sc.Capabilities.Add) != 0 || sc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault {
+		t.Errorf("container security context %+v", sc)
+	}
+	if ctr.Image != "ghcr.io/picomq/picomq:1.2.3" || !slices.Equal(ctr.Command, []string{"/broker"}) {
+		t.Errorf("image %s command %v", ctr.Image, ctr.Command)
+	}
+	if len(ctr.Ports) != 2 || ctr.Ports[0] != (corev1.ContainerPort{Name: "client", ContainerPort: 4437, Protocol: corev1.ProtocolTCP}) ||
+		ctr.Ports[1] != (corev1.ContainerPort{Name: "peer", ContainerPort: 4438, Protocol: corev1.ProtocolTCP}) {
+		t.Errorf("ports %+v", ctr.Ports)
+	}
+	if len(ctr.EnvFrom) != 1 || ctr.EnvFrom[0].ConfigMapRef.Name != "demo-config" {
+		t.Errorf("envFrom %+v", ctr.EnvFrom)
+	}
+	env := map[string]string{}
+	for _, e := range ctr.Env {
+		if e.ValueFrom != nil && e.ValueFrom.FieldRef != nil {
+			env[e.Name] = e.ValueFrom.FieldRef.FieldPath
+		}
+	}
+	if env[EnvNodeID] != "metadata.name" || env["POD_NAME"] != "metadata.name" || env["POD_NAMESPACE"] != "metadata.namespace" {
+		t.Errorf("downward-API env %v", env)
+	}
+	probes := map[string]*corev1.Probe{"startup": ctr.StartupProbe, "liveness": ctr.LivenessProbe, "readiness": ctr.ReadinessProbe}
+	for name, path := range map[string]string{"startup": "/healthz", "liveness": "/healthz", "readiness": "/readyz"} {
+		p := probes[name]
+		if p == nil || p.HTTPGet.Path != path || p.HTTPGet.Port.StrVal != "client" || p.HTTPGet.Scheme != corev1.URISchemeHTTP {
+			t.Errorf("%s probe %+v", name, p)
+		}
+	}
+	if ctr.StartupProbe.PeriodSeconds*ctr.StartupProbe.FailureThreshold < 300 {
+		t.Errorf("the startup probe must allow a long log replay")
+	}
+	if ctr.Lifecycle.PreStop.Sleep == nil || ctr.Lifecycle.PreStop.Sleep.Seconds != PreStopSleepSeconds ||
+		PreStopSleepSeconds+20 >= TerminationGracePeriodSeconds {
+		t.Errorf("preStop %+v must pause before SIGTERM, within the grace period", ctr.Lifecycle.PreStop)
+	}
+	mounts := map[string]string{}
+	for _, m := range ctr.VolumeMounts {
+		mounts[m.Name] = m.MountPath
+	}
+	if mounts[DataVolumeName] != "/var/lib/picomq" || mounts[TmpVolumeName] != "/tmp" || len(mounts) != 2 {
+		t.Errorf("mounts %v", mounts)
+	}
+	if len(ps.Volumes) != 1 || ps.Volumes[0].EmptyDir == nil {
+		t.Errorf("volumes %+v", ps.Volumes)
+	}
+	if len(ctr.Resources.Requests) != 0 || len(ctr.Resources.Limits) != 0 {
+		t.Errorf("resources %+v", ctr.Resources)
+	}
+	// Default spread: across hosts, soft.
+	want := []corev1.TopologySpreadConstraint{{MaxSkew: 1, TopologyKey: "kubernetes.io/hostname", WhenUnsatisfiable: corev1.ScheduleAnyway,
+		LabelSelector: &metav1.LabelSelector{MatchLabels: SelectorLabels(cluster())}}}
+	if !reflect.DeepEqual(ps.TopologySpreadConstraints, want) {
+		t.Errorf("spread %+v", ps.TopologySpreadConstraints)
+	}
+	if ps.Affinity != nil || ps.NodeSelector != nil || ps.Tolerations != nil || ps.PriorityClassName != "" {
+		t.Errorf("no scheduling override was asked: %+v", ps)
+	}
+}
+
+func TestStatefulSetReplicasComeFromParams(t *testing.T) {
+	p := params()
+	p.Replicas = 5 // a held scale-down: spec says less
+	if got := *StatefulSet(cluster(), p).Spec.Replicas; got != 5 {
+		t.Errorf("replicas = %d, want the reconciler's 5", got)
+	}
+}
+
+func TestImage(t *testing.T) {
+	c := cluster()
+	for _, tc := range []struct {
+		image, version, def, want string
+	}{
+		{"", "", "", DefaultImage},
+		{"", "", "reg.local:5000/picomq:dev", "reg.local:5000/picomq:dev"},
+		{"", "1.4.0", "ghcr.io/picomq/picomq:latest", "ghcr.io/picomq/picomq:1.4.0"},
+		{"", "1.4.0", "reg.local:5000/picomq", "reg.local:5000/picomq:1.4.0"},
+		{"", "1.4.0", "reg.local:5000/picomq:dev@sha256:abcd", "reg.local:5000/picomq:1.4.0"},
+		{"mine/broker:7", "1.4.0", "ghcr.io/picomq/picomq:latest", "mine/broker:7"},
+	} {
+		c.Spec.Image, c.Spec.Version = tc.image, tc.version
+		if got := Image(c, tc.def); got != tc.want {
+			t.Errorf("Image(image=%q version=%q default=%q) = %q, want %q", tc.image, tc.version, tc.def, got, tc.want)
+		}
+	}
+	c.Spec.Image, c.Spec.Version = "", "1.4.0"
+	sts := StatefulSet(c, params())
+	if sts.Spec.Template.Labels[LabelVersion] != "1.4.0" || sts.Spec.Template.Spec.Containers[0].Image != "ghcr.io/picomq/picomq:1.4.0" {
+		t.Errorf("version: label %v image %s", sts.Spec.Template.Labels, sts.Spec.Template.Spec.Containers[0].Image)
+	}
+}
+
+func TestStatefulSetStorageOverrides(t *testing.T) {
+	c := cluster()
+	big := resource.MustParse("50Gi")
+	c.Spec.Storage.Size = &big
+	c.Spec.Storage.StorageClassName = ptr.To("fast")
+	vct := StatefulSet(c, params()).Spec.VolumeClaimTemplates[0]
+	if q := vct.Spec.Resources.Requests[corev1.ResourceStorage]; q.String() != "50Gi" || ptr.Deref(vct.Spec.StorageClassName, "") != "fast" {
+		t.Errorf("size %s class %v", q.String(), vct.Spec.StorageClassName)
+	}
+	// The claim template override wins field by field.
+	c.Spec.Storage.VolumeClaimTemplate = &corev1.PersistentVolumeClaimSpec{
+		AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOncePod},
+		StorageClassName: ptr.To("slow"),
+		VolumeMode:       ptr.To(corev1.PersistentVolumeFilesystem),
+		Resources:        corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Ti")}},
+	}
+	vct = StatefulSet(c, params()).Spec.VolumeClaimTemplates[0]
+	if q := vct.Spec.Resources.Requests[corev1.ResourceStorage]; q.String() != "1Ti" || ptr.Deref(vct.Spec.StorageClassName, "") != "slow" ||
+		vct.Spec.AccessModes[0] != corev1.ReadWriteOncePod || ptr.Deref(vct.Spec.VolumeMode, "") != corev1.PersistentVolumeFilesystem {
+		t.Errorf("template override not applied: %+v", vct.Spec)
+	}
+	// ... and what it leaves out comes from spec.storage.
+	c.Spec.Storage.VolumeClaimTemplate = &corev1.PersistentVolumeClaimSpec{Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"tier": "a"}}}
+	vct = StatefulSet(c, params()).Spec.VolumeClaimTemplates[0]
+	if q := vct.Spec.Resources.Requests[corev1.ResourceStorage]; q.String() != "50Gi" || ptr.Deref(vct.Spec.StorageClassName, "") != "fast" ||
+		vct.Spec.AccessModes[0] != corev1.ReadWriteOnce || vct.Spec.Selector.MatchLabels["tier"] != "a" {
+		t.Errorf("partial override: %+v", vct.Spec)
+	}
+	if c.Spec.Storage.VolumeClaimTemplate.Resources.Requests != nil {
+		t.Errorf("the builder mutated the custom resource")
+	}
+	// No size at all (defaulting bypassed): 10Gi.
+	c = cluster()
+	c.Spec.Storage.Size = nil
+	if q := StatefulSet(c, params()).Spec.VolumeClaimTemplates[0].Spec.Resources.Requests[corev1.ResourceStorage]; q.String() != DefaultStorageSize {
+		t.Errorf("undefaulted size %s", q.String())
+	}
+}
+
+func TestStatefulSetResourcesOverride(t *testing.T) {
+	c := cluster()
+	c.Spec.Resources = &corev1.ResourceRequirements{
+		Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("500m"), corev1.ResourceMemory: resource.MustParse("512Mi")},
+		Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("1Gi")},
+	}
+	r := StatefulSet(c, params()).Spec.Template.Spec.Containers[0].Resources
+	if r.Requests.Cpu().String() != "500m" || r.Limits.Memory().String() != "1Gi" {
+		t.Errorf("resources %+v", r)
+	}
+	r.Requests[corev1.ResourceCPU] = resource.MustParse("1")
+	if c.Spec.Resources.Requests.Cpu().String() != "500m" {
+		t.Errorf("the builder shares maps with the custom resource")
+	}
+}
+
+func TestStatefulSetPodOverrides(t *testing.T) {
+	c := cluster()
+	aff := &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{
+		NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{{Key: "zone", Operator: corev1.NodeSelectorOpIn, Values: []string{"a"}}}}},
+	}}}
+	spread := []corev1.TopologySpreadConstraint{{MaxSkew: 1, TopologyKey: "topology.kubernetes.io/zone", WhenUnsatisfiable: corev1.DoNotSchedule}}
+	c.Spec.PodTemplate = streamsv1alpha1.PodOverrides{
+		Affinity:                  aff,
+		Tolerations:               []corev1.Toleration{{Key: "dedicated", Operator: corev1.TolerationOpExists}},
+		NodeSelector:              map[string]string{"disk": "ssd"},
+		TopologySpreadConstraints: spread,
+		PriorityClassName:         "critical",
+		Annotations:               map[string]string{"team": "data", ConfigHashAnnotation: "forged"},
+		Labels:                    map[string]string{"team": "data", LabelInstance: "hijack", LabelManagedBy: "me"},
+	}
+	tpl := StatefulSet(c, params()).Spec.Template
+	ps := tpl.Spec
+	if !reflect.DeepEqual(ps.Affinity, aff) || ps.Affinity == aff {
+		t.Errorf("affinity not applied (or not copied)")
+	}
+	if len(ps.Tolerations) != 1 || ps.Tolerations[0].Key != "dedicated" || ps.NodeSelector["disk"] != "ssd" || ps.PriorityClassName != "critical" {
+		t.Errorf("tolerations %v nodeSelector %v priority %q", ps.Tolerations, ps.NodeSelector, ps.PriorityClassName)
+	}
+	if !reflect.DeepEqual(ps.TopologySpreadConstraints, spread) {
+		t.Errorf("spread constraints must replace the default: %+v", ps.TopologySpreadConstraints)
+	}
+	if tpl.Annotations["team"] != "data" || tpl.Annotations[ConfigHashAnnotation] != "abc123" {
+		t.Errorf("annotations %v: overrides added, the config hash kept", tpl.Annotations)
+	}
+	if tpl.Labels["team"] != "data" || tpl.Labels[LabelInstance] != "demo" || tpl.Labels[LabelManagedBy] != "me" {
+		t.Errorf("labels %v: overrides win except over the selector", tpl.Labels)
+	}
+	// The pods still match the selector.
+	for k, v := range StatefulSet(c, params()).Spec.Selector.MatchLabels {
+		if tpl.Labels[k] != v {
+			t.Errorf("pod template no longer matches the selector on %s", k)
+		}
+	}
+}
+
+func TestStatefulSetTLSAndAuth(t *testing.T) {
+	c := cluster()
+	c.Spec.TLS = &streamsv1alpha1.TLSSpec{SecretName: "cert"}
+	c.Spec.Auth = &streamsv1alpha1.AuthSpec{SecretName: "tokens"}
+	ps := StatefulSet(c, params()).Spec.Template.Spec
+	ctr := ps.Containers[0]
+	for _, p := range []*corev1.Probe{ctr.StartupProbe, ctr.LivenessProbe, ctr.ReadinessProbe} {
+		if p.HTTPGet.Scheme != corev1.URISchemeHTTPS {
+			t.Errorf("probe scheme %s with TLS", p.HTTPGet.Scheme)
+		}
+	}
+	vols := map[string]string{}
+	for _, v := range ps.Volumes {
+		if v.Secret != nil {
+			vols[v.Name] = v.Secret.SecretName
+		}
+	}
+	if vols[TLSVolumeName] != "cert" || vols[AuthVolumeName] != "tokens" {
+		t.Errorf("secret volumes %v", vols)
+	}
+	mounts := map[string]corev1.VolumeMount{}
+	for _, m := range ctr.VolumeMounts {
+		mounts[m.Name] = m
+	}
+	if m := mounts[TLSVolumeName]; m.MountPath != TLSMountPath || !m.ReadOnly {
+		t.Errorf("tls mount %+v", m)
+	}
+	if m := mounts[AuthVolumeName]; m.MountPath != AuthMountPath || !m.ReadOnly {
+		t.Errorf("auth mount %+v", m)
+	}
+}
+
+func TestPolicyValue(t *testing.T) {
+	v, err := PolicyValue(streamsv1alpha1.StreamPolicy{
+		Partitions: 8, MaxRecordBytes: 65536, RetainFor: ptr.To[streamsv1alpha1.Duration]("168h"), RetainBytes: 10,
+		MaxBytes: 1 << 30, BlockTimeout: ptr.To[streamsv1alpha1.Duration]("5s"), SegmentBytes: 1 << 20, CompactAfter: ptr.To[streamsv1alpha1.Duration]("24h"),
+	})
+	want := stream.PolicyValue{Partitions: 8, MaxRecordBytes: 65536, RetainFor: 168 * time.Hour, RetainBytes: 10, MaxBytes: 1 << 30,
+		BlockTimeout: 5 * time.Second, SegmentBytes: 1 << 20, CompactAfter: 24 * time.Hour}
+	if err != nil || v != want {
+		t.Errorf("PolicyValue = %+v, %v", v, err)
+	}
+	if v, err := PolicyValue(streamsv1alpha1.StreamPolicy{}); err != nil || v != (stream.PolicyValue{}) {
+		t.Errorf("empty policy = %+v, %v", v, err)
+	}
+	if _, err := PolicyValue(streamsv1alpha1.StreamPolicy{CompactAfter: ptr.To[streamsv1alpha1.Duration]("-1h")}); err == nil || !strings.Contains(err.Error(), "compactAfter") {
+		t.Errorf("negative duration: %v", err)
+	}
+}
+
+func TestBuildersArePure(t *testing.T) {
+	c := cluster()
+	before := c.DeepCopy()
+	cm, _ := ConfigMap(c)
+	_ = StatefulSet(c, StatefulSetParams{Replicas: 3, ConfigHash: ConfigHash(cm)})
+	_, _, _, _, _, _ = HeadlessService(c), ClientService(c), ServiceAccount(c), Role(c), RoleBinding(c), PodDisruptionBudget(c)
+	_ = ServiceMonitor(c)
+	if !reflect.DeepEqual(c, before) {
+		t.Errorf("a builder changed the StreamCluster")
+	}
+	a, b := StatefulSet(c, params()), StatefulSet(c, params())
+	if !reflect.DeepEqual(a, b) {
+		t.Errorf("two builds differ")
+	}
+}

@@ -1,0 +1,251 @@
+package controllers
+
+import (
+	"context"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	crevent "sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+
+	streamsv1alpha1 "github.com/picomq/picomq/api/v1alpha1"
+	"github.com/picomq/picomq/controllers/resources"
+)
+
+// Metadata the Stream controller reads and writes.
+const (
+	// StreamFinalizer makes deleting a Stream wait until the operator has
+	// applied its deletionPolicy on the broker.
+	StreamFinalizer = "streams.picomq.io/finalizer"
+	// AnnotationManaged set to "false" detaches a Stream from its broker
+	// stream: the operator no longer creates, updates or deletes it, and
+	// drops its finalizer.
+	AnnotationManaged = "streams.picomq.io/managed"
+	// AnnotationAdminURL, on a Stream or its StreamCluster, overrides the
+	// URL of the cluster's admin API (default: the client Service's DNS
+	// name), for an operator running outside the cluster network.
+	AnnotationAdminURL = "streams.picomq.io/admin-url"
+
+	// clusterRefIndex indexes Streams by spec.clusterRef.name.
+	clusterRefIndex = "spec.clusterRef.name"
+)
+
+// StreamReconciler keeps a Stream's named stream on its cluster: created
+// with its policy, updated as the spec changes, repaired when it drifts or
+// is deleted out of band, deleted (or retained) with the resource.
+//
+// It reconciles on spec changes, on annotation changes (managed, admin-url)
+// and when the Ready condition or endpoint of its cluster changes; an idle
+// Stream is reconciled once per jittered resync period, which is when drift
+// is repaired.
+type StreamReconciler struct {
+	Client   client.Client
+	Recorder events.EventRecorder
+	Options  Options
+}
+
+// Reconcile implements reconcile.Reconciler.
+func (r *StreamReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	if r.Options.observe != nil {
+		r.Options.observe("stream", req.String())
+	}
+	var s streamsv1alpha1.Stream
+	if err := r.Client.Get(ctx, req.NamespacedName, &s); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if !s.DeletionTimestamp.IsZero() {
+		return r.finalize(ctx, &s)
+	}
+	if !managed(&s) {
+		return r.detach(ctx, &s)
+	}
+	if !controllerutil.ContainsFinalizer(&s, StreamFinalizer) {
+		patched := s.DeepCopy()
+		controllerutil.AddFinalizer(patched, StreamFinalizer)
+		if err := r.Client.Patch(ctx, patched, client.MergeFromWithOptions(&s, client.MergeFromWithOptimisticLock{})); err != nil {
+			if apierrors.IsConflict(err) {
+				return ctrl.Result{RequeueAfter: conflictRetry}, nil
+			}
+			return ctrl.Result{}, err
+		}
+		s = *patched
+	}
+
+	var cluster streamsv1alpha1.StreamCluster
+	switch err := r.Client.Get(ctx, types.NamespacedName{Namespace: s.Namespace, Name: s.Spec.ClusterRef.Name}, &cluster); {
+	case apierrors.IsNotFound(err):
+		st := streamStatusWith(&s, clusterNotFound(&s))
+		return r.finish(ctx, &s, st, nil, jitter(r.Options.ResyncPeriod))
+	case err != nil:
+		return ctrl.Result{}, err
+	}
+
+	out := r.sync(ctx, &s, &cluster)
+	r.actionEvents(&s, out)
+	st := streamStatusWith(&s, out.ready)
+	if out.info != nil {
+		applyBrokerInfo(st, out.info)
+	}
+	next := jitter(r.Options.ResyncPeriod)
+	return r.finish(ctx, &s, st, out.retry, next)
+}
+
+// finish writes the status if it changed, then returns retryErr (the
+// rate limiter backs off) or schedules the next look.
+func (r *StreamReconciler) finish(ctx context.Context, s *streamsv1alpha1.Stream, st *streamsv1alpha1.StreamStatus, retryErr error, next time.Duration) (ctrl.Result, error) {
+	old := s.Status.DeepCopy()
+	written, err := r.patchStatus(ctx, s, st)
+	if err != nil {
+		if apierrors.IsConflict(err) {
+			return ctrl.Result{RequeueAfter: conflictRetry}, nil
+		}
+		return ctrl.Result{}, err
+	}
+	if written {
+		r.readyTransitionEvent(s, old, st)
+	}
+	if retryErr != nil {
+		return ctrl.Result{}, retryErr
+	}
+	return ctrl.Result{RequeueAfter: next}, nil
+}
+
+// patchStatus writes st if it changed, with optimistic locking.
+func (r *StreamReconciler) patchStatus(ctx context.Context, s *streamsv1alpha1.Stream, st *streamsv1alpha1.StreamStatus) (written bool, err error) {
+	if streamStatusEqual(&s.Status, st) {
+		return false, nil
+	}
+	patched := s.DeepCopy()
+	patched.Status = *st
+	if err := r.Client.Status().Patch(ctx, patched, client.MergeFromWithOptions(s, client.MergeFromWithOptimisticLock{})); err != nil {
+		return false, err
+	}
+	*s = *patched
+	return true, nil
+}
+
+// removeFinalizer drops the operator's finalizer, with optimistic locking.
+func (r *StreamReconciler) removeFinalizer(ctx context.Context, s *streamsv1alpha1.Stream) error {
+	if !controllerutil.ContainsFinalizer(s, StreamFinalizer) {
+		return nil
+	}
+	patched := s.DeepCopy()
+	controllerutil.RemoveFinalizer(patched, StreamFinalizer)
+	return client.IgnoreNotFound(r.Client.Patch(ctx, patched, client.MergeFromWithOptions(s, client.MergeFromWithOptimisticLock{})))
+}
+
+// managed is false when the Stream carries streams.picomq.io/managed: "false".
+func managed(s *streamsv1alpha1.Stream) bool {
+	return s.Annotations[AnnotationManaged] != "false"
+}
+
+// adminEndpoint is the base URL of the cluster's admin API: the Stream's
+// override annotation, else the cluster's, else the client Service.
+func adminEndpoint(s *streamsv1alpha1.Stream, c *streamsv1alpha1.StreamCluster) string {
+	if u := s.Annotations[AnnotationAdminURL]; u != "" {
+		return u
+	}
+	if u := c.Annotations[AnnotationAdminURL]; u != "" {
+		return u
+	}
+	return resources.Endpoint(c)
+}
+
+// detach leaves the broker stream alone for good: the finalizer goes and
+// the status says why nothing is reconciled.
+func (r *StreamReconciler) detach(ctx context.Context, s *streamsv1alpha1.Stream) (ctrl.Result, error) {
+	had := controllerutil.ContainsFinalizer(s, StreamFinalizer)
+	if err := r.removeFinalizer(ctx, s); err != nil {
+		if apierrors.IsConflict(err) {
+			return ctrl.Result{RequeueAfter: conflictRetry}, nil
+		}
+		return ctrl.Result{}, err
+	}
+	if had {
+		event(r.Recorder, s, eventNormal, "Detached", "Detach",
+			"annotation %s is \"false\": the operator leaves stream %s on the broker alone, and deleting this resource will not delete it", AnnotationManaged, s.StreamName())
+	}
+	st := streamStatusWith(s, unmanaged(s))
+	if _, err := r.patchStatus(ctx, s, st); err != nil && !apierrors.IsNotFound(err) {
+		if apierrors.IsConflict(err) {
+			return ctrl.Result{RequeueAfter: conflictRetry}, nil
+		}
+		return ctrl.Result{}, err
+	}
+	return ctrl.Result{}, nil
+}
+
+// SetupWithManager registers the controller and the index of Streams by
+// cluster.
+func (r *StreamReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) error {
+	r.Options = r.Options.withDefaults()
+	if r.Client == nil {
+		r.Client = mgr.GetClient()
+	}
+	if r.Recorder == nil {
+		r.Recorder = r.Options.recorder
+	}
+	if r.Recorder == nil {
+		r.Recorder = mgr.GetEventRecorder(EventSource)
+	}
+	if err := mgr.GetFieldIndexer().IndexField(ctx, &streamsv1alpha1.Stream{}, clusterRefIndex, func(o client.Object) []string {
+		return []string{o.(*streamsv1alpha1.Stream).Spec.ClusterRef.Name}
+	}); err != nil {
+		return err
+	}
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("stream").
+		For(&streamsv1alpha1.Stream{}, builder.WithPredicates(predicate.Or(
+			predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}))).
+		Watches(&streamsv1alpha1.StreamCluster{}, handler.EnqueueRequestsFromMapFunc(r.streamsOfCluster),
+			builder.WithPredicates(clusterAvailabilityChanged{})).
+		WithOptions(controller.Options{
+			MaxConcurrentReconciles: r.Options.StreamConcurrency,
+			RateLimiter:             rateLimiter(r.Options),
+			SkipNameValidation:      &r.Options.SkipNameValidation,
+		}).
+		Complete(r)
+}
+
+// streamsOfCluster maps a StreamCluster to its Streams.
+func (r *StreamReconciler) streamsOfCluster(ctx context.Context, o client.Object) []ctrl.Request {
+	var list streamsv1alpha1.StreamList
+	if err := r.Client.List(ctx, &list, client.InNamespace(o.GetNamespace()), client.MatchingFields{clusterRefIndex: o.GetName()}); err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "listing the Streams of a cluster", "cluster", o.GetName())
+		return nil
+	}
+	reqs := make([]ctrl.Request, 0, len(list.Items))
+	for i := range list.Items {
+		reqs = append(reqs, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(&list.Items[i])})
+	}
+	return reqs
+}
+
+// clusterAvailabilityChanged passes a StreamCluster's creation, deletion,
+// and the updates that change whether its Streams can be reconciled: its
+// Ready condition, its endpoint, its admin-url annotation.
+type clusterAvailabilityChanged struct{ predicate.Funcs }
+
+func (clusterAvailabilityChanged) Create(crevent.CreateEvent) bool   { return true }
+func (clusterAvailabilityChanged) Delete(crevent.DeleteEvent) bool   { return true }
+func (clusterAvailabilityChanged) Generic(crevent.GenericEvent) bool { return false }
+func (clusterAvailabilityChanged) Update(e crevent.UpdateEvent) bool {
+	oldC, ok1 := e.ObjectOld.(*streamsv1alpha1.StreamCluster)
+	newC, ok2 := e.ObjectNew.(*streamsv1alpha1.StreamCluster)
+	if !ok1 || !ok2 {
+		return false
+	}
+	return meta.IsStatusConditionTrue(oldC.Status.Conditions, streamsv1alpha1.ConditionReady) !=
+		meta.IsStatusConditionTrue(newC.Status.Conditions, streamsv1alpha1.ConditionReady) ||
+		oldC.Status.Endpoint != newC.Status.Endpoint ||
+		oldC.Annotations[AnnotationAdminURL] != newC.Annotations[AnnotationAdminURL]
+}

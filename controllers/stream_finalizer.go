@@ -1,0 +1,79 @@
+package controllers
+
+import (
+	"context"
+	"fmt"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	streamsv1alpha1 "github.com/picomq/picomq/api/v1alpha1"
+	"github.com/picomq/picomq/controllers/brokeradmin"
+)
+
+// finalize applies a deleted Stream's deletionPolicy on the broker, then
+// drops the finalizer. It never blocks for good: a detached Stream, a
+// Retain policy, a cluster that is gone (or going, with brokers that no
+// longer answer) drop the finalizer without a broker call; a broker that
+// fails is retried with backoff, and the status says how to detach.
+func (r *StreamReconciler) finalize(ctx context.Context, s *streamsv1alpha1.Stream) (ctrl.Result, error) {
+	if !controllerutil.ContainsFinalizer(s, StreamFinalizer) {
+		return ctrl.Result{}, nil
+	}
+	name := s.StreamName()
+	drop := func(typ, reason, note string, args ...any) (ctrl.Result, error) {
+		if err := r.removeFinalizer(ctx, s); err != nil {
+			if apierrors.IsConflict(err) {
+				return ctrl.Result{RequeueAfter: conflictRetry}, nil
+			}
+			return ctrl.Result{}, err
+		}
+		event(r.Recorder, s, typ, reason, "Finalize", note, args...)
+		return ctrl.Result{}, nil
+	}
+	switch {
+	case !managed(s):
+		return drop(eventNormal, "Detached", "annotation %s is \"false\": stream %s left on the broker", AnnotationManaged, name)
+	case s.Spec.DeletionPolicy == streamsv1alpha1.DeletionPolicyRetain:
+		return drop(eventNormal, "Retained", "deletionPolicy is Retain: stream %s left on cluster %s", name, s.Spec.ClusterRef.Name)
+	}
+
+	var c streamsv1alpha1.StreamCluster
+	switch err := r.Client.Get(ctx, types.NamespacedName{Namespace: s.Namespace, Name: s.Spec.ClusterRef.Name}, &c); {
+	case apierrors.IsNotFound(err):
+		return drop(eventWarning, "ClusterGone", "StreamCluster %s is gone: nothing to delete stream %s from", s.Spec.ClusterRef.Name, name)
+	case err != nil:
+		return ctrl.Result{}, err
+	}
+	endpoint := adminEndpoint(s, &c)
+	admin, err := r.Options.StreamAdmins.For(endpoint)
+	if err == nil {
+		cctx, cancel := context.WithTimeout(ctx, r.Options.BrokerCallTimeout)
+		err = admin.DeleteStream(cctx, name)
+		cancel()
+	}
+	switch {
+	case err == nil:
+		return drop(eventNormal, "Deleted", "deleted stream %s on cluster %s", name, c.Name)
+	case brokeradmin.IsNotFound(err):
+		return drop(eventNormal, "Deleted", "stream %s was already gone from cluster %s", name, c.Name)
+	case !c.DeletionTimestamp.IsZero() && brokeradmin.IsUnreachable(err):
+		return drop(eventWarning, "ClusterGone", "StreamCluster %s is being deleted and its brokers do not answer: stream %s not deleted", c.Name, name)
+	}
+	ready := metav1.Condition{Status: metav1.ConditionFalse, Reason: ReasonDeleting, Message: fmt.Sprintf(
+		"deleting stream %s on cluster %s failed (retrying with backoff): %v; to delete this resource without deleting the stream, set annotation %s: \"false\"",
+		name, c.Name, err, AnnotationManaged)}
+	old := s.Status.DeepCopy()
+	st := streamStatusWith(s, ready)
+	written, perr := r.patchStatus(ctx, s, st)
+	if perr != nil && !apierrors.IsConflict(perr) && !apierrors.IsNotFound(perr) {
+		return ctrl.Result{}, perr
+	}
+	if written {
+		r.readyTransitionEvent(s, old, st)
+	}
+	return ctrl.Result{}, fmt.Errorf("delete stream %s on cluster %s: %w", name, c.Name, err)
+}

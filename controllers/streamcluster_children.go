@@ -1,0 +1,168 @@
+package controllers
+
+import (
+	"context"
+	"fmt"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	streamsv1alpha1 "github.com/picomq/picomq/api/v1alpha1"
+	"github.com/picomq/picomq/controllers/resources"
+)
+
+// applyChildren builds every child of c and applies them, dependencies
+// first (identity and configuration before the pods that use them). It
+// returns the applied StatefulSet. A spec that cannot be built sets
+// o.specErr and applies nothing.
+func (r *StreamClusterReconciler) applyChildren(ctx context.Context, c *streamsv1alpha1.StreamCluster, o *clusterObservation) (*appsv1.StatefulSet, error) {
+	cm, err := resources.ConfigMap(c)
+	if err != nil {
+		o.specErr = err
+		return nil, nil
+	}
+	sts := resources.StatefulSet(c, resources.StatefulSetParams{
+		Replicas:     o.plan.replicas,
+		ConfigHash:   resources.ConfigHash(cm),
+		DefaultImage: r.Options.BrokerImage,
+	})
+	if o.sts != nil {
+		// A StatefulSet's claim template cannot change: keep the one it has
+		// and say so, rather than have every apply refused.
+		if msg := claimTemplateChange(o.sts, sts); msg != "" {
+			o.storageChange = msg
+			sts.Spec.VolumeClaimTemplates = keepClaimTemplates(o.sts)
+		}
+	}
+
+	a := applier{c: r.Client, reader: r.Client}
+	children := []client.Object{
+		resources.ServiceAccount(c),
+		resources.Role(c),
+		resources.RoleBinding(c),
+		cm,
+		resources.HeadlessService(c),
+		resources.ClientService(c),
+		resources.PodDisruptionBudget(c),
+		sts,
+	}
+	for _, child := range children {
+		var oldHash, basedOn string
+		if child == sts && o.sts != nil {
+			oldHash = o.sts.Spec.Template.Annotations[resources.ConfigHashAnnotation]
+			// The replica count was decided from this version: never lower
+			// it on the strength of a stale read (a broker added meanwhile
+			// would be removed without a drain).
+			basedOn = o.sts.ResourceVersion
+		}
+		outcome, err := a.applyIfUnchanged(ctx, child, basedOn)
+		if err != nil {
+			return nil, err
+		}
+		r.childEvent(c, child, outcome)
+		if child == sts && outcome == applyUpdated && oldHash != "" && oldHash != sts.Spec.Template.Annotations[resources.ConfigHashAnnotation] {
+			event(r.Recorder, c, eventNormal, "ConfigChanged", "RollBrokers",
+				"broker configuration changed (ConfigMap %s): rolling the brokers", cm.Name)
+		}
+	}
+	if err := r.reconcileServiceMonitor(ctx, c, o); err != nil {
+		return sts, err
+	}
+	return sts, nil
+}
+
+func (r *StreamClusterReconciler) childEvent(c *streamsv1alpha1.StreamCluster, child client.Object, outcome applyOutcome) {
+	kind := child.GetObjectKind().GroupVersionKind().Kind
+	switch outcome {
+	case applyCreated:
+		event(r.Recorder, c, eventNormal, "Created", "Apply", "created %s %s", kind, child.GetName())
+	case applyUpdated:
+		event(r.Recorder, c, eventNormal, "Updated", "Apply", "updated %s %s", kind, child.GetName())
+	}
+}
+
+// claimTemplateChange says how the built claim template differs from the
+// StatefulSet's in what the user controls (size, class, access modes), or
+// "" when it does not.
+func claimTemplateChange(existing, built *appsv1.StatefulSet) string {
+	if len(existing.Spec.VolumeClaimTemplates) == 0 || len(built.Spec.VolumeClaimTemplates) == 0 {
+		return ""
+	}
+	have, want := existing.Spec.VolumeClaimTemplates[0].Spec, built.Spec.VolumeClaimTemplates[0].Spec
+	hs, ws := have.Resources.Requests[corev1.ResourceStorage], want.Resources.Requests[corev1.ResourceStorage]
+	switch {
+	case hs.Cmp(ws) != 0:
+		return fmt.Sprintf("storage size %s cannot change to %s: a StatefulSet's claim template is immutable; expand the PersistentVolumeClaims themselves if their StorageClass allows it", hs.String(), ws.String())
+	case want.StorageClassName != nil && (have.StorageClassName == nil || *have.StorageClassName != *want.StorageClassName):
+		return fmt.Sprintf("storage class cannot change to %q: a StatefulSet's claim template is immutable", *want.StorageClassName)
+	case !equality.Semantic.DeepEqual(have.AccessModes, want.AccessModes):
+		return fmt.Sprintf("access modes cannot change to %v: a StatefulSet's claim template is immutable", want.AccessModes)
+	}
+	return ""
+}
+
+// keepClaimTemplates copies a StatefulSet's claim templates for an apply.
+func keepClaimTemplates(sts *appsv1.StatefulSet) []corev1.PersistentVolumeClaim {
+	out := make([]corev1.PersistentVolumeClaim, len(sts.Spec.VolumeClaimTemplates))
+	for i := range sts.Spec.VolumeClaimTemplates {
+		sts.Spec.VolumeClaimTemplates[i].DeepCopyInto(&out[i])
+		out[i].Status = corev1.PersistentVolumeClaimStatus{}
+		out[i].APIVersion, out[i].Kind = "v1", "PersistentVolumeClaim"
+	}
+	return out
+}
+
+// reconcileServiceMonitor applies the ServiceMonitor when monitoring asks
+// for one and the prometheus-operator's CRD is installed, and removes it
+// when monitoring no longer asks for it. A missing CRD is reported once per
+// spec generation, not an error.
+func (r *StreamClusterReconciler) reconcileServiceMonitor(ctx context.Context, c *streamsv1alpha1.StreamCluster, o *clusterObservation) error {
+	want := c.Spec.Monitoring.ServiceMonitor
+	if !want && !o.firstLook {
+		return nil // deletion is checked once per generation
+	}
+	gvk := resources.ServiceMonitorGVK
+	if _, err := r.RESTMapper.RESTMapping(gvk.GroupKind(), gvk.Version); err != nil {
+		if meta.IsNoMatchError(err) {
+			if want && o.firstLook {
+				o.deferred = append(o.deferred, func() {
+					event(r.Recorder, c, eventWarning, "ServiceMonitorUnavailable", "Apply",
+						"spec.monitoring.serviceMonitor is true but the ServiceMonitor CRD (monitoring.coreos.com/v1) is not installed: no ServiceMonitor created")
+				})
+			}
+			return nil
+		}
+		return err
+	}
+	if want {
+		sm := resources.ServiceMonitor(c)
+		outcome, err := applier{c: r.Client, reader: r.APIReader}.apply(ctx, sm)
+		if err != nil {
+			return err
+		}
+		r.childEvent(c, sm, outcome)
+		return nil
+	}
+	existing := &unstructured.Unstructured{}
+	existing.SetGroupVersionKind(gvk)
+	err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: resources.ServiceMonitorName(c)}, existing)
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if !metav1IsControlledBy(existing, c) {
+		return nil
+	}
+	if err := r.Client.Delete(ctx, existing); client.IgnoreNotFound(err) != nil {
+		return err
+	}
+	event(r.Recorder, c, eventNormal, "Deleted", "Apply", "deleted ServiceMonitor %s (spec.monitoring.serviceMonitor is false)", existing.GetName())
+	return nil
+}

@@ -1,0 +1,216 @@
+package controllers
+
+import (
+	"context"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+
+	streamsv1alpha1 "github.com/picomq/picomq/api/v1alpha1"
+	"github.com/picomq/picomq/controllers/resources"
+)
+
+// conflictRetry is how soon a reconcile whose status write lost an
+// optimistic-locking race runs again (against the newer object).
+const conflictRetry = 200 * time.Millisecond
+
+// StreamClusterReconciler turns a StreamCluster into its brokers: the
+// children built by controllers/resources, applied with server-side apply,
+// a scale-down that drains the departing brokers first, and a status made
+// of small condition functions (streamcluster_status.go) patched with
+// optimistic locking.
+//
+// It reconciles on spec changes (generation) and on any change of a child,
+// never on its own status writes; an idle cluster is looked at again once
+// per jittered resync period.
+type StreamClusterReconciler struct {
+	Client     client.Client
+	APIReader  client.Reader
+	RESTMapper meta.RESTMapper
+	Recorder   events.EventRecorder
+	Options    Options
+}
+
+// clusterObservation is what one reconcile saw and did; the status
+// functions read it.
+type clusterObservation struct {
+	// desired is spec.replicas.
+	desired int32
+	// sts is the StatefulSet after this reconcile's apply (nil: none).
+	sts *appsv1.StatefulSet
+	// brokers are the answers of the brokers' admin API.
+	brokers []brokerObservation
+	// plan is the replica count applied, and why.
+	plan scalePlan
+	// paused: spec.paused, children left alone.
+	paused bool
+	// firstLook: the first reconcile of this generation.
+	firstLook bool
+	// specErr: the spec cannot be built into children (nothing applied).
+	specErr error
+	// applyErr: applying a child failed (retried with backoff).
+	applyErr error
+	// storageChange: the claim template changed, which a StatefulSet cannot
+	// take; the old one is kept and this says why.
+	storageChange string
+	// deferred events are recorded once the status is written.
+	deferred []func()
+}
+
+// Reconcile implements reconcile.Reconciler.
+func (r *StreamClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	if r.Options.observe != nil {
+		r.Options.observe("streamcluster", req.String())
+	}
+	var c streamsv1alpha1.StreamCluster
+	if err := r.Client.Get(ctx, req.NamespacedName, &c); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if !c.DeletionTimestamp.IsZero() {
+		// Owner references let the garbage collector remove the children;
+		// the StatefulSet's retention policy keeps the claims.
+		return ctrl.Result{}, nil
+	}
+
+	o := clusterObservation{
+		desired:   c.Spec.EffectiveReplicas(),
+		paused:    c.Spec.Paused,
+		firstLook: c.Status.ObservedGeneration != c.Generation,
+	}
+	sts := &appsv1.StatefulSet{}
+	switch err := r.Client.Get(ctx, types.NamespacedName{Namespace: c.Namespace, Name: resources.StatefulSetName(&c)}, sts); {
+	case apierrors.IsNotFound(err):
+		sts = nil
+	case err != nil:
+		return ctrl.Result{}, err
+	}
+	o.sts = sts
+	current := o.desired
+	if sts != nil && sts.Spec.Replicas != nil {
+		current = *sts.Spec.Replicas
+	}
+	if sts != nil {
+		o.brokers = r.observeBrokers(ctx, &c, current)
+	}
+
+	if !o.paused {
+		o.plan = r.planReplicas(ctx, &c, sts, o.desired, current, o.brokers)
+		applied, err := r.applyChildren(ctx, &c, &o)
+		if apierrors.IsConflict(err) {
+			// A child changed since it was read: decide again from the
+			// newer version.
+			return ctrl.Result{RequeueAfter: conflictRetry}, nil
+		}
+		o.applyErr = err
+		if applied != nil {
+			o.sts = applied
+		}
+		r.scaleEvents(&c, current, o)
+	} else {
+		o.plan = scalePlan{replicas: current, from: current}
+	}
+
+	status := clusterStatus(&c, o)
+	written, err := r.patchStatus(ctx, &c, status)
+	if err != nil {
+		if apierrors.IsConflict(err) {
+			// A reconcile that read a stale cluster: the one that won has
+			// written this status (and recorded its events).
+			return ctrl.Result{RequeueAfter: conflictRetry}, nil
+		}
+		return ctrl.Result{}, err
+	}
+	if written {
+		// Events about status transitions are recorded once the transition
+		// is written, so that two reconciles racing on a stale cache do not
+		// both report it.
+		r.transitionEvents(&c, &status, o)
+		for _, e := range o.deferred {
+			e()
+		}
+	}
+	if o.applyErr != nil {
+		return ctrl.Result{}, o.applyErr
+	}
+	return ctrl.Result{RequeueAfter: r.nextLook(o, &status)}, nil
+}
+
+// nextLook is when the cluster is looked at again with no event: soon while
+// a scale-down waits on the brokers, sooner than the resync while it is not
+// Ready, else at the jittered resync.
+func (r *StreamClusterReconciler) nextLook(o clusterObservation, st *streamsv1alpha1.StreamClusterStatus) time.Duration {
+	switch {
+	case o.plan.draining != "" || o.plan.blocked != "":
+		return r.Options.DrainPollInterval
+	case !meta.IsStatusConditionTrue(st.Conditions, streamsv1alpha1.ConditionReady):
+		return min(r.Options.NotReadyPollInterval, r.Options.ResyncPeriod)
+	}
+	return jitter(r.Options.ResyncPeriod)
+}
+
+// patchStatus writes status if it changed, as a merge patch carrying the
+// resourceVersion read: a concurrent writer makes it fail with a conflict
+// rather than be overwritten.
+func (r *StreamClusterReconciler) patchStatus(ctx context.Context, c *streamsv1alpha1.StreamCluster, status streamsv1alpha1.StreamClusterStatus) (written bool, err error) {
+	if statusEqual(c.Status, status) {
+		return false, nil
+	}
+	patched := c.DeepCopy()
+	patched.Status = status
+	if err := r.Client.Status().Patch(ctx, patched, client.MergeFromWithOptions(c, client.MergeFromWithOptimisticLock{})); err != nil {
+		return false, err
+	}
+	return true, nil
+}
+
+// SetupWithManager registers the controller: StreamClusters on generation
+// changes only (status writes do not come back as reconciles), and every
+// owned child on any change.
+func (r *StreamClusterReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	r.Options = r.Options.withDefaults()
+	if r.Client == nil {
+		r.Client = mgr.GetClient()
+	}
+	if r.APIReader == nil {
+		r.APIReader = mgr.GetAPIReader()
+	}
+	if r.RESTMapper == nil {
+		r.RESTMapper = mgr.GetRESTMapper()
+	}
+	if r.Recorder == nil {
+		r.Recorder = r.Options.recorder
+	}
+	if r.Recorder == nil {
+		r.Recorder = mgr.GetEventRecorder(EventSource)
+	}
+	generation := builder.WithPredicates(predicate.GenerationChangedPredicate{})
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("streamcluster").
+		For(&streamsv1alpha1.StreamCluster{}, generation).
+		Owns(&appsv1.StatefulSet{}).
+		Owns(&corev1.Service{}).
+		Owns(&corev1.ConfigMap{}).
+		Owns(&corev1.ServiceAccount{}).
+		Owns(&rbacv1.Role{}).
+		Owns(&rbacv1.RoleBinding{}).
+		// A PDB's status moves with every pod; only its spec matters here.
+		Owns(&policyv1.PodDisruptionBudget{}, generation).
+		WithOptions(controller.Options{
+			MaxConcurrentReconciles: r.Options.StreamClusterConcurrency,
+			RateLimiter:             rateLimiter(r.Options),
+			SkipNameValidation:      &r.Options.SkipNameValidation,
+		}).
+		Complete(r)
+}

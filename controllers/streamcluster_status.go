@@ -1,0 +1,240 @@
+package controllers
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	appsv1 "k8s.io/api/apps/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	streamsv1alpha1 "github.com/picomq/picomq/api/v1alpha1"
+	"github.com/picomq/picomq/controllers/resources"
+)
+
+// Condition reasons of a StreamCluster.
+const (
+	ReasonAllBrokersReady   = "AllBrokersReady"
+	ReasonBrokersNotReady   = "BrokersNotReady"
+	ReasonNoMetadataLeader  = "NoMetadataLeader"
+	ReasonCreating          = "Creating"
+	ReasonRollingUpdate     = "RollingUpdate"
+	ReasonScalingUp         = "ScalingUp"
+	ReasonScalingDown       = "ScalingDown"
+	ReasonDraining          = "Draining"
+	ReasonScaleDownBlocked  = "ScaleDownBlocked"
+	ReasonStable            = "Stable"
+	ReasonPaused            = "Paused"
+	ReasonInvalidSpec       = "InvalidSpec"
+	ReasonApplyFailed       = "ApplyFailed"
+	ReasonStorageImmutable  = "StorageChangeNotApplied"
+	ReasonAsExpected        = "AsExpected"
+	ReasonBrokersNotStarted = "BrokersStarting"
+)
+
+// clusterStatus is the status one reconcile observed: the previous
+// conditions updated by the three condition functions (a condition whose
+// status did not change keeps its lastTransitionTime), and the counts,
+// endpoint, leader and slots.
+func clusterStatus(c *streamsv1alpha1.StreamCluster, o clusterObservation) streamsv1alpha1.StreamClusterStatus {
+	st := c.Status.DeepCopy()
+	st.ObservedGeneration = c.Generation
+	st.Endpoint = resources.Endpoint(c)
+	st.Replicas, st.ReadyReplicas = 0, 0
+	if o.sts != nil {
+		st.Replicas = o.sts.Status.Replicas
+		st.ReadyReplicas = o.sts.Status.ReadyReplicas
+	}
+	st.MetadataLeader = metadataLeader(o.brokers)
+	st.SlotsHeld = slotsHeld(o.brokers)
+	for _, cond := range []metav1.Condition{readyCondition(o), progressingCondition(o), degradedCondition(o)} {
+		cond.ObservedGeneration = c.Generation
+		meta.SetStatusCondition(&st.Conditions, cond)
+	}
+	return *st
+}
+
+// metadataLeader is the leader the answering brokers report; when they
+// disagree (an election under way), the one most of them name.
+func metadataLeader(brokers []brokerObservation) string {
+	votes := map[string]int{}
+	best := ""
+	for _, b := range brokers {
+		if b.err != nil || b.status.Leader == "" {
+			continue
+		}
+		l := b.status.Leader
+		votes[l]++
+		if votes[l] > votes[best] || (votes[l] == votes[best] && l < best) {
+			best = l
+		}
+	}
+	return best
+}
+
+// slotsHeld lists the brokers that report their slots, by name.
+func slotsHeld(brokers []brokerObservation) []streamsv1alpha1.BrokerSlots {
+	var out []streamsv1alpha1.BrokerSlots
+	for _, b := range brokers {
+		if b.err == nil && b.status.SlotsHeld != nil {
+			out = append(out, streamsv1alpha1.BrokerSlots{Broker: b.pod, Slots: *b.status.SlotsHeld})
+		}
+	}
+	slices.SortFunc(out, func(a, b streamsv1alpha1.BrokerSlots) int { return strings.Compare(a.Broker, b.Broker) })
+	return out
+}
+
+// answered counts the brokers that answered the status call.
+func answered(brokers []brokerObservation) int {
+	n := 0
+	for _, b := range brokers {
+		if b.err == nil {
+			n++
+		}
+	}
+	return n
+}
+
+// readyCondition: every desired broker is ready and the metadata log has a
+// leader. A broker is only ready (/readyz) while it knows a metadata
+// leader, so when no broker answers the operator (an operator outside the
+// cluster network, say) the pods' readiness stands for the leader; when
+// brokers answer and none knows a leader, the cluster is not Ready
+// whatever the probes last said.
+func readyCondition(o clusterObservation) metav1.Condition {
+	c := metav1.Condition{Type: streamsv1alpha1.ConditionReady, Status: metav1.ConditionFalse}
+	sts := o.sts
+	if sts == nil {
+		c.Reason, c.Message = ReasonCreating, "the brokers' StatefulSet does not exist yet"
+		return c
+	}
+	ready := sts.Status.ReadyReplicas
+	if ready < o.desired || sts.Status.Replicas > o.desired && ready < sts.Status.Replicas {
+		c.Reason = ReasonBrokersNotReady
+		c.Message = fmt.Sprintf("%d of %d brokers ready", ready, o.desired)
+		return c
+	}
+	leader := metadataLeader(o.brokers)
+	if leader == "" && answered(o.brokers) > 0 {
+		c.Reason = ReasonNoMetadataLeader
+		c.Message = fmt.Sprintf("%d of %d brokers ready, but the %d brokers that answered know no metadata leader", ready, o.desired, answered(o.brokers))
+		return c
+	}
+	c.Status, c.Reason = metav1.ConditionTrue, ReasonAllBrokersReady
+	c.Message = fmt.Sprintf("%d of %d brokers ready", ready, o.desired)
+	if leader != "" {
+		c.Message += "; metadata leader " + leader
+	} else {
+		c.Message += "; no broker answered the operator's status call, readiness implies a metadata leader"
+	}
+	return c
+}
+
+// progressingCondition: a rollout, a scaling or a drain is under way.
+func progressingCondition(o clusterObservation) metav1.Condition {
+	c := metav1.Condition{Type: streamsv1alpha1.ConditionProgressing, Status: metav1.ConditionTrue}
+	sts := o.sts
+	switch {
+	case o.paused:
+		c.Status, c.Reason = metav1.ConditionFalse, ReasonPaused
+		c.Message = "spec.paused is true: the operator changes no child object until it is false"
+	case o.plan.blocked != "":
+		c.Status, c.Reason, c.Message = metav1.ConditionFalse, ReasonScaleDownBlocked, o.plan.blocked
+	case o.plan.draining != "":
+		c.Reason, c.Message = ReasonDraining, o.plan.draining
+	case sts == nil:
+		c.Reason, c.Message = ReasonCreating, "creating the brokers"
+	default:
+		reason, msg := rollout(sts)
+		if reason == "" {
+			c.Status, c.Reason = metav1.ConditionFalse, ReasonStable
+			c.Message = fmt.Sprintf("%d brokers at the current revision", sts.Status.Replicas)
+		} else {
+			c.Reason, c.Message = reason, msg
+		}
+	}
+	return c
+}
+
+// rollout reads a StatefulSet's status: what it is still doing, or "".
+func rollout(sts *appsv1.StatefulSet) (reason, message string) {
+	want := int32(1)
+	if sts.Spec.Replicas != nil {
+		want = *sts.Spec.Replicas
+	}
+	s := sts.Status
+	switch {
+	case s.ObservedGeneration < sts.Generation:
+		return ReasonRollingUpdate, fmt.Sprintf("the StatefulSet controller has not yet seen generation %d", sts.Generation)
+	case s.Replicas < want:
+		return ReasonScalingUp, fmt.Sprintf("%d of %d brokers created", s.Replicas, want)
+	case s.Replicas > want:
+		return ReasonScalingDown, fmt.Sprintf("%d brokers, going to %d", s.Replicas, want)
+	case s.UpdatedReplicas < want || (s.UpdateRevision != "" && s.CurrentRevision != s.UpdateRevision):
+		return ReasonRollingUpdate, fmt.Sprintf("%d of %d brokers at revision %s", s.UpdatedReplicas, want, s.UpdateRevision)
+	case s.ReadyReplicas < want:
+		return ReasonBrokersNotStarted, fmt.Sprintf("%d of %d brokers ready", s.ReadyReplicas, want)
+	}
+	return "", ""
+}
+
+// degradedCondition: something needs a person: a spec the operator cannot
+// build, a child it cannot apply, a scale-down it holds, a storage change
+// a StatefulSet cannot take.
+func degradedCondition(o clusterObservation) metav1.Condition {
+	c := metav1.Condition{Type: streamsv1alpha1.ConditionDegraded, Status: metav1.ConditionTrue}
+	switch {
+	case o.specErr != nil:
+		c.Reason, c.Message = ReasonInvalidSpec, o.specErr.Error()
+	case o.applyErr != nil:
+		c.Reason, c.Message = ReasonApplyFailed, o.applyErr.Error()
+	case o.plan.blocked != "":
+		c.Reason, c.Message = ReasonScaleDownBlocked, o.plan.blocked
+	case o.storageChange != "":
+		c.Reason, c.Message = ReasonStorageImmutable, o.storageChange
+	default:
+		c.Status, c.Reason, c.Message = metav1.ConditionFalse, ReasonAsExpected, "nothing needs attention"
+	}
+	return c
+}
+
+// transitionEvents records an event for every condition that changed
+// reason: the cluster became Ready or stopped being, was paused or
+// resumed, started draining, became Degraded (a Warning naming why). A
+// condition that stays as it was records nothing, so a held scale-down or a
+// retried failure does not repeat its event on every reconcile.
+func (r *StreamClusterReconciler) transitionEvents(c *streamsv1alpha1.StreamCluster, st *streamsv1alpha1.StreamClusterStatus, _ clusterObservation) {
+	changed := func(typ string) (now *metav1.Condition, ok bool) {
+		now = meta.FindStatusCondition(st.Conditions, typ)
+		was := meta.FindStatusCondition(c.Status.Conditions, typ)
+		if now == nil {
+			return nil, false
+		}
+		return now, was == nil || was.Status != now.Status || was.Reason != now.Reason
+	}
+	if now, ok := changed(streamsv1alpha1.ConditionReady); ok {
+		wasReady := meta.IsStatusConditionTrue(c.Status.Conditions, streamsv1alpha1.ConditionReady)
+		switch {
+		case now.Status == metav1.ConditionTrue:
+			event(r.Recorder, c, eventNormal, "Ready", "Observe", "%s", now.Message)
+		case wasReady:
+			event(r.Recorder, c, eventWarning, "NotReady", "Observe", "%s: %s", now.Reason, now.Message)
+		}
+	}
+	if now, ok := changed(streamsv1alpha1.ConditionProgressing); ok {
+		was := meta.FindStatusCondition(c.Status.Conditions, streamsv1alpha1.ConditionProgressing)
+		switch {
+		case now.Reason == ReasonPaused:
+			event(r.Recorder, c, eventNormal, "Paused", "Pause", "%s", now.Message)
+		case was != nil && was.Reason == ReasonPaused:
+			event(r.Recorder, c, eventNormal, "Resumed", "Pause", "spec.paused is false: the operator manages the children again")
+		}
+		if now.Reason == ReasonDraining {
+			event(r.Recorder, c, eventNormal, "Draining", "ScaleDown", "%s", now.Message)
+		}
+	}
+	if now, ok := changed(streamsv1alpha1.ConditionDegraded); ok && now.Status == metav1.ConditionTrue {
+		event(r.Recorder, c, eventWarning, now.Reason, "Reconcile", "%s", now.Message)
+	}
+}
