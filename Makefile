@@ -10,7 +10,9 @@ KUBECTL ?= kubectl
 # envtest's kube-apiserver and etcd: cached per machine, built when they
 # cannot be downloaded (hack/envtest-assets.sh).
 ENVTEST_ASSETS = $(shell hack/envtest-assets.sh)
-GO_TEST_FLAGS ?= -race
+# -count=1: several suites run binaries they build themselves (the broker),
+# which the test cache cannot see change.
+GO_TEST_FLAGS ?= -race -count=1
 
 .PHONY: all
 all: build
