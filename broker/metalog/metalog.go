@@ -485,7 +485,17 @@ func (l *Log) Propose(cmd []byte) func(ctx context.Context) (any, error) {
 	}
 	f := l.raft.Apply(cmd, 0)
 	return func(ctx context.Context) (any, error) {
-		if err := l.wait(ctx, f); err != nil {
+		var err error
+		if ctx.Done() == nil {
+			// Nothing can cancel the wait: block on the future itself and
+			// spare the hand-off through a helper goroutine, which costs a
+			// scheduling delay on a busy machine. (Callers that may still
+			// wait when the Log closes must pass a cancellable ctx.)
+			err = f.Error()
+		} else {
+			err = l.wait(ctx, f)
+		}
+		if err != nil {
 			return nil, l.wrap("apply", err)
 		}
 		resp := f.Response()
