@@ -93,11 +93,11 @@ func (b *Broker) Append(ctx context.Context, name string, records []stream.Recor
 	var deadline <-chan time.Time
 	for {
 		p, wait, err := b.admit(ctx, n, partition, records, batchBytes, o)
-		if err != nil || p == nil {
+		if err != nil {
 			return wait.res, err
 		}
-		if p.done == nil {
-			// Room under MaxBytes: wait for it, up to BlockTimeout.
+		if wait.room != nil {
+			// No room under MaxBytes: wait for some, up to BlockTimeout.
 			if deadline == nil {
 				if policy.BlockTimeout <= 0 {
 					return AppendResult{}, stream.Full(policy, wait.held, batchBytes)
@@ -115,6 +115,9 @@ func (b *Broker) Append(ctx context.Context, name string, records []stream.Recor
 				return AppendResult{}, context.Cause(ctx)
 			}
 		}
+		if p == nil {
+			return wait.res, nil // a duplicate, answered without writing
+		}
 		select {
 		case err := <-p.done:
 			if err != nil {
@@ -130,7 +133,8 @@ func (b *Broker) Append(ctx context.Context, name string, records []stream.Recor
 	}
 }
 
-// admitWait tells Append why it must wait, or what to answer at once.
+// admitWait tells Append what to answer at once, or, when room is set, that
+// it must wait for room under MaxBytes (held is what the stream holds).
 type admitWait struct {
 	room <-chan struct{}
 	held int64
@@ -138,9 +142,9 @@ type admitWait struct {
 }
 
 // admit runs the provisional checks under the stream's lock and, when they
-// pass, assigns offsets and queues the append. It returns a pendingAppend
-// with done set when queued; one with done nil when the append must wait for
-// room; nil with an answer for duplicates and refusals.
+// pass, assigns offsets and queues the append, which it returns. Otherwise
+// it returns no append and says why in admitWait: an answer (a duplicate or
+// a refusal's details) or room to wait for.
 func (b *Broker) admit(ctx context.Context, n *named, partition int, records []stream.RecordValue, batchBytes int64, o AppendOptions) (*pendingAppend, admitWait, error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -187,7 +191,7 @@ func (b *Broker) admit(ctx context.Context, n *named, partition int, records []s
 		if wait, err := stream.CheckRoom(n.policy, held, batchBytes); err != nil {
 			return nil, admitWait{}, err
 		} else if wait {
-			return &pendingAppend{}, admitWait{room: n.room, held: held}, nil
+			return nil, admitWait{room: n.room, held: held}, nil
 		}
 	}
 	if !pt.opened {
