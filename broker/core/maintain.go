@@ -238,39 +238,44 @@ func (b *Broker) maintainLoop() {
 // maintain expires streams, applies retention and merges small ranges.
 func (b *Broker) maintain(ctx context.Context) {
 	now := b.now().UnixNano()
+	type owned struct {
+		n       *named
+		streams []uint64
+	}
 	var expired []*meta.Entry
-	var live []*meta.Entry
+	var loaded []owned
+	// Copy only what the passes need: with many streams, cloning every
+	// entry (producer maps included) each second would dominate.
 	b.fsm.View(func(s *meta.State) {
-		for _, e := range s.Names {
-			if !e.Deleted { // kept for its forks: nothing to expire or retain
-				live = append(live, e.Clone())
+		for name, e := range s.Names {
+			if e.Deleted { // kept for its forks: nothing to expire or retain
+				continue
+			}
+			if b.expired(e, now) {
+				expired = append(expired, e.Clone())
+				continue
+			}
+			b.mu.Lock()
+			n, ok := b.named[name]
+			b.mu.Unlock()
+			if ok {
+				loaded = append(loaded, owned{n, append([]uint64(nil), e.Streams...)})
 			}
 		}
 	})
-	for _, e := range live {
-		if b.expired(e, now) {
-			expired = append(expired, e)
-		}
-	}
 	for _, e := range expired {
 		if err := b.deleteEntry(ctx, e); err == nil {
 			b.cfg.Metrics.ExpiredStreams.Inc()
 			b.cfg.Logger.Info("stream expired", "name", e.Name)
 		}
 	}
-	for _, e := range live {
-		b.mu.Lock()
-		n, ok := b.named[e.Name]
-		b.mu.Unlock()
-		if !ok {
-			continue
-		}
-		for _, id := range e.Streams {
-			if err := b.retain(ctx, n, id); err != nil {
-				b.cfg.Logger.Warn("retention failed", "name", e.Name, "err", err)
+	for _, o := range loaded {
+		for _, id := range o.streams {
+			if err := b.retain(ctx, o.n, id); err != nil {
+				b.cfg.Logger.Warn("retention failed", "name", o.n.name, "err", err)
 			}
-			if err := b.merge(ctx, n, id); err != nil {
-				b.cfg.Logger.Warn("merge failed", "name", e.Name, "err", err)
+			if err := b.merge(ctx, o.n, id); err != nil {
+				b.cfg.Logger.Warn("merge failed", "name", o.n.name, "err", err)
 			}
 		}
 	}
