@@ -2,7 +2,6 @@ package core
 
 import (
 	"context"
-	"time"
 
 	"github.com/picomq/picomq/broker/meta"
 	"github.com/picomq/picomq/broker/stream"
@@ -90,30 +89,20 @@ func (b *Broker) Append(ctx context.Context, name string, records []stream.Recor
 	batchBytes := stream.BatchBytes(records)
 	n.lastAccess.Store(max(n.lastAccess.Load(), b.now().UnixNano()))
 
-	var deadline <-chan time.Time
+	// Room under MaxBytes is signalled by trims, retention and commits of
+	// this stream; nothing else makes it, so there is no poll.
+	rw := stream.NewRoomWait(policy, 0)
+	defer rw.Stop()
 	for {
-		p, wait, err := b.admit(ctx, n, partition, records, batchBytes, o)
+		p, wait, err := b.admit(ctx, n, partition, records, batchBytes, o, rw)
 		if err != nil {
 			return wait.res, err
 		}
 		if wait.room != nil {
-			// No room under MaxBytes: wait for some, up to BlockTimeout.
-			if deadline == nil {
-				if policy.BlockTimeout <= 0 {
-					return AppendResult{}, stream.Full(policy, wait.held, batchBytes)
-				}
-				t := time.NewTimer(policy.BlockTimeout)
-				defer t.Stop()
-				deadline = t.C
+			if err := rw.Wait(ctx, wait.room); err != nil {
+				return AppendResult{}, err
 			}
-			select {
-			case <-wait.room:
-				continue
-			case <-deadline:
-				return AppendResult{}, stream.Full(policy, b.heldBytes(n), batchBytes)
-			case <-ctx.Done():
-				return AppendResult{}, context.Cause(ctx)
-			}
+			continue
 		}
 		if p == nil {
 			return wait.res, nil // a duplicate, answered without writing
@@ -134,10 +123,9 @@ func (b *Broker) Append(ctx context.Context, name string, records []stream.Recor
 }
 
 // admitWait tells Append what to answer at once, or, when room is set, that
-// it must wait for room under MaxBytes (held is what the stream holds).
+// it must wait for room under MaxBytes.
 type admitWait struct {
 	room <-chan struct{}
-	held int64
 	res  AppendResult
 }
 
@@ -145,7 +133,7 @@ type admitWait struct {
 // pass, assigns offsets and queues the append, which it returns. Otherwise
 // it returns no append and says why in admitWait: an answer (a duplicate or
 // a refusal's details) or room to wait for.
-func (b *Broker) admit(ctx context.Context, n *named, partition int, records []stream.RecordValue, batchBytes int64, o AppendOptions) (*pendingAppend, admitWait, error) {
+func (b *Broker) admit(ctx context.Context, n *named, partition int, records []stream.RecordValue, batchBytes int64, o AppendOptions, rw *stream.RoomWait) (*pendingAppend, admitWait, error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if partition < 0 {
@@ -187,11 +175,10 @@ func (b *Broker) admit(ctx context.Context, n *named, partition int, records []s
 		return nil, admitWait{}, meta.StreamSeqOrder.With("name", n.name, "last", n.lastSeq, "received", o.StreamSeq)
 	}
 	if n.policy.MaxBytes > 0 && len(records) > 0 {
-		held := b.heldBytesLocked(n)
-		if wait, err := stream.CheckRoom(n.policy, held, batchBytes); err != nil {
+		if wait, err := rw.Check(b.heldBytesLocked(n), batchBytes); err != nil {
 			return nil, admitWait{}, err
 		} else if wait {
-			return nil, admitWait{room: n.room, held: held}, nil
+			return nil, admitWait{room: n.room}, nil
 		}
 	}
 	if !pt.opened {
@@ -283,14 +270,9 @@ func (b *Broker) committedEnd(p *part) uint64 {
 	return 0
 }
 
-// heldBytes is what MaxBytes measures: the records committed at or above
-// each partition's start, plus those handed offsets but not committed.
-func (b *Broker) heldBytes(n *named) int64 {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	return b.heldBytesLocked(n)
-}
-
+// heldBytesLocked is what MaxBytes measures: the records committed at or
+// above each partition's start, plus those handed offsets but not
+// committed. Called with n.mu held.
 func (b *Broker) heldBytesLocked(n *named) int64 {
 	held := n.pendingBytes
 	b.fsm.View(func(s *meta.State) {

@@ -1,6 +1,9 @@
 package stream
 
-import "time"
+import (
+	"context"
+	"time"
+)
 
 // RecordBytes is the size a record counts for, against MaxRecordBytes,
 // RetainBytes and MaxBytes alike: its key and payload together.
@@ -136,4 +139,68 @@ func Full(policy PolicyValue, held, batch int64) error {
 // every record.
 func Expired(policy PolicyValue, appendedAt, now time.Time) bool {
 	return policy.RetainFor > 0 && !now.Before(appendedAt.Add(policy.RetainFor))
+}
+
+// RoomWait is Append's wait for room under MaxBytes, the same in every
+// engine: CheckRoom decides, BlockTimeout runs from the first wait on,
+// the engine's room signal or a poll (for room that only time makes, such
+// as retention by age) ends each wait, and the deadline earns one last look
+// before StreamFull. The zero value is not usable: call NewRoomWait, and
+// Stop when done.
+type RoomWait struct {
+	policy   PolicyValue
+	every    time.Duration
+	timer    *time.Timer
+	ticker   *time.Ticker
+	timedOut bool
+}
+
+// NewRoomWait returns the wait of one Append under policy; poll, when
+// positive, is how often the engine looks again without a signal.
+func NewRoomWait(policy PolicyValue, poll time.Duration) *RoomWait {
+	return &RoomWait{policy: policy, every: poll}
+}
+
+// Check is CheckRoom, refusing with StreamFull instead of waiting once the
+// deadline passed or when BlockTimeout is zero.
+func (w *RoomWait) Check(held, batch int64) (wait bool, err error) {
+	wait, err = CheckRoom(w.policy, held, batch)
+	if err == nil && wait && (w.timedOut || w.policy.BlockTimeout == 0) {
+		return false, Full(w.policy, held, batch)
+	}
+	return wait, err
+}
+
+// Wait waits for room, the poll, or the deadline, and returns ctx's cause
+// when ctx ends first. The engine then looks again with Check.
+func (w *RoomWait) Wait(ctx context.Context, room <-chan struct{}) error {
+	if w.timer == nil {
+		w.timer = time.NewTimer(w.policy.BlockTimeout)
+		if w.every > 0 {
+			w.ticker = time.NewTicker(w.every)
+		}
+	}
+	var poll <-chan time.Time
+	if w.ticker != nil {
+		poll = w.ticker.C
+	}
+	select {
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	case <-room:
+	case <-poll:
+	case <-w.timer.C:
+		w.timedOut = true // one last look: room may have come with the deadline
+	}
+	return nil
+}
+
+// Stop releases the wait's timers.
+func (w *RoomWait) Stop() {
+	if w.timer != nil {
+		w.timer.Stop()
+	}
+	if w.ticker != nil {
+		w.ticker.Stop()
+	}
 }

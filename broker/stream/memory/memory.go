@@ -117,19 +117,18 @@ func (e *engine) Append(ctx context.Context, records []stream.RecordValue) (stre
 	kept := append([]stream.RecordValue(nil), records...)
 	own(len(kept), batch, func(i int) *stream.RecordValue { return &kept[i] })
 
-	var (
-		timeout  <-chan time.Time
-		poll     <-chan time.Time
-		timedOut bool
-	)
+	// Only retention by age makes room without a signal: poll for it then.
+	var poll time.Duration
+	if e.policy.RetainFor > 0 {
+		poll = pollEvery
+	}
+	rw := stream.NewRoomWait(e.policy, poll)
+	defer rw.Stop()
 	for {
 		e.mu.Lock()
 		now := e.now()
 		e.expireAll(now)
-		wait, err := stream.CheckRoom(e.policy, e.held, batch)
-		if err == nil && wait && (timedOut || e.policy.BlockTimeout == 0) {
-			err = stream.Full(e.policy, e.held, batch)
-		}
+		wait, err := rw.Check(e.held, batch)
 		if err != nil {
 			e.mu.Unlock()
 			return stream.AppendValue{}, err
@@ -144,25 +143,8 @@ func (e *engine) Append(ctx context.Context, records []stream.RecordValue) (stre
 		}
 		room := e.room
 		e.mu.Unlock()
-
-		if timeout == nil {
-			t := time.NewTimer(e.policy.BlockTimeout)
-			defer t.Stop()
-			timeout = t.C
-			if e.policy.RetainFor > 0 {
-				tick := time.NewTicker(pollEvery)
-				defer tick.Stop()
-				poll = tick.C
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return stream.AppendValue{}, context.Cause(ctx)
-		case <-room:
-		case <-poll:
-		case <-timeout:
-			// One last look: room may have come with the deadline.
-			timedOut = true
+		if err := rw.Wait(ctx, room); err != nil {
+			return stream.AppendValue{}, err
 		}
 	}
 }

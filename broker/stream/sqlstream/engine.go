@@ -430,11 +430,12 @@ func (e *Stream) Append(ctx context.Context, records []stream.RecordValue) (stre
 		return stream.AppendValue{}, err
 	}
 	batch := stream.BatchBytes(records)
-	var (
-		timeout  <-chan time.Time
-		poll     <-chan time.Time
-		timedOut bool
-	)
+	every := pollEveryNoExpiry
+	if e.policy.RetainFor > 0 {
+		every = pollEvery
+	}
+	rw := stream.NewRoomWait(e.policy, every)
+	defer rw.Stop()
 	for {
 		room := e.roomSignal() // before the look, so a release after it is not missed
 		var v stream.AppendValue
@@ -448,10 +449,7 @@ func (e *Stream) Append(ctx context.Context, records []stream.RecordValue) (stre
 				if err != nil {
 					return err
 				}
-				wait, err := stream.CheckRoom(e.policy, held, batch)
-				if err == nil && wait && (timedOut || e.policy.BlockTimeout == 0) {
-					err = stream.Full(e.policy, held, batch)
-				}
+				wait, err := rw.Check(held, batch)
 				if err != nil {
 					return err
 				}
@@ -473,25 +471,8 @@ func (e *Stream) Append(ctx context.Context, records []stream.RecordValue) (stre
 		if !errors.Is(err, errWait) {
 			return stream.AppendValue{}, err
 		}
-		if timeout == nil {
-			t := time.NewTimer(e.policy.BlockTimeout)
-			defer t.Stop()
-			timeout = t.C
-			every := pollEveryNoExpiry
-			if e.policy.RetainFor > 0 {
-				every = pollEvery
-			}
-			tick := time.NewTicker(every)
-			defer tick.Stop()
-			poll = tick.C
-		}
-		select {
-		case <-ctx.Done():
-			return stream.AppendValue{}, context.Cause(ctx)
-		case <-room:
-		case <-poll:
-		case <-timeout:
-			timedOut = true // one last look: room may have come with the deadline
+		if err := rw.Wait(ctx, room); err != nil {
+			return stream.AppendValue{}, err
 		}
 	}
 }
