@@ -50,6 +50,10 @@ type Config struct {
 	// TouchInterval bounds how stale a persisted last access may be
 	// (default 10s): reads never write the metadata log themselves.
 	TouchInterval time.Duration
+	// GarbageGrace is how long an object's file is kept after no range
+	// references it any more (default 10s), so that a read which looked up
+	// its ranges just before a trim, merge or delete can still finish.
+	GarbageGrace time.Duration
 	// OrphanGrace is how old an object nobody committed must be before it is
 	// deleted while running (default 10 min); at start every orphan goes.
 	OrphanGrace time.Duration
@@ -85,6 +89,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.TouchInterval <= 0 {
 		c.TouchInterval = 10 * time.Second
+	}
+	if c.GarbageGrace <= 0 {
+		c.GarbageGrace = 10 * time.Second
 	}
 	if c.OrphanGrace <= 0 {
 		c.OrphanGrace = 10 * time.Minute
@@ -135,6 +142,9 @@ type Broker struct {
 
 	flush  *flusher
 	frames *frameCache
+
+	gcMu         sync.Mutex
+	garbageSince map[uint64]time.Time // garbage objects waiting out GarbageGrace
 
 	stop chan struct{}
 	wg   sync.WaitGroup

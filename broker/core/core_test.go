@@ -283,7 +283,11 @@ func TestSlidingTTLAndExpiry(t *testing.T) {
 func TestMergeAndGarbageCollection(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
-	b := openTest(t, dir, func(c *Config) { c.MergeMinRanges = 8; c.OrphanGrace = time.Hour })
+	b := openTest(t, dir, func(c *Config) {
+		c.MergeMinRanges = 8
+		c.OrphanGrace = time.Hour
+		c.GarbageGrace = 50 * time.Millisecond
+	})
 	defer b.Close()
 	mustCreate(t, b, "a", CreateOptions{})
 	for i := 0; i < 20; i++ {
@@ -318,8 +322,32 @@ func TestMergeAndGarbageCollection(t *testing.T) {
 			t.Fatalf("record %d differs after merge", i)
 		}
 	}
+	// First pass: the merged-away objects wait out GarbageGrace, for reads
+	// that looked them up just before.
+	garbage := b.fsm.State().Garbage
+	if len(garbage) == 0 {
+		t.Fatal("the merge left no garbage object")
+	}
+	exists := func(id uint64) bool {
+		_, err := os.Stat(filepath.Join(dir, "objects", objName(id)))
+		return err == nil
+	}
 	if err := b.collectGarbage(ctx, time.Hour); err != nil {
 		t.Fatal(err)
+	}
+	for id := range garbage {
+		if !exists(id) {
+			t.Fatalf("object %d deleted within GarbageGrace", id)
+		}
+	}
+	time.Sleep(60 * time.Millisecond)
+	if err := b.collectGarbage(ctx, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	for id := range garbage {
+		if exists(id) {
+			t.Fatalf("garbage object %d kept after GarbageGrace", id)
+		}
 	}
 	if n := objects(); n >= filesBefore || len(b.fsm.State().Garbage) != 0 {
 		t.Fatalf("objects %d -> %d, garbage left %v", filesBefore, n, b.fsm.State().Garbage)

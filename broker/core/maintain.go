@@ -322,13 +322,32 @@ func (b *Broker) collectGarbage(ctx context.Context, grace time.Duration) error 
 		}
 	})
 	var deleted []uint64
+	now := time.Now()
+	b.gcMu.Lock()
+	defer b.gcMu.Unlock()
+	seen := map[uint64]time.Time{}
 	for _, id := range garbage {
+		// A read may have looked its ranges up just before they became
+		// garbage: keep the file GarbageGrace longer (not at start, when
+		// nothing reads yet).
+		if grace > 0 {
+			since, ok := b.garbageSince[id]
+			if !ok {
+				since = now
+			}
+			seen[id] = since
+			if now.Sub(since) < b.cfg.GarbageGrace {
+				continue
+			}
+		}
+		delete(seen, id)
 		b.frames.dropObject(id)
 		if err := b.objs.Remove(id); err != nil {
 			return err
 		}
 		deleted = append(deleted, id)
 	}
+	b.garbageSince = seen
 	if len(deleted) > 0 {
 		if _, err := b.apply(ctx, &meta.Command{Op: meta.OpObjectsDeleted, ObjectsDeleted: &meta.ObjectsDeleted{IDs: deleted}}); err != nil {
 			return err
@@ -341,7 +360,7 @@ func (b *Broker) collectGarbage(ctx context.Context, grace time.Duration) error 
 	}
 	cutoff := time.Now().Add(-grace)
 	for _, info := range infos {
-		if known[info.ID] || (grace > 0 && info.ModTime.After(cutoff)) {
+		if _, waiting := seen[info.ID]; waiting || known[info.ID] || (grace > 0 && info.ModTime.After(cutoff)) {
 			continue
 		}
 		// Never committed (or committed and already forgotten as garbage).
