@@ -238,10 +238,8 @@ func (b *Broker) awaitProducer(ctx context.Context, n *named, t *meta.ProducerTu
 		n.mu.Lock()
 		wake, gen := n.wake, n.gen
 		n.mu.Unlock()
-		if e, ok := b.fsm.Entry(n.name); ok {
-			if cur, ok := e.Producers[t.ID]; ok && (cur.Epoch > t.Epoch || cur.Epoch == t.Epoch && cur.LastSeq >= t.Seq) {
-				return nil
-			}
+		if b.producerCommitted(n.name, t) {
+			return nil
 		}
 		select {
 		case <-wake:
@@ -249,10 +247,8 @@ func (b *Broker) awaitProducer(ctx context.Context, n *named, t *meta.ProducerTu
 			rolled := n.gen != gen
 			n.mu.Unlock()
 			if rolled {
-				if e, ok := b.fsm.Entry(n.name); ok {
-					if cur, ok := e.Producers[t.ID]; ok && (cur.Epoch > t.Epoch || cur.Epoch == t.Epoch && cur.LastSeq >= t.Seq) {
-						return nil
-					}
+				if b.producerCommitted(n.name, t) {
+					return nil
 				}
 				return Aborted.With("name", n.name, "producer", t.ID, "seq", t.Seq)
 			}
@@ -260,6 +256,19 @@ func (b *Broker) awaitProducer(ctx context.Context, n *named, t *meta.ProducerTu
 			return context.Cause(ctx)
 		}
 	}
+}
+
+// producerCommitted reports whether the committed state of name holds the
+// producer at t or past it. It reads in place: no copy of the entry.
+func (b *Broker) producerCommitted(name string, t *meta.ProducerTuple) bool {
+	done := false
+	b.fsm.View(func(s *meta.State) {
+		if e, ok := s.Names[name]; ok {
+			cur, ok := e.Producers[t.ID]
+			done = ok && (cur.Epoch > t.Epoch || cur.Epoch == t.Epoch && cur.LastSeq >= t.Seq)
+		}
+	})
+	return done
 }
 
 // committedEnd returns a partition's committed end.
