@@ -411,9 +411,13 @@ func (b *Broker) List() []*meta.Entry {
 func (b *Broker) Internal(id uint64) (*meta.Internal, bool) { return b.fsm.Internal(id) }
 
 // LogState reports the metadata log's role and indexes.
+//
+// applied is the index of the last command this broker's state machine
+// applied: raft's own AppliedIndex may trail a command that has already
+// returned, which made "nothing was written" checks race.
 func (b *Broker) LogState() (state, leader string, applied, last uint64) {
 	_, id := b.log.Leader()
-	return b.log.State(), id, b.log.AppliedIndex(), b.log.LastIndex()
+	return b.log.State(), id, b.fsm.Applied(), b.log.LastIndex()
 }
 
 // NodeID returns this broker's id.
