@@ -396,9 +396,10 @@ func (b *Broker) Get(name string) (*meta.Entry, error) {
 func (b *Broker) List() []*meta.Entry {
 	var out []*meta.Entry
 	now := b.now().UnixNano()
+	views := b.loadedViews()
 	b.fsm.View(func(s *meta.State) {
-		for _, e := range s.Names {
-			if !e.Deleted && !b.expired(e, now) {
+		for name, e := range s.Names {
+			if !e.Deleted && !lifetimeOver(views[name], e.TTL, e.ExpiresAt, e.LastAccess, now) {
 				out = append(out, e.Clone())
 			}
 		}

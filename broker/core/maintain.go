@@ -187,20 +187,42 @@ func (b *Broker) expired(e *meta.Entry, now int64) bool {
 
 // expiredAt is expired on the entry's lifetime fields: an absolute expiry
 // passed, or a TTL since the later of the persisted and the in-memory last
-// access.
+// access. It takes b.mu, so it must not run inside a state machine View:
+// there, use lifetimeOver with a snapshot of the views (loadedViews).
 func (b *Broker) expiredAt(name string, ttl, expiresAt, lastAccess, now int64) bool {
+	b.mu.Lock()
+	n := b.named[name]
+	b.mu.Unlock()
+	return lifetimeOver(n, ttl, expiresAt, lastAccess, now)
+}
+
+// lifetimeOver is expiredAt's rule, taking no lock: n, the stream's loaded
+// view or nil, supplies the in-memory last access.
+func lifetimeOver(n *named, ttl, expiresAt, lastAccess, now int64) bool {
 	if expiresAt > 0 && now >= expiresAt {
 		return true
 	}
 	if ttl > 0 {
-		b.mu.Lock()
-		if n, ok := b.named[name]; ok {
+		if n != nil {
 			lastAccess = max64(lastAccess, n.lastAccess.Load())
 		}
-		b.mu.Unlock()
 		return now-lastAccess >= ttl
 	}
 	return false
+}
+
+// loadedViews copies the map of loaded stream views. Passes that walk the
+// registry inside a View read it instead of taking b.mu there: a View
+// holds the state machine's read lock, and a goroutine holding b.mu may be
+// waiting, through n.mu, on a command that needs the write lock.
+func (b *Broker) loadedViews() map[string]*named {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	views := make(map[string]*named, len(b.named))
+	for k, v := range b.named {
+		views[k] = v
+	}
+	return views
 }
 
 // Touch records an access for the sliding TTL, in memory: the maintenance
@@ -244,6 +266,7 @@ func (b *Broker) maintain(ctx context.Context) {
 	}
 	var expired []*meta.Entry
 	var loaded []owned
+	views := b.loadedViews()
 	// Copy only what the passes need: with many streams, cloning every
 	// entry (producer maps included) each second would dominate.
 	b.fsm.View(func(s *meta.State) {
@@ -251,13 +274,11 @@ func (b *Broker) maintain(ctx context.Context) {
 			if e.Deleted { // kept for its forks: nothing to expire or retain
 				continue
 			}
-			if b.expired(e, now) {
+			n, ok := views[name]
+			if lifetimeOver(n, e.TTL, e.ExpiresAt, e.LastAccess, now) {
 				expired = append(expired, e.Clone())
 				continue
 			}
-			b.mu.Lock()
-			n, ok := b.named[name]
-			b.mu.Unlock()
 			if ok {
 				loaded = append(loaded, owned{n, append([]uint64(nil), e.Streams...)})
 			}

@@ -80,6 +80,12 @@ func (b *Broker) stream(name string) (*named, error) {
 	b.mu.Lock()
 	n, cached := b.named[name]
 	b.mu.Unlock()
+	var have []uint64 // the cached view's ids, read under its lock
+	if cached {
+		n.mu.Lock()
+		have = n.streams
+		n.mu.Unlock()
+	}
 	var (
 		found, deleted, reload   bool
 		ttl, expiresAt, accessed int64
@@ -94,11 +100,11 @@ func (b *Broker) stream(name string) (*named, error) {
 		}
 		found, deleted = true, e.Deleted
 		ttl, expiresAt, accessed = e.TTL, e.ExpiresAt, e.LastAccess
-		reload = !cached || len(e.Streams) < len(n.streams) || !sameIDs(n.streams, e.Streams[:len(n.streams)])
+		reload = !cached || len(e.Streams) < len(have) || !sameIDs(have, e.Streams[:len(have)])
 		switch {
 		case reload:
 			fresh = e.Clone()
-		case len(e.Streams) > len(n.streams):
+		case len(e.Streams) > len(have):
 			ids = append([]uint64(nil), e.Streams...)
 		}
 		policy = e.Policy
@@ -125,7 +131,7 @@ func (b *Broker) stream(name string) (*named, error) {
 		return n, nil
 	}
 	n.mu.Lock()
-	if ids != nil { // partitions grew
+	if len(ids) > len(n.streams) { // partitions grew (and no one added them meanwhile)
 		for _, id := range ids[len(n.streams):] {
 			n.parts = append(n.parts, &part{id: id})
 		}
