@@ -12,9 +12,8 @@ import (
 )
 
 // countingStore counts the leader's writes to its log store. Each StoreLogs
-// call is one bbolt write transaction, and each bbolt commit costs two
-// fdatasync calls (dirty pages, then the meta page); so commits x 2 is the
-// fsync count of the run.
+// call is one WAL write and one fsync; so commits is the fsync count of the
+// run.
 type countingStore struct {
 	raft.LogStore
 	commits atomic.Int64
@@ -35,10 +34,10 @@ func (c *countingStore) StoreLog(l *raft.Log) error {
 // proposer and with 64 concurrent ones.
 //
 // What it shows is group commit. With one proposer every Apply is its own
-// bbolt transaction — two fdatasyncs — so applies/s is bounded by the disk's
+// WAL write — one fsync — so applies/s is bounded by the disk's
 // fsync latency (entries/commit = 1). With 64 proposers the leader loop
-// drains every queued proposal (up to MaxAppendEntries) into one transaction,
-// so the same two fdatasyncs cover tens of entries (entries/commit ~ the
+// drains every queued proposal (up to MaxAppendEntries) into one write,
+// so the same fsync covers tens of entries (entries/commit ~ the
 // number of proposers waiting) and applies/s grows nearly as much. No timer
 // or sleep is involved either way: a batch is simply whatever queued up
 // during the previous fsync.

@@ -1,5 +1,5 @@
 // Package metalog is the replicated metadata log of a PicoMQ broker: the
-// wiring of a hashicorp/raft node — a raft-boltdb store, a file snapshot
+// wiring of a hashicorp/raft node — a raft-wal log store, a file snapshot
 // store, a transport — around a state machine it knows nothing about.
 //
 // The state machine is any raft.FSM. metalog never looks inside a command:
@@ -18,17 +18,21 @@
 //
 // # Files
 //
-// Config.Dir holds raft.db, a bbolt database (raft-boltdb/v2) that is both
-// raft's LogStore and its StableStore (current term, vote), and snapshots/,
-// raft's FileSnapshotStore keeping the two newest snapshots.
+// Config.Dir holds wal/, hashicorp/raft-wal's segment files (raft's
+// LogStore) and its wal-meta.db (a small bbolt file: the StableStore's term
+// and vote, and the segment index); snapshots/, raft's FileSnapshotStore
+// keeping the two newest snapshots; and LOCK, flocked while a Log is open.
+// A directory from before the WAL (a raft-boltdb raft.db) is migrated on
+// Open and its raft.db renamed raft.db.migrated.
 //
 // # Latency and durability
 //
-// Every Apply is durable before it returns: the entry is fsynced to raft.db
-// (bbolt commits with fdatasync) before it counts towards the quorum. What
-// keeps this cheap under load is group commit: the leader drains every
-// proposal waiting in its apply channel (up to MaxAppendEntries) into ONE
-// bbolt transaction, so N concurrent Apply calls share one set of fsyncs.
+// Every Apply is durable before it returns: the entry is fsynced to the WAL
+// (one fsync of a preallocated segment per batch) before it counts towards
+// the quorum. What keeps this cheap under load is group commit: the leader
+// drains every proposal waiting in its apply channel (up to
+// MaxAppendEntries) into ONE StoreLogs call, so N concurrent Apply calls
+// share one fsync.
 // Nothing on the commit path sleeps or waits for a timer; on a one-voter
 // cluster an entry is committed as soon as the local write returns.
 //

@@ -13,8 +13,6 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
-	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
-	"go.etcd.io/bbolt"
 )
 
 // Defaults applied by Open to the zero fields of Config. See Config for why.
@@ -25,28 +23,32 @@ const (
 	DefaultHeartbeatTimeout  = 500 * time.Millisecond
 	DefaultElectionTimeout   = 500 * time.Millisecond
 	DefaultMaxAppendEntries  = 256
+	DefaultSegmentBytes      = 16 << 20
 	DefaultOpenTimeout       = 30 * time.Second
 	DefaultLogLevel          = "warn"
 )
 
 const (
-	// dbFile is the bbolt database holding the log and the stable store.
-	dbFile = "raft.db"
+	// walDir holds the log: hashicorp/raft-wal segment files, preallocated
+	// and appended to with one fsync per batch of entries, and wal-meta.db, a
+	// small bbolt file that is both raft's StableStore (term, vote) and the
+	// WAL's segment index. raft-boltdb's raft.db cost two fdatasyncs per
+	// batch (bbolt writes its pages, then its meta page); the WAL costs one,
+	// which halves the metadata commit on the append path.
+	walDir = "wal"
+
+	// lockFile is locked (flock) while a Log has the directory open.
+	lockFile = "LOCK"
 
 	// snapshotRetain is how many snapshots FileSnapshotStore keeps: the
 	// newest, and the one before it in case the newest turns out unreadable.
 	snapshotRetain = 2
 
 	// logCacheSize is how many recent entries raft.LogCache keeps in memory
-	// in front of bbolt, so that replicating to a follower that is slightly
-	// behind (a later, multi-node concern) does not read the database. It is
-	// the size Consul and Nomad use.
+	// in front of the WAL, so that replicating to a follower that is slightly
+	// behind (a later, multi-node concern) does not read the disk. It is the
+	// size Consul and Nomad use.
 	logCacheSize = 512
-
-	// boltOpenTimeout bounds the wait for bbolt's file lock. Without it a
-	// second Open of the same Dir (another process, or a Log not closed) would
-	// block forever instead of failing.
-	boltOpenTimeout = time.Second
 
 	// tcpMaxPool and tcpTimeout are the NetworkTransport's connection pool
 	// size per peer and its I/O deadline, the values hashicorp's own servers
@@ -56,7 +58,7 @@ const (
 )
 
 // testHookLogStore, when set by a test, wraps the log store raft writes to
-// (to count StoreLogs calls, i.e. bbolt write transactions). Nil otherwise.
+// (to count StoreLogs calls, i.e. WAL fsyncs). Nil otherwise.
 var testHookLogStore func(raft.LogStore) raft.LogStore
 
 // ErrNotLeader is returned (wrapped) by Apply, Barrier and the membership
@@ -73,8 +75,8 @@ var ErrClosed = errors.New("metalog: closed")
 // Config configures Open. Dir and NodeID are required; every other zero field
 // takes its default.
 type Config struct {
-	// Dir is the folder holding raft.db and snapshots/. It is created if
-	// missing. One Log at a time may use it: bbolt locks raft.db.
+	// Dir is the folder holding wal/ and snapshots/. It is created if
+	// missing. One Log at a time may use it: Open locks Dir/LOCK.
 	Dir string
 
 	// NodeID is this server's raft ID, unique in the cluster for all time
@@ -103,10 +105,10 @@ type Config struct {
 
 	// SnapshotThreshold is how many entries past the last snapshot make raft
 	// take a new one (checked every SnapshotInterval); TrailingLogs is how
-	// many entries stay in raft.db behind a snapshot so a lagging follower
+	// many entries stay in the WAL behind a snapshot so a lagging follower
 	// catches up from the log rather than from a whole snapshot.
 	// Defaults are raft's own (8192, 2m, 10240): metadata commands are a few
-	// hundred bytes, so raft.db stays a few MB, and a restart replays at
+	// hundred bytes, so the WAL stays a few MB, and a restart replays at
 	// most ~18k small entries, a matter of milliseconds.
 	SnapshotThreshold uint64
 	SnapshotInterval  time.Duration
@@ -123,12 +125,18 @@ type Config struct {
 	HeartbeatTimeout time.Duration
 	ElectionTimeout  time.Duration
 
-	// MaxAppendEntries is the most proposals the leader writes to raft.db in
+	// MaxAppendEntries is the most proposals the leader writes to the WAL in
 	// one transaction (group commit), the capacity of raft's apply queue, and
 	// the most entries sent to a follower in one RPC. Default 256 (raft's is
 	// 64; the maximum is 1024): metadata entries are small, so a larger batch
 	// costs little and lets more concurrent proposers share one fsync.
 	MaxAppendEntries int
+
+	// SegmentBytes is the size of one WAL segment file, preallocated when
+	// the WAL rotates to it (default 16 MiB). A few old segments stay behind
+	// a snapshot (TrailingLogs), so the log's disk use is a small multiple
+	// of it.
+	SegmentBytes int
 
 	// OpenTimeout bounds how long Open waits for this node to become leader
 	// and apply the log it has on disk, when it is the only voter. Default
@@ -179,6 +187,12 @@ func (cfg Config) withDefaults() (Config, error) {
 	if cfg.MaxAppendEntries == 0 {
 		cfg.MaxAppendEntries = DefaultMaxAppendEntries
 	}
+	if cfg.SegmentBytes == 0 {
+		cfg.SegmentBytes = DefaultSegmentBytes
+	}
+	if cfg.SegmentBytes < 1<<20 {
+		return cfg, fmt.Errorf("metalog: Config.SegmentBytes %d is below 1 MiB", cfg.SegmentBytes)
+	}
 	if cfg.OpenTimeout == 0 {
 		cfg.OpenTimeout = DefaultOpenTimeout
 	}
@@ -219,8 +233,8 @@ func (cfg Config) raftConfig() *raft.Config {
 
 	// Group commit. The leader loop takes one proposal from the apply
 	// channel and then drains whatever else is already waiting, up to
-	// MaxAppendEntries, into a single StoreLogs call — one bbolt
-	// transaction, one pair of fdatasyncs. BatchApplyCh gives that channel a
+	// MaxAppendEntries, into a single StoreLogs call — one WAL
+	// write, one fsync. BatchApplyCh gives that channel a
 	// buffer of MaxAppendEntries, so a proposer hands its entry over at once
 	// and goes on to wait for the commit, instead of parking on the channel
 	// until the leader loop is out of its current fsync; the buffer filled
@@ -248,7 +262,8 @@ func (cfg Config) raftConfig() *raft.Config {
 // safe for concurrent use.
 type Log struct {
 	raft  *raft.Raft
-	store *raftboltdb.BoltStore // closed by Close; raft closes the transport
+	store *walStore // closed by Close; raft closes the transport
+	lock  *os.File  // the directory lock, released by Close // closed by Close; raft closes the transport
 
 	// closed is closed by Close once raft has shut down. Waiters select on
 	// it because raft does not always answer a proposal it received just
@@ -289,17 +304,20 @@ func Open(cfg Config, fsm raft.FSM) (*Log, error) {
 		return nil, fmt.Errorf("metalog: create %s: %w", cfg.Dir, err)
 	}
 
-	// One bbolt file is both stores: the log (bucket "logs") and the stable
-	// store (bucket "conf": term, vote). NoSync stays false: an entry must be
-	// on disk before it counts towards the quorum.
-	store, err := raftboltdb.New(raftboltdb.Options{
-		Path: filepath.Join(cfg.Dir, dbFile),
-		// The freelist is rebuilt on open instead of written at every
-		// commit: fewer pages per fsync on the hot path (etcd does the same).
-		BoltOptions: &bbolt.Options{Timeout: boltOpenTimeout, NoFreelistSync: true, FreelistType: bbolt.FreelistMapType},
-	})
+	// The lock keeps a second process (or a Log not closed) off the same
+	// directory: two raft nodes appending to one WAL would corrupt it.
+	lock, err := lockDir(cfg.Dir)
 	if err != nil {
-		return nil, fmt.Errorf("metalog: open %s: %w", filepath.Join(cfg.Dir, dbFile), err)
+		return nil, err
+	}
+	if err := migrateBolt(cfg.Dir, cfg.Logger); err != nil {
+		lock.Close()
+		return nil, err
+	}
+	store, err := openWAL(filepath.Join(cfg.Dir, walDir), cfg.SegmentBytes, cfg.Logger)
+	if err != nil {
+		lock.Close()
+		return nil, err
 	}
 	// ok turns true once raft owns the stores; until then, undo what was
 	// opened if Open fails.
@@ -313,6 +331,7 @@ func Open(cfg Config, fsm raft.FSM) (*Log, error) {
 			_ = c.Close()
 		}
 		_ = store.Close()
+		_ = lock.Close()
 	}()
 
 	var logStore raft.LogStore = store
@@ -357,7 +376,7 @@ func Open(cfg Config, fsm raft.FSM) (*Log, error) {
 	if err != nil {
 		return nil, fmt.Errorf("metalog: start raft: %w", err)
 	}
-	l := &Log{raft: r, store: store, closed: make(chan struct{})}
+	l := &Log{raft: r, store: store, lock: lock, closed: make(chan struct{})}
 	ok = true // from here on, l.Close releases everything
 
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.OpenTimeout)
@@ -597,7 +616,7 @@ func (l *Log) LastIndex() uint64 { return l.raft.LastIndex() }
 
 // Close shuts raft down — waiting for its goroutines, including the one
 // applying to the FSM, so the FSM is not touched after Close returns — and
-// then closes the transport and raft.db. Calls waiting in Apply, Barrier or
+// then closes the transport and the WAL. Calls waiting in Apply, Barrier or
 // Snapshot return ErrClosed (or raft's own shutdown errors), and later calls
 // fail at once. Close is idempotent: every call returns the first's result.
 func (l *Log) Close() error {
@@ -609,7 +628,10 @@ func (l *Log) Close() error {
 		// shutdown keeps raft's answer rather than a blanket ErrClosed.
 		close(l.closed)
 		if cerr := l.store.Close(); cerr != nil {
-			err = errors.Join(err, fmt.Errorf("metalog: close %s: %w", dbFile, cerr))
+			err = errors.Join(err, fmt.Errorf("metalog: close %s: %w", walDir, cerr))
+		}
+		if cerr := l.lock.Close(); cerr != nil {
+			err = errors.Join(err, fmt.Errorf("metalog: release %s: %w", lockFile, cerr))
 		}
 		l.closeErr = err
 	})

@@ -117,7 +117,7 @@ func TestOpenBootstrapsOneVoterLeader(t *testing.T) {
 	if l.LastIndex() == 0 || !appliedCatchesUp(l) {
 		t.Errorf("LastIndex %d AppliedIndex %d: want equal and non-zero after Open's barrier", l.LastIndex(), l.AppliedIndex())
 	}
-	for _, name := range []string{"raft.db", "snapshots"} {
+	for _, name := range []string{"wal/wal-meta.db", "LOCK", "snapshots"} {
 		if _, err := os.Stat(filepath.Join(dir, name)); err != nil {
 			t.Errorf("%s: %v", name, err)
 		}
@@ -223,7 +223,7 @@ func TestReopenReplaysLog(t *testing.T) {
 		t.Fatalf("Close: %v", err)
 	}
 
-	// A fresh, empty FSM: everything must come back from raft.db.
+	// A fresh, empty FSM: everything must come back from the WAL.
 	fsm2 := newToyFSM()
 	l2 := open(t, cfg, fsm2)
 	if got := fsm2.state(); !maps.Equal(got, want) {

@@ -1,0 +1,165 @@
+package metalog
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
+	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+	wal "github.com/hashicorp/raft-wal"
+	"github.com/hashicorp/raft-wal/metadb"
+	"github.com/hashicorp/raft-wal/migrate"
+	"go.etcd.io/bbolt"
+)
+
+// boltFile is where data directories written before the WAL kept the log:
+// one raft-boltdb database. Open migrates it (migrateBolt).
+const boltFile = "raft.db"
+
+// lockDir takes an exclusive, non-blocking flock on dir/LOCK. The lock goes
+// with the process, so a broker killed with -9 leaves nothing to clean up.
+func lockDir(dir string) (*os.File, error) {
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return nil, fmt.Errorf("metalog: create %s: %w", dir, err)
+	}
+	path := filepath.Join(dir, lockFile)
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("metalog: open %s: %w", path, err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			return nil, fmt.Errorf("metalog: %s is in use by another open metadata log (lock %s held)", dir, path)
+		}
+		return nil, fmt.Errorf("metalog: lock %s: %w", path, err)
+	}
+	return f, nil
+}
+
+// walStore is raft's LogStore and StableStore. It owns the WAL's meta
+// database because WAL.Close (v0.4.0) leaves that bbolt file open — and
+// locked, so the next Open in the same process would block on it.
+type walStore struct {
+	*wal.WAL
+	meta *metadb.BoltMetaDB
+}
+
+func (s *walStore) Close() error {
+	return errors.Join(s.WAL.Close(), s.meta.Close())
+}
+
+func openWAL(dir string, segmentBytes int, logger hclog.Logger) (*walStore, error) {
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return nil, fmt.Errorf("metalog: create %s: %w", dir, err)
+	}
+	meta := &metadb.BoltMetaDB{}
+	w, err := wal.Open(dir, wal.WithLogger(logger.Named("wal")), wal.WithMetaStore(meta), wal.WithSegmentSize(segmentBytes))
+	if err != nil {
+		meta.Close()
+		return nil, fmt.Errorf("metalog: open the log in %s: %w", dir, err)
+	}
+	return &walStore{WAL: w, meta: meta}, nil
+}
+
+// migrateBolt moves a log kept in raft.db (raft-boltdb, before the WAL) into
+// a WAL, once. It copies into wal.migrating and renames that to wal only when
+// every entry and the term and vote are in and synced, so a crash part way
+// leaves raft.db authoritative and the next start copies again; raft.db is
+// then renamed raft.db.migrated, kept for the operator to delete.
+func migrateBolt(dir string, logger hclog.Logger) error {
+	src := filepath.Join(dir, boltFile)
+	if _, err := os.Stat(src); errors.Is(err, os.ErrNotExist) {
+		return nil
+	} else if err != nil {
+		return fmt.Errorf("metalog: stat %s: %w", src, err)
+	}
+	final := filepath.Join(dir, walDir)
+	if _, err := os.Stat(final); err == nil {
+		// wal appears only once it holds the whole copy: a crash came
+		// between the two renames. Finish the second.
+		return finishMigration(dir, src, logger)
+	}
+	tmp := filepath.Join(dir, walDir+".migrating")
+	if err := os.RemoveAll(tmp); err != nil {
+		return fmt.Errorf("metalog: clear %s: %w", tmp, err)
+	}
+	bolt, err := raftboltdb.New(raftboltdb.Options{Path: src, BoltOptions: &bbolt.Options{Timeout: time.Second, ReadOnly: true}})
+	if err != nil {
+		return fmt.Errorf("metalog: open %s to migrate it: %w", src, err)
+	}
+	defer bolt.Close()
+	if err := os.MkdirAll(tmp, 0o750); err != nil {
+		return fmt.Errorf("metalog: create %s: %w", tmp, err)
+	}
+	w, err := openWAL(tmp, DefaultSegmentBytes, logger)
+	if err != nil {
+		return err
+	}
+	copyErr := migrate.CopyLogs(context.Background(), w, bolt, 1<<20, nil)
+	if copyErr == nil {
+		copyErr = copyStable(w, bolt)
+	}
+	if err := errors.Join(copyErr, w.Close()); err != nil {
+		return fmt.Errorf("metalog: migrate %s to a WAL: %w", src, err)
+	}
+	if err := os.Rename(tmp, final); err != nil {
+		return fmt.Errorf("metalog: rename %s: %w", tmp, err)
+	}
+	return finishMigration(dir, src, logger)
+}
+
+// copyStable copies the keys hashicorp/raft keeps in its StableStore.
+// migrate.CopyStable would do it but fails on a key never written, and a
+// node that never voted has no LastVoteTerm.
+func copyStable(dst raft.StableStore, src *raftboltdb.BoltStore) error {
+	for _, k := range []string{"CurrentTerm", "LastVoteTerm"} {
+		v, err := src.GetUint64([]byte(k))
+		if errors.Is(err, raftboltdb.ErrKeyNotFound) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("read %s: %w", k, err)
+		}
+		if err := dst.SetUint64([]byte(k), v); err != nil {
+			return fmt.Errorf("write %s: %w", k, err)
+		}
+	}
+	v, err := src.Get([]byte("LastVoteCand"))
+	if errors.Is(err, raftboltdb.ErrKeyNotFound) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("read LastVoteCand: %w", err)
+	}
+	return dst.Set([]byte("LastVoteCand"), v)
+}
+
+func finishMigration(dir, src string, logger hclog.Logger) error {
+	if err := os.Rename(src, src+".migrated"); err != nil {
+		return fmt.Errorf("metalog: rename %s: %w", src, err)
+	}
+	if err := syncDir(dir); err != nil {
+		return err
+	}
+	logger.Info("migrated the metadata log from raft.db to a WAL; raft.db.migrated may be deleted", "dir", dir)
+	return nil
+}
+
+func syncDir(dir string) error {
+	f, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("metalog: open %s: %w", dir, err)
+	}
+	defer f.Close()
+	if err := f.Sync(); err != nil {
+		return fmt.Errorf("metalog: fsync %s: %w", dir, err)
+	}
+	return nil
+}
