@@ -60,6 +60,11 @@ type Config struct {
 	// MergeMinRanges is how many small ranges a partition gathers before the
 	// merge rewrites them into a segment (default 32).
 	MergeMinRanges int
+	// MergeRangeBytes is the size below which a range counts as small and
+	// is merged (default 64 KiB). Larger ranges already cost little
+	// metadata and few reads per byte, so rewriting them would only double
+	// the bytes written.
+	MergeRangeBytes int64
 	// FrameBytes is the frame size of merged segments (default 1 MiB): the
 	// unit a read fetches and retention drops.
 	FrameBytes int64
@@ -98,6 +103,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MergeMinRanges <= 0 {
 		c.MergeMinRanges = 32
+	}
+	if c.MergeRangeBytes <= 0 {
+		c.MergeRangeBytes = 64 << 10
 	}
 	if c.FrameBytes <= 0 {
 		c.FrameBytes = 1 << 20

@@ -354,6 +354,49 @@ func TestMergeAndGarbageCollection(t *testing.T) {
 	}
 }
 
+// TestMergeLeavesLargeRangesAlone: a range of MergeRangeBytes or more is
+// already cheap to keep and to read, so merging it would only write its
+// bytes a second time; runs of small ranges around it still merge.
+func TestMergeLeavesLargeRangesAlone(t *testing.T) {
+	ctx := context.Background()
+	b := openTest(t, t.TempDir(), func(c *Config) {
+		c.MergeMinRanges = 4
+		c.MergeRangeBytes = 4 << 10
+		c.OrphanGrace = time.Hour
+	})
+	defer b.Close()
+	mustCreate(t, b, "a", CreateOptions{})
+	big := []stream.RecordValue{{Payload: make([]byte, 8<<10)}}
+	for i := 0; i < 6; i++ {
+		if _, err := b.Append(ctx, "a", big, AppendOptions{Partition: -1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := 0; i < 6; i++ {
+		if _, err := b.Append(ctx, "a", recs("x"), AppendOptions{Partition: -1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b.maintain(ctx)
+	e, _ := b.Get("a")
+	in, _ := b.Internal(e.Streams[0])
+	// Six large ranges untouched, the six small ones merged into one.
+	if len(in.Ranges) != 7 {
+		t.Fatalf("after merge: %d ranges, want 7 (6 large kept, 6 small merged into 1)", len(in.Ranges))
+	}
+	for i, r := range in.Ranges[:6] {
+		if r.Count != 1 || r.First != uint64(i) {
+			t.Fatalf("large range %d changed: %+v", i, r)
+		}
+	}
+	if r := in.Ranges[6]; r.Count != 6 || r.First != 6 {
+		t.Fatalf("small ranges not merged: %+v", r)
+	}
+	if got := readAll(t, b, "a", 0); len(got) != 12 || len(got[0].Record.Payload) != 8<<10 {
+		t.Fatalf("read %d records after merge", len(got))
+	}
+}
+
 // TestStaleEpochRollsBackAndReopens: when another owner opens the stream
 // (its epoch moves), this owner's next commit is refused, its provisional
 // state rolls back, and the append after that reopens at a new epoch and

@@ -109,7 +109,7 @@ func (b *Broker) merge(ctx context.Context, n *named, id uint64) error {
 	n.mu.Lock()
 	segmentBytes := n.policy.SegmentBytes
 	n.mu.Unlock()
-	small := b.cfg.FrameBytes / 4
+	small := b.cfg.MergeRangeBytes
 	var run []meta.Range
 	var start uint64
 	b.fsm.View(func(s *meta.State) {
