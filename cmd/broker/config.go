@@ -25,6 +25,7 @@ type config struct {
 	LogLevel        slog.Level
 	LogFormat       string
 	TestClock       bool
+	Pprof           bool
 }
 
 // errUsage marks a configuration refused before anything started.
@@ -73,6 +74,7 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (conf
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", c.ShutdownTimeout, "how long a SIGTERM waits for requests in flight before closing their connections")
 	fs.TextVar(&c.LogLevel, "log-level", c.LogLevel, "debug, info, warn or error (debug also shows the metadata log's own logs)")
 	fs.StringVar(&c.LogFormat, "log-format", c.LogFormat, "json or text")
+	fs.BoolVar(&c.Pprof, "pprof", false, "serve Go's profiler under /debug/pprof/ on the API port (for diagnosing CPU and memory use; off by default since it exposes internals)")
 	fs.BoolVar(&c.TestClock, "test-clock", false, "TESTS ONLY: run on a clock that stands still until set with PUT /v1/admin/clock?now=T")
 
 	var envErr error

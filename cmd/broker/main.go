@@ -20,6 +20,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"os/signal"
 	"syscall"
@@ -99,6 +100,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	})
 	ds := durable.New(b, durable.Options{LongPollTimeout: cfg.LongPollTimeout, MaxBodyBytes: cfg.MaxBodyBytes, Logger: logger})
 	api.Handle(durable.Prefix, ds) // the Durable Streams protocol
+	if cfg.Pprof {
+		api.Handle("/debug/pprof/", http.HandlerFunc(pprof.Index))
+		api.Handle("/debug/pprof/profile", http.HandlerFunc(pprof.Profile))
+		api.Handle("/debug/pprof/trace", http.HandlerFunc(pprof.Trace))
+		logger.Warn("profiler enabled under /debug/pprof/ on the API port")
+	}
 
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
