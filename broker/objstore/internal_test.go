@@ -1,11 +1,15 @@
 package objstore
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/picomq/picomq/broker/errs"
 	"github.com/picomq/picomq/broker/stream"
@@ -178,5 +182,154 @@ func TestParseName(t *testing.T) {
 		if id != c.id || ok != c.ok {
 			t.Errorf("parseName(%q) = %d, %v; want %d, %v", c.name, id, ok, c.id, c.ok)
 		}
+	}
+}
+
+// writeOne writes one synced object holding payload and returns its id and
+// the frame's place.
+func writeOne(t *testing.T, s *Store, payload []byte) (uint64, int64, int64) {
+	t.Helper()
+	w, err := s.Create()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pos, n, err := w.AppendFrame(payload)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return w.ID(), pos, n
+}
+
+// waitRecycled waits until the pool holds a file recycled from inode ino,
+// ready for Create, and returns its id.
+func waitRecycled(t *testing.T, s *Store, ino uint64) uint64 {
+	t.Helper()
+	for range 2000 {
+		s.mu.Lock()
+		for _, pf := range s.ready {
+			if fi, err := pf.f.Stat(); err == nil && fi.Sys().(*syscall.Stat_t).Ino == ino {
+				s.mu.Unlock()
+				return pf.id
+			}
+		}
+		s.mu.Unlock()
+		time.Sleep(time.Millisecond)
+	}
+	t.Fatalf("inode %d never came back to the pool", ino)
+	return 0
+}
+
+func inode(t *testing.T, path string) uint64 {
+	t.Helper()
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fi.Sys().(*syscall.Stat_t).Ino
+}
+
+// TestRemoveRecyclesTheFile: a removed object's file goes back to the pool
+// under a new id, truncated to a bare header, its new name made durable by
+// a directory fsync; the old id reads as missing; an object written into
+// the recycled file holds only its own frames.
+func TestRemoveRecyclesTheFile(t *testing.T) {
+	s := openInternal(t, Options{})
+	big := bytes.Repeat([]byte("old"), 100_000)
+	id, pos, n := writeOne(t, s, big)
+	ino := inode(t, s.path(id))
+	if _, err := s.ReadFrame(id, pos, n); err != nil { // cache a handle
+		t.Fatal(err)
+	}
+	syncs := s.dirSyncs.Load()
+	if err := s.Remove(id); err != nil {
+		t.Fatal(err)
+	}
+	if s.recycled.Load() != 1 {
+		t.Fatalf("recycled %d files, want 1", s.recycled.Load())
+	}
+	if _, err := s.ReadFrame(id, pos, n); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("read of the removed object: %v, want not exist", err)
+	}
+	nid := waitRecycled(t, s, ino)
+	if nid <= id {
+		t.Fatalf("recycled file got id %d, not above %d", nid, id)
+	}
+	if s.dirSyncs.Load() == syncs {
+		t.Fatal("the recycled file's new name was never made durable")
+	}
+	infos, err := s.List()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, info := range infos {
+		if info.ID == id || info.ID == nid {
+			t.Fatalf("List shows %d: a removed object or a pool file", info.ID)
+		}
+	}
+	// Take every ready file until the recycled one comes out.
+	for {
+		w, err := s.Create()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if w.ID() != nid {
+			w.Abort()
+			continue
+		}
+		p2, n2, err := w.AppendFrame([]byte("new"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := w.Sync(); err != nil {
+			t.Fatal(err)
+		}
+		if err := w.Close(); err != nil {
+			t.Fatal(err)
+		}
+		got, err := s.ReadFrame(nid, p2, n2)
+		if err != nil || string(got) != "new" {
+			t.Fatalf("read of the new object: %q, %v", got, err)
+		}
+		var frames int
+		end, err := s.Scan(nid, func(int64, int64, []byte) error { frames++; return nil })
+		if err != nil || frames != 1 || end != HeaderSize+n2 {
+			t.Fatalf("Scan of the recycled object: %d frames, end %d, %v; want 1 frame ending at %d", frames, end, err, HeaderSize+n2)
+		}
+		return
+	}
+}
+
+// TestRemoveUnlinksAFileAReaderHolds: while a read has the object open,
+// truncating it would hand the reader wrong bytes, so Remove unlinks it
+// instead and the reader still gets its frame.
+func TestRemoveUnlinksAFileAReaderHolds(t *testing.T) {
+	s := openInternal(t, Options{})
+	id, pos, n := writeOne(t, s, []byte("held"))
+	h, err := s.cache.acquire(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Remove(id); err != nil {
+		t.Fatal(err)
+	}
+	if s.recycled.Load() != 0 {
+		t.Fatal("a file a reader holds was recycled")
+	}
+	buf := make([]byte, n)
+	if _, err := h.f.ReadAt(buf, pos); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := checkFrame(id, pos, buf); err != nil || string(got) != "held" {
+		t.Fatalf("the holder read %q, %v", got, err)
+	}
+	s.cache.release(h)
+	if _, err := os.Stat(s.path(id)); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("the object's name is still there: %v", err)
 	}
 }

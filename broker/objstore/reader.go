@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"sync"
@@ -35,13 +36,20 @@ type handleCache struct {
 	m        map[uint64]*handle
 	lru      list.List // of *handle, most recently used at the front
 	removals uint64    // evict calls so far: see acquire
+
+	// live counts, per object, the handles acquired and not released,
+	// cached or not — counted before the file is even opened, so that
+	// retire can tell that no reader holds the file or is opening it.
+	// retired marks the objects being recycled: acquire treats them as gone.
+	live    map[uint64]int
+	retired map[uint64]bool
 }
 
 func newHandleCache(dir string, max int) *handleCache {
 	if max <= 0 {
 		max = defaultMaxOpenFiles
 	}
-	return &handleCache{dir: dir, max: max, m: make(map[uint64]*handle)}
+	return &handleCache{dir: dir, max: max, m: make(map[uint64]*handle), live: make(map[uint64]int), retired: make(map[uint64]bool)}
 }
 
 // acquire returns a referenced handle on object id, opening the file and
@@ -52,6 +60,11 @@ func (c *handleCache) acquire(id uint64) (*handle, error) {
 		c.mu.Unlock()
 		return nil, ErrClosed
 	}
+	if c.retired[id] {
+		c.mu.Unlock()
+		return nil, stream.StreamBackendFailed.Wrap(fs.ErrNotExist, "op", "objstore.open", "object", id)
+	}
+	c.live[id]++
 	if h, ok := c.m[id]; ok {
 		h.refs++
 		c.lru.MoveToFront(h.elem)
@@ -63,28 +76,16 @@ func (c *handleCache) acquire(id uint64) (*handle, error) {
 
 	// Open outside the lock: an open can be slow, and reads of other,
 	// cached objects must not wait behind it.
-	f, err := os.Open(filepath.Join(c.dir, fileName(id)))
-	if err != nil {
-		return nil, stream.StreamBackendFailed.Wrap(err, "op", "objstore.open", "object", id)
-	}
-	var hdr [HeaderSize]byte
-	if k, err := f.ReadAt(hdr[:], 0); k < HeaderSize {
-		f.Close()
-		if err != io.EOF {
-			return nil, stream.StreamBackendFailed.Wrap(err, "op", "objstore.read", "object", id)
-		}
-		return nil, checkHeader(hdr[:k], id)
-	}
-	if err := checkHeader(hdr[:], id); err != nil {
-		f.Close()
-		return nil, err
-	}
-
+	f, err := c.open(id)
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.closed {
+	if err == nil && c.closed {
 		f.Close()
-		return nil, ErrClosed
+		err = ErrClosed
+	}
+	if err != nil {
+		c.unlive(id)
+		return nil, err
 	}
 	if h, ok := c.m[id]; ok { // another reader opened it meanwhile
 		f.Close()
@@ -108,8 +109,63 @@ func (c *handleCache) acquire(id uint64) (*handle, error) {
 }
 
 // release gives back a reference taken by acquire.
+// open opens object id's file and checks its header.
+func (c *handleCache) open(id uint64) (*os.File, error) {
+	f, err := os.Open(filepath.Join(c.dir, fileName(id)))
+	if err != nil {
+		return nil, stream.StreamBackendFailed.Wrap(err, "op", "objstore.open", "object", id)
+	}
+	var hdr [HeaderSize]byte
+	if k, err := f.ReadAt(hdr[:], 0); k < HeaderSize {
+		f.Close()
+		if err != io.EOF {
+			return nil, stream.StreamBackendFailed.Wrap(err, "op", "objstore.read", "object", id)
+		}
+		return nil, checkHeader(hdr[:k], id)
+	}
+	if err := checkHeader(hdr[:], id); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return f, nil
+}
+
+// unlive forgets one acquisition of id. The caller holds c.mu.
+func (c *handleCache) unlive(id uint64) {
+	if c.live[id]--; c.live[id] <= 0 {
+		delete(c.live, id)
+	}
+}
+
+// retire marks object id as going away for good and drops its cached
+// handle, if no reader holds or is opening a handle of it; it returns false
+// (and changes nothing) otherwise. From a true answer until unretire,
+// acquire(id) fails as for a missing file, so the caller may reuse the
+// file: no reader can see it any more.
+func (c *handleCache) retire(id uint64) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.live[id] > 0 || c.closed {
+		return false
+	}
+	c.retired[id] = true
+	c.removals++
+	if h, ok := c.m[id]; ok {
+		c.drop(h)
+	}
+	return true
+}
+
+// unretire ends retire(id), once the file no longer has id's name.
+func (c *handleCache) unretire(id uint64) {
+	c.mu.Lock()
+	delete(c.retired, id)
+	c.mu.Unlock()
+}
+
 func (c *handleCache) release(h *handle) {
 	c.mu.Lock()
+	c.unlive(h.id)
 	h.refs--
 	closeIt := h.refs == 0 && h.elem == nil
 	c.mu.Unlock()

@@ -17,6 +17,10 @@ import (
 const (
 	defaultPoolSize     = 4
 	defaultMaxOpenFiles = 256
+
+	// maxSpare bounds the removed objects' files kept for reuse beyond the
+	// pool (see Remove).
+	maxSpare = 64
 )
 
 // Options configures Open. The zero value is usable.
@@ -62,11 +66,13 @@ type Store struct {
 	closed  bool
 	nextID  uint64
 	ready   []poolFile          // pool files ready to hand out, oldest first
-	pooled  map[uint64]bool     // ids of pool files, ready or being created
+	spare   []poolFile          // recycled files renamed to new ids, their directory not synced yet
+	pooled  map[uint64]bool     // ids of pool files: ready, spare or being created
 	writing map[uint64]struct{} // ids with an open Writer
 
 	dirSyncs    atomic.Int64 // directory fsyncs done, for tests
 	slowCreates atomic.Int64 // Creates that found the pool empty, for tests
+	recycled    atomic.Int64 // removed objects whose file went back to the pool
 }
 
 // poolFile is a created, durable, not yet claimed object file.
@@ -185,13 +191,18 @@ func (s *Store) refill() error {
 	// pooled counts files still being created too. A kick that arrives
 	// after a refill already topped the pool up finds it above the low-water
 	// mark and waits for the next one, so every refill covers half the pool.
-	need := s.poolSize - len(s.pooled)
-	if len(s.pooled) > s.poolSize/2 || need <= 0 {
+	// Recycled files only need the directory fsync that makes their new
+	// names durable.
+	spares := s.spare
+	s.spare = nil
+	need := max(s.poolSize-len(s.pooled), 0)
+	if len(spares) == 0 && (len(s.pooled) > s.poolSize/2 || need == 0) {
 		s.mu.Unlock()
 		return nil
 	}
 	ids, err := s.allocate(need)
 	if err != nil {
+		s.spare = append(s.spare, spares...)
 		s.mu.Unlock()
 		return err
 	}
@@ -200,7 +211,15 @@ func (s *Store) refill() error {
 	}
 	s.mu.Unlock()
 
-	files, err := s.createFiles(ids)
+	var files []poolFile
+	if len(ids) > 0 {
+		files, err = s.createFiles(ids) // its directory fsync covers the spares' renames
+	} else if err = s.dirf.Sync(); err == nil {
+		s.dirSyncs.Add(1)
+	} else {
+		err = stream.StreamBackendFailed.Wrap(err, "op", "objstore.fsyncdir", "path", s.dir)
+	}
+	files = append(spares, files...)
 
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -209,6 +228,7 @@ func (s *Store) refill() error {
 			delete(s.pooled, id)
 		}
 		for _, pf := range files {
+			delete(s.pooled, pf.id)
 			pf.f.Close()
 			os.Remove(s.path(pf.id))
 		}
@@ -339,8 +359,17 @@ func (s *Store) List() ([]Info, error) {
 // object yet), is not an error. An object a Writer has open is refused with
 // ErrInUse: its writer is the one to Abort it.
 //
-// The removal is not made durable: a file a crash brings back is an orphan,
-// collected again, and its id is not reused.
+// The file itself is usually recycled rather than unlinked: renamed to a
+// new id, truncated to a bare header and put back in the pool. Creating a
+// file is the costliest step of a group commit on some systems (an inode
+// allocation and a directory insertion, ~0.4 ms of CPU on the machine the
+// benchmarks run on, against ~12 µs for a rename), and the garbage
+// collector removes objects at the rate the flusher creates them. The old
+// id's name is gone either way.
+//
+// The removal is not made durable: a file a crash brings back, under its
+// old id or its new one, is an orphan, collected again, and no id is
+// reused.
 func (s *Store) Remove(id uint64) error {
 	s.mu.Lock()
 	if s.closed {
@@ -356,7 +385,80 @@ func (s *Store) Remove(id uint64) error {
 		return fmt.Errorf("objstore: remove object %016x: %w", id, ErrInUse)
 	}
 	s.mu.Unlock()
+	if s.poolSize > 0 && s.recycle(id) {
+		return nil
+	}
 	return s.remove(id)
+}
+
+// recycle renames object id's file to a new pool id, truncates it to a
+// fresh header and queues it for the next refill's directory fsync. It
+// returns false when the file should be unlinked instead: the pool is full
+// enough, or a step failed (the file is left for remove, or removed).
+func (s *Store) recycle(id uint64) bool {
+	s.mu.Lock()
+	if s.closed || len(s.ready)+len(s.spare) >= s.poolSize+maxSpare {
+		s.mu.Unlock()
+		return false
+	}
+	s.mu.Unlock()
+	// A reader holding the file would see it truncated under it: such a
+	// file is unlinked instead, which leaves the reader its bytes.
+	if !s.cache.retire(id) {
+		return false
+	}
+	defer s.cache.unretire(id)
+	s.mu.Lock()
+	ids, err := s.allocate(1)
+	if err != nil {
+		s.mu.Unlock()
+		return false
+	}
+	nid := ids[0]
+	s.pooled[nid] = true
+	s.mu.Unlock()
+	unpool := func() {
+		s.mu.Lock()
+		delete(s.pooled, nid)
+		s.mu.Unlock()
+	}
+	if err := os.Rename(s.path(id), s.path(nid)); err != nil {
+		unpool()
+		// Already gone is a removal done; otherwise let remove try.
+		return errors.Is(err, fs.ErrNotExist)
+	}
+	var hdr [HeaderSize]byte
+	f, err := os.OpenFile(s.path(nid), os.O_RDWR, 0)
+	if err == nil {
+		err = f.Truncate(HeaderSize)
+		if err == nil {
+			_, err = f.WriteAt(appendHeader(hdr[:0], nid), 0)
+		}
+		if err != nil {
+			f.Close()
+		}
+	}
+	if err != nil {
+		os.Remove(s.path(nid)) // the old name is gone: the object is removed
+		unpool()
+		return true
+	}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		f.Close()
+		os.Remove(s.path(nid))
+		unpool()
+		return true
+	}
+	s.spare = append(s.spare, poolFile{id: nid, f: f})
+	s.mu.Unlock()
+	s.recycled.Add(1)
+	select {
+	case s.kick <- struct{}{}:
+	default:
+	}
+	return true
 }
 
 func (s *Store) remove(id uint64) error {
@@ -377,8 +479,8 @@ func (s *Store) Close() error {
 		return nil
 	}
 	s.closed = true
-	ready := s.ready
-	s.ready = nil
+	ready := append(s.ready, s.spare...)
+	s.ready, s.spare = nil, nil
 	s.mu.Unlock()
 
 	close(s.stop)
