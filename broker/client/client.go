@@ -38,6 +38,9 @@ type Client struct {
 	base      string
 	hc        *http.Client
 	userAgent string
+
+	appendsInFlight int
+	coalesce        *coalescer // nil: every append is its own request
 }
 
 // Option configures New.
@@ -73,12 +76,15 @@ func New(baseURL string, opts ...Option) (*Client, error) {
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return nil, stream.StreamMisconfigured.With("field", "baseURL", "value", baseURL, "reason", "not an http(s) URL with a host")
 	}
-	c := &Client{base: strings.TrimRight(baseURL, "/"), userAgent: "picomq-go-client"}
+	c := &Client{base: strings.TrimRight(baseURL, "/"), userAgent: "picomq-go-client", appendsInFlight: DefaultAppendsInFlight}
 	for _, o := range opts {
 		o(c)
 	}
 	if c.hc == nil {
 		c.hc = NewHTTPClient()
+	}
+	if c.appendsInFlight > 0 {
+		c.coalesce = &coalescer{c: c, max: c.appendsInFlight}
 	}
 	return c, nil
 }

@@ -83,6 +83,32 @@ func (s *Stream) Append(ctx context.Context, records []stream.RecordValue) (stre
 // AppendWith appends records as Append does, to a given partition and
 // idempotently when asked.
 func (s *Stream) AppendWith(ctx context.Context, records []stream.RecordValue, o AppendOptions) (AppendResult, error) {
+	body := wire.EncodeRecords(records)
+	// A plain append may share a request with other goroutines' (see
+	// WithAppendsInFlight); an idempotent one carries headers and goes alone.
+	if s.c.coalesce != nil && o.Producer == nil && o.StreamSeq == "" {
+		partition := -1
+		if o.Partition != nil {
+			if *o.Partition < 0 { // "by key" is spelled by leaving Partition nil
+				return AppendResult{}, stream.CheckPartition(*o.Partition, s.parts)
+			}
+			partition = *o.Partition
+		}
+		if err := context.Cause(ctx); err != nil {
+			return AppendResult{}, err
+		}
+		w, sent, err := s.c.coalesce.append(ctx, s.name, partition, body)
+		if sent {
+			if err != nil {
+				return AppendResult{}, err
+			}
+			s.signal()
+			return AppendResult{
+				AppendValue: stream.AppendValue{Partition: w.Partition, First: stream.Offset(w.First), Last: stream.Offset(w.Last)},
+				Next:        stream.Offset(w.Next), Duplicate: w.Duplicate,
+			}, nil
+		}
+	}
 	var q url.Values
 	if o.Partition != nil {
 		q = partitionQuery(*o.Partition)
@@ -98,7 +124,7 @@ func (s *Stream) AppendWith(ctx context.Context, records []stream.RecordValue, o
 	}
 	resp, err := s.c.do(ctx, request{
 		op: "append", method: http.MethodPost, path: s.path, query: q, header: h,
-		body: wire.EncodeRecords(records), contentType: wire.BatchContentType,
+		body: body, contentType: wire.BatchContentType,
 	})
 	if err != nil {
 		return AppendResult{}, err

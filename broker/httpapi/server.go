@@ -156,6 +156,9 @@ func (s *Server) dispatch(w http.ResponseWriter, r *http.Request) string {
 			return "log.badname"
 		}
 		return s.serveLog(w, r, name, op)
+	case path == wire.AppendsPath:
+		s.appends(w, r)
+		return "log.appends"
 	case path == wire.StreamsPath:
 		if r.Method != http.MethodGet {
 			s.notAllowed(w, r, "GET")

@@ -23,6 +23,7 @@
 //	POST /v1/log/{name}:compact?partition=P       {"scanned","kept","dropped"}
 //	POST /v1/log/{name}:commit?group=G&partition=P&next=O   204
 //	GET  /v1/log/{name}:committed?group=G&partition=P       {"group","partition","next"}
+//	POST /v1/appends                              several appends, each answered on its own (see AppendsPath)
 //
 //	PUT    /v1/admin/streams/{name}   create (201), same config (200), other config (409 STREAM_EXISTS)
 //	GET    /v1/admin/streams/{name}   the stream with its partitions

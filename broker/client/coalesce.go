@@ -1,0 +1,179 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"sync"
+	"sync/atomic"
+
+	"github.com/picomq/picomq/broker/errs"
+	"github.com/picomq/picomq/broker/httpapi/wire"
+	"github.com/picomq/picomq/broker/stream"
+)
+
+const (
+	// DefaultAppendsInFlight is how many append requests a Client has out
+	// at once before further small appends queue to leave together.
+	DefaultAppendsInFlight = 4
+	// coalesceMaxBatch is the largest encoded append that may share a
+	// request; a larger one is worth its own.
+	coalesceMaxBatch = 256 << 10
+	// coalesceMaxBody bounds one shared request, well under the broker's
+	// default 16 MiB body limit.
+	coalesceMaxBody = 4 << 20
+)
+
+// WithAppendsInFlight sets how many append requests the client keeps out at
+// once (default DefaultAppendsInFlight). While that many are out, small
+// appends from other goroutines queue and are sent together in the next
+// request, each still its own atomic append with its own answer: under
+// concurrency the requests per append fall, with no added wait when idle
+// (an append finding a free slot is sent at once). n <= 0 sends every
+// append as its own request.
+func WithAppendsInFlight(n int) Option {
+	return func(c *Client) { c.appendsInFlight = n }
+}
+
+// coalescer queues small appends and sends them in shared requests.
+type coalescer struct {
+	c   *Client
+	max int
+
+	mu       sync.Mutex
+	queue    []*queuedAppend
+	inflight int
+
+	// off is set when the broker has no /v1/appends route (an older
+	// broker): from then on every append goes alone.
+	off atomic.Bool
+}
+
+type queuedAppend struct {
+	name      string
+	partition int
+	batch     []byte
+	done      chan appendAnswer // buffered: the sender never blocks on it
+}
+
+type appendAnswer struct {
+	res wire.AppendResult
+	err error
+}
+
+// errSendAlone answers a queued append that must be sent on its own.
+var errSendAlone = errors.New("send alone")
+
+// append sends one append, shared with whatever else is queued, and
+// returns its answer. ok is false when the caller must send it itself.
+func (q *coalescer) append(ctx context.Context, name string, partition int, batch []byte) (wire.AppendResult, bool, error) {
+	if q.off.Load() || len(batch) > coalesceMaxBatch {
+		return wire.AppendResult{}, false, nil
+	}
+	a := &queuedAppend{name: name, partition: partition, batch: batch, done: make(chan appendAnswer, 1)}
+	q.mu.Lock()
+	q.queue = append(q.queue, a)
+	var send []*queuedAppend
+	if q.inflight < q.max {
+		q.inflight++
+		send = q.takeLocked()
+	}
+	q.mu.Unlock()
+	if send != nil {
+		go q.run(send)
+	}
+	select {
+	case ans := <-a.done:
+		if ans.err == errSendAlone {
+			return wire.AppendResult{}, false, nil
+		}
+		return ans.res, true, ans.err
+	case <-ctx.Done():
+		q.mu.Lock()
+		for i, b := range q.queue {
+			if b == a { // not sent yet: it never will be
+				q.queue = append(q.queue[:i], q.queue[i+1:]...)
+				break
+			}
+		}
+		q.mu.Unlock()
+		// Sent already, its outcome is unknown, as for any request whose
+		// caller gave up.
+		return wire.AppendResult{}, true, context.Cause(ctx)
+	}
+}
+
+// takeLocked removes up to one request's worth of queued appends.
+func (q *coalescer) takeLocked() []*queuedAppend {
+	size, n := 0, 0
+	for n < len(q.queue) && n < wire.MaxAppendsPerRequest {
+		size += len(q.queue[n].batch) + len(q.queue[n].name) + 16
+		if n > 0 && size > coalesceMaxBody {
+			break
+		}
+		n++
+	}
+	out := append([]*queuedAppend(nil), q.queue[:n]...)
+	q.queue = append(q.queue[:0], q.queue[n:]...)
+	return out
+}
+
+// run sends batches until the queue is empty, then frees its slot.
+func (q *coalescer) run(batch []*queuedAppend) {
+	for len(batch) > 0 {
+		q.send(batch)
+		q.mu.Lock()
+		batch = q.takeLocked()
+		if len(batch) == 0 {
+			q.inflight--
+		}
+		q.mu.Unlock()
+	}
+}
+
+// send makes one request of batch and answers each append in it. The
+// request is not tied to any one caller's context: it carries others'.
+func (q *coalescer) send(batch []*queuedAppend) {
+	n := 0
+	for _, a := range batch {
+		n += len(a.name) + len(a.batch) + 16
+	}
+	body := make([]byte, 0, n)
+	for _, a := range batch {
+		body = wire.AppendItemTo(body, a.name, a.partition, a.batch)
+	}
+	resp, err := q.c.do(context.Background(), request{
+		op: "appends", method: http.MethodPost, path: wire.AppendsPath,
+		body: body, contentType: wire.AppendsContentType,
+	})
+	if errors.Is(err, wire.RouteNotFound) || errors.Is(err, wire.MethodNotAllowed) {
+		q.off.Store(true)
+		for _, a := range batch {
+			a.done <- appendAnswer{err: errSendAlone}
+		}
+		return
+	}
+	var out wire.AppendsResult
+	if err == nil {
+		err = decode("appends", resp, &out)
+	}
+	if err == nil && len(out.Results) != len(batch) {
+		err = stream.StreamBackendFailed.With("op", "http.appends.decode", "reason", "answer count differs", "sent", len(batch), "answered", len(out.Results))
+	}
+	for i, a := range batch {
+		switch {
+		case err != nil:
+			a.done <- appendAnswer{err: err}
+		case out.Results[i].Error != nil:
+			e, uerr := errs.Unmarshal(out.Results[i].Error)
+			if uerr != nil {
+				e = stream.StreamBackendFailed.Wrap(uerr, "op", "http.appends.decode")
+			}
+			a.done <- appendAnswer{err: e}
+		case out.Results[i].AppendResult == nil:
+			a.done <- appendAnswer{err: stream.StreamBackendFailed.With("op", "http.appends.decode", "reason", "item has neither result nor error", "index", i)}
+		default:
+			a.done <- appendAnswer{res: *out.Results[i].AppendResult}
+		}
+	}
+}

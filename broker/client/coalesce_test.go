@@ -1,0 +1,162 @@
+package client_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/picomq/picomq/broker/client"
+	"github.com/picomq/picomq/broker/errs"
+	"github.com/picomq/picomq/broker/httpapi/wire"
+	"github.com/picomq/picomq/broker/meta"
+	"github.com/picomq/picomq/broker/stream"
+)
+
+// countingTransport counts the requests per method and path.
+type countingTransport struct {
+	next  http.RoundTripper
+	mu    sync.Mutex
+	paths map[string]int
+}
+
+func (c *countingTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	c.mu.Lock()
+	c.paths[req.Method+" "+req.URL.Path]++
+	c.mu.Unlock()
+	return c.next.RoundTrip(req)
+}
+
+func (c *countingTransport) count(method, path string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.paths[method+" "+path]
+}
+
+// TestConcurrentAppendsShareRequests: with one append request out at a
+// time, 64 goroutines appending 20 records each need far fewer requests
+// than appends, and every append still gets its own offsets: all distinct,
+// together exactly 0..N-1, each readable with its own payload.
+func TestConcurrentAppendsShareRequests(t *testing.T) {
+	ct := &countingTransport{next: transport, paths: map[string]int{}}
+	c, err := client.New(broker.url(), client.WithHTTPClient(&http.Client{Transport: ct}), client.WithAppendsInFlight(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := ctxTimeout()
+	defer cancel()
+	name := uniqueName(t)
+	s, err := c.Open(ctx, name, client.StreamConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const writers, each = 64, 20
+	offsets := make([][]stream.Offset, writers)
+	var wg sync.WaitGroup
+	for w := range writers {
+		wg.Go(func() {
+			for i := range each {
+				res, err := s.Append(ctx, []stream.RecordValue{{Payload: []byte{byte(w), byte(i)}}})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				offsets[w] = append(offsets[w], res.First)
+			}
+		})
+	}
+	wg.Wait()
+	var all []stream.Offset
+	for _, o := range offsets {
+		if !slices.IsSorted(o) {
+			t.Fatalf("one goroutine's appends got offsets out of order: %v", o)
+		}
+		all = append(all, o...)
+	}
+	slices.Sort(all)
+	for i, o := range all {
+		if o != stream.Offset(i) {
+			t.Fatalf("offsets are not exactly 0..%d: %v", writers*each-1, all)
+		}
+	}
+	es, err := s.Read(ctx, 0, 0, writers*each)
+	if err != nil || len(es) != writers*each {
+		t.Fatalf("read %d entries, %v", len(es), err)
+	}
+	for w := range writers {
+		for i, o := range offsets[w] {
+			if p := es[o].Record.Payload; len(p) != 2 || p[0] != byte(w) || p[1] != byte(i) {
+				t.Fatalf("offset %d holds %v, want writer %d's append %d", o, p, w, i)
+			}
+		}
+	}
+	shared, single := ct.count("POST", wire.AppendsPath), ct.count("POST", wire.LogPrefix+name)
+	if single != 0 || shared == 0 || shared > writers*each/4 {
+		t.Fatalf("%d shared and %d single append requests for %d appends", shared, single, writers*each)
+	}
+	t.Logf("%d appends in %d requests", writers*each, shared)
+
+	// A refusal is the append's own, with its code and fields.
+	_, err = s.Append(ctx, []stream.RecordValue{})
+	if !errors.Is(err, stream.InvalidBatchSize) {
+		t.Fatalf("empty batch: %v", err)
+	}
+	missing, err := c.Stream(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.DeleteStream(ctx, name); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := missing.Append(ctx, []stream.RecordValue{{Payload: []byte("x")}}); !errors.Is(err, meta.StreamNotFound) {
+		t.Fatalf("append to a deleted stream: %v", err)
+	}
+}
+
+// TestAppendsFallBackAlone: against a broker without /v1/appends (an older
+// one), the first shared request's 404 turns sharing off and the append
+// is sent on its own.
+func TestAppendsFallBackAlone(t *testing.T) {
+	var single atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch {
+		case r.URL.Path == wire.AppendsPath:
+			body, _ := errs.Marshal(wire.RouteNotFound.With("path", r.URL.Path))
+			w.Header().Set("Content-Type", wire.ProblemContentType)
+			w.WriteHeader(http.StatusNotFound)
+			w.Write(body)
+		case r.URL.Path == wire.StreamsPrefix+"old":
+			w.Header().Set("Content-Type", wire.JSONContentType)
+			io.WriteString(w, `{"name":"old","partitionCount":1,"policy":{}}`)
+		case r.URL.Path == wire.LogPrefix+"old" && r.Method == http.MethodPost:
+			single.Add(1)
+			w.Header().Set("Content-Type", wire.JSONContentType)
+			io.WriteString(w, `{"partition":0,"first":7,"last":7,"next":8}`)
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	defer srv.Close()
+	c, err := client.New(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := c.Stream(context.Background(), "old")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		res, err := s.Append(context.Background(), []stream.RecordValue{{Payload: []byte("x")}})
+		if err != nil || res.First != 7 {
+			t.Fatalf("append: %+v, %v", res, err)
+		}
+	}
+	if single.Load() != 2 {
+		t.Fatalf("%d single appends, want 2", single.Load())
+	}
+}

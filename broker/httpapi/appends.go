@@ -1,0 +1,91 @@
+package httpapi
+
+import (
+	"net/http"
+	"sync"
+
+	"github.com/picomq/picomq/broker/core"
+	"github.com/picomq/picomq/broker/errs"
+	"github.com/picomq/picomq/broker/httpapi/wire"
+	"github.com/picomq/picomq/broker/stream"
+)
+
+// appends serves POST /v1/appends: several independent appends in one
+// request (see wire.AppendsPath). Each is checked and run exactly as a
+// single append would be — concurrently, so they share the broker's group
+// commit — and answered in its own item; one refused append does not
+// refuse the others.
+func (s *Server) appends(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodPost {
+		s.notAllowed(w, r, "POST")
+		return
+	}
+	if ct := mediaType(r.Header.Get("Content-Type")); ct != wire.AppendsContentType {
+		s.fail(w, r, wire.UnsupportedMediaType.With("contentType", ct, "accepted", wire.AppendsContentType))
+		return
+	}
+	body, err := readBody(w, r, s.opts.MaxBodyBytes)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	items, err := wire.DecodeAppends(body)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	out := make([]wire.AppendsItemResult, len(items))
+	var wg sync.WaitGroup
+	for i, it := range items {
+		wg.Go(func() {
+			res, err := s.appendItem(r, it)
+			if err != nil {
+				out[i].Error = s.problem(r, err)
+				return
+			}
+			out[i].AppendResult = &wire.AppendResult{Partition: res.Partition, First: res.First, Last: res.Last, Next: res.Next, Duplicate: res.Duplicate}
+		})
+	}
+	wg.Wait()
+	s.writeJSON(w, http.StatusOK, wire.AppendsResult{Results: out})
+}
+
+// appendItem checks one item as append checks a request, and appends it.
+func (s *Server) appendItem(r *http.Request, it wire.AppendItem) (core.AppendResult, error) {
+	if err := core.ValidateName(it.Name); err != nil {
+		return core.AppendResult{}, err
+	}
+	o := core.AppendOptions{Partition: -1}
+	if it.Partition >= 0 {
+		e, err := s.b.Get(it.Name)
+		if err != nil {
+			return core.AppendResult{}, err
+		}
+		if err := stream.CheckPartition(it.Partition, len(e.Streams)); err != nil {
+			return core.AppendResult{}, err
+		}
+		o.Partition = it.Partition
+	}
+	records, err := wire.DecodeRecords(it.Batch, s.opts.MaxBatchRecords)
+	if err != nil {
+		return core.AppendResult{}, err
+	}
+	return s.b.Append(r.Context(), it.Name, records, o)
+}
+
+// problem encodes err as fail would, for an item of a larger answer.
+func (s *Server) problem(r *http.Request, err error) []byte {
+	coded, ok := errs.As(err)
+	if !ok {
+		coded = stream.StreamBackendFailed.Wrap(err, "op", "http.appends")
+	}
+	body, merr := errs.Marshal(coded)
+	if merr != nil {
+		s.log.Error("cannot encode a problem", "err", merr, "cause", err)
+		body, _ = errs.Marshal(stream.StreamBackendFailed.With("op", "http.appends", "reason", "unencodable problem"))
+	}
+	if errs.HTTPStatus(coded) >= 500 {
+		s.log.Error("append failed", "path", r.URL.Path, "err", coded)
+	}
+	return body
+}

@@ -1,0 +1,119 @@
+package httpapi
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http"
+	"testing"
+
+	"github.com/picomq/picomq/broker/core"
+	"github.com/picomq/picomq/broker/errs"
+	"github.com/picomq/picomq/broker/httpapi/wire"
+	"github.com/picomq/picomq/broker/meta"
+	"github.com/picomq/picomq/broker/stream"
+)
+
+var appendsCT = hdr{"Content-Type": wire.AppendsContentType}
+
+// TestAppendsInOneRequest: each append of a shared request is checked and
+// answered on its own, in order; refusing one writes nothing of it and
+// does not refuse the others.
+func TestAppendsInOneRequest(t *testing.T) {
+	f := newFixture(t, Options{})
+	f.create("a", stream.PolicyValue{})
+	f.create("b", stream.PolicyValue{Partitions: 2, MaxRecordBytes: 8})
+	var body []byte
+	body = wire.AppendItemTo(body, "a", -1, wire.EncodeRecords([]stream.RecordValue{rec("", "one"), rec("", "two")}))
+	body = wire.AppendItemTo(body, "missing", -1, wire.EncodeRecords([]stream.RecordValue{rec("", "x")}))
+	body = wire.AppendItemTo(body, "b", 1, wire.EncodeRecords([]stream.RecordValue{rec("", "p1")}))
+	body = wire.AppendItemTo(body, "b", 2, wire.EncodeRecords([]stream.RecordValue{rec("", "x")}))
+	body = wire.AppendItemTo(body, "b", 0, wire.EncodeRecords([]stream.RecordValue{rec("", "far too long for b")}))
+	body = wire.AppendItemTo(body, "a/../b", -1, wire.EncodeRecords([]stream.RecordValue{rec("", "x")}))
+	body = wire.AppendItemTo(body, "a", -1, []byte{0xff})
+	body = wire.AppendItemTo(body, "a", -1, wire.EncodeRecords([]stream.RecordValue{rec("", "three")}))
+	resp, data := f.do("POST", wire.AppendsPath, appendsCT, body)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("appends: %d %s", resp.StatusCode, data)
+	}
+	var out wire.AppendsResult
+	if err := json.Unmarshal(data, &out); err != nil {
+		t.Fatal(err)
+	}
+	if len(out.Results) != 8 {
+		t.Fatalf("%d results for 8 appends: %s", len(out.Results), data)
+	}
+	refused := func(i int, static *errs.Error) {
+		t.Helper()
+		r := out.Results[i]
+		if r.AppendResult != nil || r.Error == nil {
+			t.Fatalf("item %d: %s, want %s", i, data, static.Name())
+		}
+		e, err := errs.Unmarshal(r.Error)
+		if err != nil || !errors.Is(e, static) {
+			t.Fatalf("item %d: %v (%v), want %s", i, e, err, static.Name())
+		}
+	}
+	refused(1, meta.StreamNotFound)
+	refused(3, stream.UnknownPartition)
+	refused(4, stream.RecordTooLarge)
+	refused(5, stream.StreamMisconfigured)
+	refused(6, wire.MalformedBatch)
+	// The two appends to a ran concurrently: together they hold offsets
+	// 0..2, one of them both of its records.
+	a0, a7 := out.Results[0].AppendResult, out.Results[7].AppendResult
+	if a0 == nil || a7 == nil || a0.Last-a0.First != 1 || a7.First != a7.Last || max(a0.Next, a7.Next) != 3 {
+		t.Fatalf("appends to a: %s", data)
+	}
+	if b := out.Results[2].AppendResult; b == nil || b.Partition != 1 || b.First != 0 {
+		t.Fatalf("append to b/1: %s", data)
+	}
+	got := readPayloads(t, f, "a", 0)
+	if len(got) != 3 {
+		t.Fatalf("a holds %q", got)
+	}
+	if got := readPayloads(t, f, "b", 0); len(got) != 0 {
+		t.Fatalf("b/0 holds %q: a refused append wrote", got)
+	}
+	if _, err := f.b.Get("missing"); err == nil {
+		t.Fatal("an append to a missing stream created it")
+	}
+}
+
+// TestAppendsRefusedWhole: a request that cannot be read is refused with
+// its code and writes nothing.
+func TestAppendsRefusedWhole(t *testing.T) {
+	f := newFixture(t, Options{})
+	f.create("a", stream.PolicyValue{})
+	good := wire.AppendItemTo(nil, "a", -1, wire.EncodeRecords([]stream.RecordValue{rec("", "x")}))
+
+	resp, data := f.do("POST", wire.AppendsPath, batchCT, good)
+	wantProblem(t, resp, data, http.StatusUnsupportedMediaType, wire.UnsupportedMediaType)
+	resp, data = f.do("GET", wire.AppendsPath, nil, nil)
+	wantProblem(t, resp, data, http.StatusMethodNotAllowed, wire.MethodNotAllowed)
+	resp, data = f.do("POST", wire.AppendsPath, appendsCT, nil)
+	wantProblem(t, resp, data, http.StatusBadRequest, wire.MalformedBatch)
+	resp, data = f.do("POST", wire.AppendsPath, appendsCT, append(append([]byte{}, good...), 5, 'a'))
+	wantProblem(t, resp, data, http.StatusBadRequest, wire.MalformedBatch)
+	var many []byte
+	for range wire.MaxAppendsPerRequest + 1 {
+		many = append(many, good...)
+	}
+	resp, data = f.do("POST", wire.AppendsPath, appendsCT, many)
+	wantProblem(t, resp, data, http.StatusRequestEntityTooLarge, wire.BodyTooLarge)
+	if got := readPayloads(t, f, "a", 0); len(got) != 0 {
+		t.Fatalf("a holds %q after refused requests", got)
+	}
+}
+
+func readPayloads(t *testing.T, f *fixture, name string, partition int) []string {
+	t.Helper()
+	es, _, err := f.b.Read(t.Context(), name, partition, 0, 100, core.ReadOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, e := range es {
+		out = append(out, string(e.Record.Payload))
+	}
+	return out
+}
