@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/picomq/picomq/broker/errs"
 	"github.com/picomq/picomq/broker/stream"
@@ -206,25 +205,6 @@ func writeOne(t *testing.T, s *Store, payload []byte) (uint64, int64, int64) {
 	return w.ID(), pos, n
 }
 
-// waitRecycled waits until the pool holds a file recycled from inode ino,
-// ready for Create, and returns its id.
-func waitRecycled(t *testing.T, s *Store, ino uint64) uint64 {
-	t.Helper()
-	for range 2000 {
-		s.mu.Lock()
-		for _, pf := range s.ready {
-			if fi, err := pf.f.Stat(); err == nil && fi.Sys().(*syscall.Stat_t).Ino == ino {
-				s.mu.Unlock()
-				return pf.id
-			}
-		}
-		s.mu.Unlock()
-		time.Sleep(time.Millisecond)
-	}
-	t.Fatalf("inode %d never came back to the pool", ino)
-	return 0
-}
-
 func inode(t *testing.T, path string) uint64 {
 	t.Helper()
 	fi, err := os.Stat(path)
@@ -256,12 +236,18 @@ func TestRemoveRecyclesTheFile(t *testing.T) {
 	if _, err := s.ReadFrame(id, pos, n); !errors.Is(err, fs.ErrNotExist) {
 		t.Fatalf("read of the removed object: %v, want not exist", err)
 	}
-	nid := waitRecycled(t, s, ino)
+	s.mu.Lock()
+	if len(s.spare) != 1 {
+		s.mu.Unlock()
+		t.Fatalf("%d spare files after one Remove, want 1", len(s.spare))
+	}
+	nid := s.spare[0]
+	s.mu.Unlock()
 	if nid <= id {
 		t.Fatalf("recycled file got id %d, not above %d", nid, id)
 	}
-	if s.dirSyncs.Load() == syncs {
-		t.Fatal("the recycled file's new name was never made durable")
+	if got := inode(t, s.path(nid)); got != ino {
+		t.Fatalf("spare %d is inode %d, not the removed object's %d", nid, got, ino)
 	}
 	infos, err := s.List()
 	if err != nil {
@@ -272,8 +258,9 @@ func TestRemoveRecyclesTheFile(t *testing.T) {
 			t.Fatalf("List shows %d: a removed object or a pool file", info.ID)
 		}
 	}
-	// Take every ready file until the recycled one comes out.
-	for {
+	// Take files until the recycled one comes out of the pool: a refill
+	// must have made its new name durable first.
+	for range 50 {
 		w, err := s.Create()
 		if err != nil {
 			t.Fatal(err)
@@ -281,6 +268,9 @@ func TestRemoveRecyclesTheFile(t *testing.T) {
 		if w.ID() != nid {
 			w.Abort()
 			continue
+		}
+		if s.dirSyncs.Load() == syncs {
+			t.Fatal("the recycled file was handed out before a directory fsync")
 		}
 		p2, n2, err := w.AppendFrame([]byte("new"))
 		if err != nil {
@@ -303,6 +293,7 @@ func TestRemoveRecyclesTheFile(t *testing.T) {
 		}
 		return
 	}
+	t.Fatal("the recycled file never came out of the pool")
 }
 
 // TestRemoveUnlinksAFileAReaderHolds: while a read has the object open,

@@ -18,9 +18,9 @@ const (
 	defaultPoolSize     = 4
 	defaultMaxOpenFiles = 256
 
-	// maxSpare bounds the removed objects' files kept for reuse beyond the
-	// pool (see Remove).
-	maxSpare = 64
+	// maxSpare bounds the removed objects' files kept, empty and closed,
+	// for reuse (see Remove).
+	maxSpare = 4096
 )
 
 // Options configures Open. The zero value is usable.
@@ -66,7 +66,7 @@ type Store struct {
 	closed  bool
 	nextID  uint64
 	ready   []poolFile          // pool files ready to hand out, oldest first
-	spare   []poolFile          // recycled files renamed to new ids, their directory not synced yet
+	spare   []uint64            // recycled files under new ids, closed, waiting for a refill
 	pooled  map[uint64]bool     // ids of pool files: ready, spare or being created
 	writing map[uint64]struct{} // ids with an open Writer
 
@@ -181,28 +181,29 @@ func (s *Store) createFiles(ids []uint64) ([]poolFile, error) {
 	return files, nil
 }
 
-// refill tops the pool up to its size with one directory fsync.
+// refill tops the pool up to its size with one directory fsync, from the
+// recycled spares first and new files after. It runs on one goroutine (the
+// refill loop, or Open before the loop starts).
 func (s *Store) refill() error {
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
 		return ErrClosed
 	}
-	// pooled counts files still being created too. A kick that arrives
-	// after a refill already topped the pool up finds it above the low-water
-	// mark and waits for the next one, so every refill covers half the pool.
-	// Recycled files only need the directory fsync that makes their new
-	// names durable.
-	spares := s.spare
-	s.spare = nil
-	need := max(s.poolSize-len(s.pooled), 0)
-	if len(spares) == 0 && (len(s.pooled) > s.poolSize/2 || need == 0) {
+	// A kick that arrives after a refill already topped the pool up finds
+	// it above the low-water mark and waits for the next one, so every
+	// refill covers half the pool.
+	want := s.poolSize - len(s.ready)
+	if len(s.ready) > s.poolSize/2 || want <= 0 {
 		s.mu.Unlock()
 		return nil
 	}
-	ids, err := s.allocate(need)
+	k := min(want, len(s.spare))
+	spares := append([]uint64(nil), s.spare[:k]...)
+	s.spare = append(s.spare[:0], s.spare[k:]...)
+	ids, err := s.allocate(want - k)
 	if err != nil {
-		s.spare = append(s.spare, spares...)
+		s.spare = append(spares, s.spare...)
 		s.mu.Unlock()
 		return err
 	}
@@ -212,14 +213,30 @@ func (s *Store) refill() error {
 	s.mu.Unlock()
 
 	var files []poolFile
-	if len(ids) > 0 {
-		files, err = s.createFiles(ids) // its directory fsync covers the spares' renames
-	} else if err = s.dirf.Sync(); err == nil {
-		s.dirSyncs.Add(1)
-	} else {
-		err = stream.StreamBackendFailed.Wrap(err, "op", "objstore.fsyncdir", "path", s.dir)
+	for _, id := range spares {
+		f, err := os.OpenFile(s.path(id), os.O_RDWR, 0)
+		if err != nil { // gone or unusable: forget it
+			os.Remove(s.path(id))
+			s.mu.Lock()
+			delete(s.pooled, id)
+			s.mu.Unlock()
+			continue
+		}
+		files = append(files, poolFile{id: id, f: f})
 	}
-	files = append(spares, files...)
+	// One directory fsync makes the spares' new names durable along with
+	// the new files' (createFiles does it), or alone.
+	if len(ids) > 0 {
+		var created []poolFile
+		created, err = s.createFiles(ids)
+		files = append(files, created...)
+	} else if len(files) > 0 {
+		if err = s.dirf.Sync(); err == nil {
+			s.dirSyncs.Add(1)
+		} else {
+			err = stream.StreamBackendFailed.Wrap(err, "op", "objstore.fsyncdir", "path", s.dir)
+		}
+	}
 
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -397,7 +414,7 @@ func (s *Store) Remove(id uint64) error {
 // enough, or a step failed (the file is left for remove, or removed).
 func (s *Store) recycle(id uint64) bool {
 	s.mu.Lock()
-	if s.closed || len(s.ready)+len(s.spare) >= s.poolSize+maxSpare {
+	if s.closed || len(s.spare) >= maxSpare {
 		s.mu.Unlock()
 		return false
 	}
@@ -434,9 +451,7 @@ func (s *Store) recycle(id uint64) bool {
 		if err == nil {
 			_, err = f.WriteAt(appendHeader(hdr[:0], nid), 0)
 		}
-		if err != nil {
-			f.Close()
-		}
+		err = errors.Join(err, f.Close())
 	}
 	if err != nil {
 		os.Remove(s.path(nid)) // the old name is gone: the object is removed
@@ -446,18 +461,13 @@ func (s *Store) recycle(id uint64) bool {
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
-		f.Close()
 		os.Remove(s.path(nid))
 		unpool()
 		return true
 	}
-	s.spare = append(s.spare, poolFile{id: nid, f: f})
+	s.spare = append(s.spare, nid)
 	s.mu.Unlock()
 	s.recycled.Add(1)
-	select {
-	case s.kick <- struct{}{}:
-	default:
-	}
 	return true
 }
 
@@ -479,7 +489,7 @@ func (s *Store) Close() error {
 		return nil
 	}
 	s.closed = true
-	ready := append(s.ready, s.spare...)
+	ready, spare := s.ready, s.spare
 	s.ready, s.spare = nil, nil
 	s.mu.Unlock()
 
@@ -492,6 +502,9 @@ func (s *Store) Close() error {
 	for _, pf := range ready {
 		pf.f.Close()
 		os.Remove(s.path(pf.id))
+	}
+	for _, id := range spare {
+		os.Remove(s.path(id))
 	}
 	s.mu.Lock()
 	clear(s.pooled)
