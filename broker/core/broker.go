@@ -194,7 +194,7 @@ func Open(cfg Config) (*Broker, error) {
 	b.objs = objs
 	// Nothing is in flight yet: every object the log never committed is a
 	// torn or abandoned write, and goes now.
-	if err := b.collectGarbage(context.Background(), 0); err != nil {
+	if err := b.collectGarbage(context.Background(), 0, true); err != nil {
 		cfg.Logger.Warn("start-up garbage collection failed", "err", err)
 	}
 	b.flush = newFlusher(b)

@@ -78,7 +78,7 @@ func TestForkSharesObjectsAndCascades(t *testing.T) {
 	if _, err := b.Append(ctx, "src", recs("e"), AppendOptions{Partition: 0}); !errors.Is(err, meta.StreamGone) {
 		t.Fatalf("append to a soft-deleted stream: %v", err)
 	}
-	if err := b.collectGarbage(ctx, 0); err != nil {
+	if err := b.collectGarbage(ctx, 0, true); err != nil {
 		t.Fatal(err)
 	}
 	if got := payloads(readAll(t, b, "f", 0)); got != "abX" {
@@ -99,7 +99,7 @@ func TestForkSharesObjectsAndCascades(t *testing.T) {
 	if _, err := b.Get("src"); !errors.Is(err, meta.StreamNotFound) {
 		t.Fatalf("source after its last fork went: %v", err)
 	}
-	if err := b.collectGarbage(ctx, 0); err != nil {
+	if err := b.collectGarbage(ctx, 0, true); err != nil {
 		t.Fatal(err)
 	}
 	if n := objectFiles(t, b); n != 0 {

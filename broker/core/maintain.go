@@ -236,7 +236,7 @@ func (b *Broker) Touch(name string) {
 func (b *Broker) maintainLoop() {
 	t := time.NewTicker(b.cfg.MaintenanceInterval)
 	defer t.Stop()
-	lastTouch := time.Now()
+	lastTouch, lastOrphanScan := time.Now(), time.Now()
 	for {
 		select {
 		case <-b.stop:
@@ -250,11 +250,23 @@ func (b *Broker) maintainLoop() {
 			b.persistTouches(ctx)
 			lastTouch = time.Now()
 		}
-		if err := b.collectGarbage(ctx, b.cfg.OrphanGrace); err != nil {
+		scan := time.Since(lastOrphanScan) >= orphanScanEvery(b.cfg)
+		if scan {
+			lastOrphanScan = time.Now()
+		}
+		if err := b.collectGarbage(ctx, b.cfg.OrphanGrace, scan); err != nil {
 			b.cfg.Logger.Warn("garbage collection failed", "err", err)
 		}
 		cancel()
 	}
+}
+
+// orphanScanEvery is how often the maintenance loop looks for orphans: a
+// quarter of OrphanGrace, at most a minute, at least every pass. Orphans
+// come only from failed or abandoned writes (a crash's are removed at
+// start), so a late one costs a little disk for a little longer.
+func orphanScanEvery(c Config) time.Duration {
+	return max(min(c.OrphanGrace/4, time.Minute), c.MaintenanceInterval)
 }
 
 // maintain expires streams, applies retention and merges small ranges.
@@ -328,18 +340,21 @@ func (b *Broker) persistTouches(ctx context.Context) {
 	}
 }
 
-// collectGarbage deletes the files of garbage objects and, when grace is
+// collectGarbage deletes the files of garbage objects and, when orphans is
 // set, of objects older than grace that no command ever committed (at start,
-// grace 0: every one).
-func (b *Broker) collectGarbage(ctx context.Context, grace time.Duration) error {
+// grace 0: every one). Finding orphans lists and stats the whole objects
+// directory, so the maintenance loop does it only every orphanScanEvery.
+func (b *Broker) collectGarbage(ctx context.Context, grace time.Duration, orphans bool) error {
 	var garbage []uint64
 	known := map[uint64]bool{}
 	b.fsm.View(func(s *meta.State) {
 		for id := range s.Garbage {
 			garbage = append(garbage, id)
 		}
-		for id := range s.Objects {
-			known[id] = true
+		if orphans {
+			for id := range s.Objects {
+				known[id] = true
+			}
 		}
 	})
 	var deleted []uint64
@@ -374,6 +389,9 @@ func (b *Broker) collectGarbage(ctx context.Context, grace time.Duration) error 
 			return err
 		}
 		b.cfg.Metrics.ObjectsDeleted.Add(float64(len(deleted)))
+	}
+	if !orphans {
+		return nil
 	}
 	infos, err := b.objs.List()
 	if err != nil {
