@@ -3,9 +3,11 @@ package core
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -331,7 +333,7 @@ func TestMergeAndGarbageCollection(t *testing.T) {
 		_, err := os.Stat(filepath.Join(dir, "objects", objName(id)))
 		return err == nil
 	}
-	if err := b.collectGarbage(ctx, time.Hour); err != nil {
+	if err := b.collectGarbage(ctx, time.Hour, true); err != nil {
 		t.Fatal(err)
 	}
 	for id := range garbage {
@@ -340,7 +342,7 @@ func TestMergeAndGarbageCollection(t *testing.T) {
 		}
 	}
 	time.Sleep(60 * time.Millisecond)
-	if err := b.collectGarbage(ctx, time.Hour); err != nil {
+	if err := b.collectGarbage(ctx, time.Hour, true); err != nil {
 		t.Fatal(err)
 	}
 	for id := range garbage {
@@ -593,6 +595,110 @@ func TestCloseClosesEveryOwnedStreamAtOnce(t *testing.T) {
 	for id, in := range b.fsm.State().Streams {
 		if in.Open || in.Owner != "" {
 			t.Fatalf("stream %d still open after shutdown: %+v", id, in)
+		}
+	}
+}
+
+// TestRunningBrokerCollectsOrphans: an object written and never committed
+// (a flush whose commit failed, say) is removed by the maintenance loop
+// once older than OrphanGrace; committed objects stay.
+func TestRunningBrokerCollectsOrphans(t *testing.T) {
+	ctx := context.Background()
+	b := openTest(t, t.TempDir(), func(c *Config) {
+		c.MaintenanceInterval = 20 * time.Millisecond
+		c.OrphanGrace = 100 * time.Millisecond
+	})
+	defer b.Close()
+	mustCreate(t, b, "a", CreateOptions{})
+	if _, err := b.Append(ctx, "a", recs("kept"), AppendOptions{Partition: -1}); err != nil {
+		t.Fatal(err)
+	}
+	w, err := b.objs.Create()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := w.AppendFrame([]byte("never committed")); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	orphan := w.ID()
+	listed := func(id uint64) bool {
+		infos, err := b.objs.List()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, info := range infos {
+			if info.ID == id {
+				return true
+			}
+		}
+		return false
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for listed(orphan) {
+		if time.Now().After(deadline) {
+			t.Fatalf("orphan %d still there after %s", orphan, 10*time.Second)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if got := readAll(t, b, "a", 0); len(got) != 1 || string(got[0].Record.Payload) != "kept" {
+		t.Fatalf("a reads %v after orphan collection", got)
+	}
+}
+
+// TestMergeReadsFramesOfOneObjectTogether: appends that shared a flush lie
+// in consecutive frames of one object, which the merge reads in one go;
+// every record keeps its offset, instant and bytes.
+func TestMergeReadsFramesOfOneObjectTogether(t *testing.T) {
+	ctx := context.Background()
+	b := openTest(t, t.TempDir(), func(c *Config) {
+		c.MergeMinRanges = 4
+		c.FlushLinger = 20 * time.Millisecond
+		c.OrphanGrace = time.Hour
+	})
+	defer b.Close()
+	mustCreate(t, b, "a", CreateOptions{})
+	var wg sync.WaitGroup
+	for w := range 16 {
+		wg.Go(func() {
+			for i := range 4 {
+				if _, err := b.Append(ctx, "a", recs(fmt.Sprintf("w%d-%d", w, i), strings.Repeat("p", w*i)), AppendOptions{Partition: -1}); err != nil {
+					t.Error(err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	e, _ := b.Get("a")
+	in, _ := b.Internal(e.Streams[0])
+	shared := false
+	for i := 1; i < len(in.Ranges); i++ {
+		if in.Ranges[i].Object == in.Ranges[i-1].Object {
+			shared = true
+		}
+	}
+	if !shared {
+		t.Skip("no two appends shared a flush; nothing to read together")
+	}
+	before := readAll(t, b, "a", 0)
+	b.maintain(ctx)
+	in, _ = b.Internal(e.Streams[0])
+	if len(in.Ranges) != 1 || in.Ranges[0].Count != 128 {
+		t.Fatalf("after merge: %d ranges", len(in.Ranges))
+	}
+	after := readAll(t, b, "a", 0)
+	if len(after) != len(before) {
+		t.Fatalf("merge changed reads: %d vs %d", len(after), len(before))
+	}
+	for i := range after {
+		if after[i].Offset != before[i].Offset || string(after[i].Record.Key) != string(before[i].Record.Key) ||
+			string(after[i].Record.Payload) != string(before[i].Record.Payload) || !after[i].AppendedAt.Equal(before[i].AppendedAt) {
+			t.Fatalf("record %d differs after merge", i)
 		}
 	}
 }

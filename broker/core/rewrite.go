@@ -39,6 +39,58 @@ func (b *Broker) decodeRange(r meta.Range, start uint64) ([]record, error) {
 	return out, nil
 }
 
+// maxRunBytes bounds one read of consecutive frames while merging.
+const maxRunBytes = 4 << 20
+
+// runEnd returns the end of the run of ranges starting at rs[i] whose
+// frames follow each other in one object: one read fetches them all.
+func runEnd(rs []meta.Range, i int) int {
+	j, size := i+1, rs[i].Len
+	for j < len(rs) && rs[j].Object == rs[i].Object && rs[j].Pos == rs[j-1].Pos+rs[j-1].Len && size+rs[j].Len <= maxRunBytes {
+		size += rs[j].Len
+		j++
+	}
+	return j
+}
+
+// decodeRun returns the records at or above start of ranges whose frames
+// follow each other in one object, read at once. If that read fails a
+// check, the ranges are read one by one, so the error names the range.
+func (b *Broker) decodeRun(rs []meta.Range, start uint64) ([]record, error) {
+	if len(rs) == 1 {
+		return b.decodeRange(rs[0], start)
+	}
+	lens := make([]int64, len(rs))
+	for i, r := range rs {
+		lens[i] = r.Len
+	}
+	payloads, err := b.objs.ReadFrames(rs[0].Object, rs[0].Pos, lens)
+	if err != nil {
+		var out []record
+		for _, r := range rs {
+			recs, err := b.decodeRange(r, start)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, recs...)
+		}
+		return out, nil
+	}
+	var out []record
+	for i, r := range rs {
+		err := decodeFrame(payloads[i], func(off uint64, at int64, key, value []byte) bool {
+			if off >= start && off < r.Next {
+				out = append(out, record{off, at, key, value})
+			}
+			return true
+		})
+		if err != nil {
+			return nil, b.corrupt(r, err)
+		}
+	}
+	return out, nil
+}
+
 // writeRanges writes groups of records as frames of one new object and
 // returns their ranges. bounds[i], when its Next is set, is the [First,
 // Next) range i keeps (compaction keeps a range's bounds around its holes);
@@ -145,11 +197,13 @@ func (b *Broker) merge(ctx context.Context, n *named, id uint64) error {
 		var groups [][]record
 		var cur []record
 		var curBytes int64
-		for _, r := range take {
-			recs, err := b.decodeRange(r, start)
+		for i := 0; i < len(take); {
+			j := runEnd(take, i)
+			recs, err := b.decodeRun(take[i:j], start)
 			if err != nil {
 				return err
 			}
+			i = j
 			for _, rec := range recs {
 				sz := int64(len(rec.key) + len(rec.value) + 24)
 				if len(cur) > 0 && curBytes+sz > b.cfg.FrameBytes {

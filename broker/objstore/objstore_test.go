@@ -816,3 +816,52 @@ func TestConcurrentReadersWriterRemover(t *testing.T) {
 	}
 	t.Logf("%d reads, %d objects removed", reads.Load(), len(removed))
 }
+
+// TestReadFramesReadsARunAtOnce: consecutive frames come back as written,
+// each checked; a damaged frame anywhere in the run, or a run past the
+// end, is ErrCorrupt and no payload is returned.
+func TestReadFramesReadsARunAtOnce(t *testing.T) {
+	s, dir := openStore(t, objstore.Options{})
+	id, frames := writeObject(t, s, payload(1, 10), payload(2, 1), payload(3, 5000), payload(4, 300))
+	lens := func(fs []frame) []int64 {
+		var out []int64
+		for _, f := range fs {
+			out = append(out, f.n)
+		}
+		return out
+	}
+	got, err := s.ReadFrames(id, frames[1].pos, lens(frames[1:]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, p := range got {
+		if !bytes.Equal(p, frames[1+i].payload) {
+			t.Fatalf("frame %d differs", 1+i)
+		}
+	}
+	if _, err := s.ReadFrames(id, frames[2].pos, []int64{frames[2].n, frames[3].n + 1}); !errors.Is(err, objstore.ErrCorrupt) {
+		t.Fatalf("run past the end: %v, want ErrCorrupt", err)
+	}
+	// Flip a byte of the third frame's payload.
+	f, err := os.OpenFile(objPath(dir, id), os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := frames[2].pos + objstore.FrameHeaderSize + 100
+	var b [1]byte
+	if _, err := f.ReadAt(b[:], at); err != nil {
+		t.Fatal(err)
+	}
+	b[0] ^= 0x40
+	if _, err := f.WriteAt(b[:], at); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	got, err = s.ReadFrames(id, frames[0].pos, lens(frames))
+	if !errors.Is(err, objstore.ErrCorrupt) || got != nil {
+		t.Fatalf("damaged run: %d payloads, %v; want ErrCorrupt and none", len(got), err)
+	}
+	if _, err := s.ReadFrames(id, frames[0].pos, lens(frames[:2])); err != nil {
+		t.Fatalf("the frames before the damage: %v", err)
+	}
+}

@@ -237,6 +237,48 @@ func (s *Store) ReadFrame(id uint64, pos, n int64) ([]byte, error) {
 	return checkFrame(id, pos, buf)
 }
 
+// ReadFrames reads len(lens) consecutive frames of object id, the first at
+// pos, each of the length AppendFrame returned, with one pread, and returns
+// their payloads after checking each as ReadFrame does. It is for readers
+// of many small frames at once (merging), where one read per frame would
+// cost a system call each.
+func (s *Store) ReadFrames(id uint64, pos int64, lens []int64) ([][]byte, error) {
+	var total int64
+	for _, n := range lens {
+		if n <= FrameHeaderSize || n > FrameHeaderSize+MaxPayload {
+			return nil, fmt.Errorf("objstore: frame of %d bytes in object %016x: %w", n, id, ErrFrameSize)
+		}
+		total += n
+	}
+	if pos < HeaderSize || len(lens) == 0 {
+		return nil, fmt.Errorf("objstore: %d frames at %d in object %016x: %w", len(lens), pos, id, ErrFrameSize)
+	}
+	h, err := s.cache.acquire(id)
+	if err != nil {
+		return nil, err
+	}
+	defer s.cache.release(h)
+
+	buf := make([]byte, total)
+	if k, err := h.f.ReadAt(buf, pos); k < len(buf) {
+		if err == io.EOF {
+			return nil, corrupt(id, pos, "%d frames of %d bytes announced, the object ends after %d", len(lens), total, k)
+		}
+		return nil, stream.StreamBackendFailed.Wrap(err, "op", "objstore.read", "object", id)
+	}
+	out := make([][]byte, len(lens))
+	var off int64
+	for i, n := range lens {
+		p, err := checkFrame(id, pos+off, buf[off:off+n:off+n])
+		if err != nil {
+			return nil, err
+		}
+		out[i] = p
+		off += n
+	}
+	return out, nil
+}
+
 // checkFrame checks a whole frame read from pos and returns its payload.
 func checkFrame(id uint64, pos int64, frame []byte) ([]byte, error) {
 	length := binary.LittleEndian.Uint32(frame[0:4])
