@@ -315,7 +315,7 @@ func TestRandomCommandsKeepInvariants(t *testing.T) {
 		replayed := NewState()
 		for _, raw := range log {
 			var c Command
-			if err := json.Unmarshal(raw, &c); err != nil {
+			if err := Decode(raw, &c); err != nil {
 				t.Fatal(err)
 			}
 			replayed.Apply(&c)

@@ -21,14 +21,11 @@ type FSM struct {
 // NewFSM returns a state machine over an empty state.
 func NewFSM() *FSM { return &FSM{state: NewState()} }
 
-// Encode serializes a command for the log.
-func Encode(c *Command) ([]byte, error) { return json.Marshal(c) }
-
-// Apply decodes and applies one log entry. Its result is what
-// metalog.Log.Apply returns.
+// Apply decodes and applies one log entry, binary or JSON (see Encode). Its
+// result is what metalog.Log.Apply returns.
 func (f *FSM) Apply(l *raft.Log) any {
 	var c Command
-	if err := json.Unmarshal(l.Data, &c); err != nil {
+	if err := Decode(l.Data, &c); err != nil {
 		f.mu.Lock()
 		f.applied = l.Index
 		f.mu.Unlock()
