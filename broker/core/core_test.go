@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -701,4 +702,78 @@ func TestMergeReadsFramesOfOneObjectTogether(t *testing.T) {
 			t.Fatalf("record %d differs after merge", i)
 		}
 	}
+}
+
+// TestReadsSurviveCollectionUnderThem: with no grace at all, objects are
+// merged away and collected while readers read them; a read whose object
+// vanished looks its ranges up again instead of failing.
+func TestReadsSurviveCollectionUnderThem(t *testing.T) {
+	ctx := context.Background()
+	b := openTest(t, t.TempDir(), func(c *Config) {
+		c.MergeMinRanges = 2
+		c.OrphanGrace = time.Hour
+	})
+	defer b.Close()
+	mustCreate(t, b, "a", CreateOptions{})
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var reads, collected atomic.Int64
+	wg.Go(func() { // writer
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if _, err := b.Append(ctx, "a", recs(strconv.Itoa(i)), AppendOptions{Partition: -1}); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+	})
+	wg.Go(func() { // merges and collects with no grace
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			b.maintain(ctx)
+			if err := b.collectGarbage(ctx, 0, false); err != nil {
+				t.Error(err)
+				return
+			}
+			collected.Add(1)
+		}
+	})
+	for range 2 {
+		wg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				es, _, err := b.Read(ctx, "a", 0, 0, 10_000, ReadOptions{})
+				if err != nil {
+					t.Errorf("read: %v", err)
+					return
+				}
+				for i, e := range es {
+					if e.Offset != stream.Offset(i) || string(e.Record.Payload) != strconv.Itoa(i) {
+						t.Errorf("entry %d: offset %d payload %q", i, e.Offset, e.Record.Payload)
+						return
+					}
+				}
+				reads.Add(1)
+			}
+		})
+	}
+	time.Sleep(1500 * time.Millisecond)
+	close(stop)
+	wg.Wait()
+	if reads.Load() == 0 || collected.Load() == 0 {
+		t.Fatalf("%d reads, %d collections", reads.Load(), collected.Load())
+	}
+	t.Logf("%d reads, %d collections", reads.Load(), collected.Load())
 }

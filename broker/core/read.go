@@ -4,6 +4,7 @@ import (
 	"container/list"
 	"context"
 	"errors"
+	"io/fs"
 	"sync"
 
 	"github.com/picomq/picomq/broker/meta"
@@ -70,6 +71,24 @@ func (b *Broker) Read(ctx context.Context, name string, partition int, from uint
 	}
 	n.lastAccess.Store(max64(n.lastAccess.Load(), b.now().UnixNano()))
 
+	// A range looked up here may be merged, trimmed or compacted away and
+	// its object collected before its frame is read; the file is then
+	// missing. The state has moved on by then, so look again.
+	for attempt := 1; ; attempt++ {
+		out, bounds, err := b.readOnce(name, id, partition, from, max, o)
+		if err == nil || !errors.Is(err, fs.ErrNotExist) || attempt == readAttempts {
+			return out, bounds, err
+		}
+	}
+}
+
+// readAttempts bounds the lookups of one Read whose objects keep being
+// collected under it; each retry needs a collection between its lookup and
+// its read, which GarbageGrace makes rare.
+const readAttempts = 3
+
+// readOnce looks the ranges up and reads their frames.
+func (b *Broker) readOnce(name string, id uint64, partition int, from uint64, max int, o ReadOptions) ([]stream.EntryValue, stream.BoundsValue, error) {
 	var bounds stream.BoundsValue
 	var ranges []meta.Range
 	var checkErr error
