@@ -777,3 +777,25 @@ func TestReadsSurviveCollectionUnderThem(t *testing.T) {
 	}
 	t.Logf("%d reads, %d collections", reads.Load(), collected.Load())
 }
+
+// TestJustAppendedIsReadFromMemory: a committed append's frame is cached
+// as it is acknowledged, so live readers do not read the object back.
+func TestJustAppendedIsReadFromMemory(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	b := openTest(t, dir)
+	defer b.Close()
+	mustCreate(t, b, "a", CreateOptions{})
+	if _, err := b.Append(ctx, "a", recs("live"), AppendOptions{Partition: -1}); err != nil {
+		t.Fatal(err)
+	}
+	e, _ := b.Get("a")
+	in, _ := b.Internal(e.Streams[0])
+	// Take the object away from under the broker: only the cache has it.
+	if err := os.Remove(filepath.Join(dir, "objects", objName(in.Ranges[0].Object))); err != nil {
+		t.Fatal(err)
+	}
+	if got := readAll(t, b, "a", 0); len(got) != 1 || string(got[0].Record.Payload) != "live" {
+		t.Fatalf("read %v", got)
+	}
+}

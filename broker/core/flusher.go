@@ -189,7 +189,6 @@ func (f *flusher) write(batch []*pendingAppend) *written {
 				First: p.app.First, Next: p.app.First + uint64(p.count), Object: w.ID(), Pos: pos, Len: ln,
 				Bytes: p.bytes, Count: int64(p.count), MinTime: p.at, MaxTime: p.at,
 			}
-			p.payload = nil // the object has it; let it go
 		}
 		start := time.Now()
 		if err := w.Sync(); err != nil {
@@ -274,6 +273,12 @@ func (f *flusher) settle(p *proposal) {
 		pa.n.mu.Lock()
 		pa.n.pendingBytes -= pa.bytes
 		pa.n.mu.Unlock()
+		// Live readers read what was just appended: serve it from memory,
+		// without a system call.
+		if r := pa.app.Range; r != nil && pa.payload != nil {
+			b.frames.put(frameKey{r.Object, r.Pos}, pa.payload)
+		}
+		pa.payload = nil
 		touched[pa.n] = true
 		pa.done <- nil
 	}
