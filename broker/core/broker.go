@@ -51,8 +51,10 @@ type Config struct {
 	// (default 10s): reads never write the metadata log themselves.
 	TouchInterval time.Duration
 	// GarbageGrace is how long an object's file is kept after no range
-	// references it any more (default 10s), so that a read which looked up
-	// its ranges just before a trim, merge or delete can still finish.
+	// references it any more (default 2s), so that a read which looked up
+	// its ranges just before a trim, merge or delete usually finishes on
+	// them; one that is slower looks its ranges up again. Until it is
+	// collected, a file cannot be recycled for a new object.
 	GarbageGrace time.Duration
 	// OrphanGrace is how old an object nobody committed must be before it is
 	// deleted while running (default 10 min); at start every orphan goes.
@@ -96,7 +98,7 @@ func (c Config) withDefaults() Config {
 		c.TouchInterval = 10 * time.Second
 	}
 	if c.GarbageGrace <= 0 {
-		c.GarbageGrace = 10 * time.Second
+		c.GarbageGrace = 2 * time.Second
 	}
 	if c.OrphanGrace <= 0 {
 		c.OrphanGrace = 10 * time.Minute

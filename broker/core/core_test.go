@@ -705,8 +705,8 @@ func TestMergeReadsFramesOfOneObjectTogether(t *testing.T) {
 }
 
 // TestReadsSurviveCollectionUnderThem: with no grace at all, objects are
-// merged away and collected while readers read them; a read whose object
-// vanished looks its ranges up again instead of failing.
+// merged away and collected while readers read and seek them; a read whose
+// object vanished looks its ranges up again instead of failing.
 func TestReadsSurviveCollectionUnderThem(t *testing.T) {
 	ctx := context.Background()
 	b := openTest(t, t.TempDir(), func(c *Config) {
@@ -764,6 +764,11 @@ func TestReadsSurviveCollectionUnderThem(t *testing.T) {
 						t.Errorf("entry %d: offset %d payload %q", i, e.Offset, e.Record.Payload)
 						return
 					}
+				}
+				// Seeking by time reads frames too.
+				if _, err := b.OffsetAt(ctx, "a", 0, time.Unix(0, 1)); err != nil {
+					t.Errorf("seek: %v", err)
+					return
 				}
 				reads.Add(1)
 			}

@@ -61,26 +61,33 @@ func (b *Broker) Trim(ctx context.Context, name string, partition int, before ui
 	if err != nil {
 		return err
 	}
-	in, ok := b.fsm.Internal(id)
-	if !ok {
-		return meta.StreamNotFound.With("name", name)
-	}
-	if err := stream.CheckOffset(partition, stream.Offset(before), stream.BoundsValue{First: stream.Offset(in.Start), Next: stream.Offset(in.End)}); err != nil {
-		return err
-	}
 	// A trim inside a range keeps the range: measure the bytes it makes
 	// unreadable, so that MaxBytes and RetainBytes count only the rest.
 	var skip int64
-	if i := in.RangeAt(before); i < len(in.Ranges) && in.Ranges[i].First < before {
-		recs, err := b.decodeRange(in.Ranges[i], 0)
-		if err != nil {
+	err = lookAgainIfCollected(func() error {
+		in, ok := b.fsm.Internal(id)
+		if !ok {
+			return meta.StreamNotFound.With("name", name)
+		}
+		if err := stream.CheckOffset(partition, stream.Offset(before), stream.BoundsValue{First: stream.Offset(in.Start), Next: stream.Offset(in.End)}); err != nil {
 			return err
 		}
-		for _, r := range recs {
-			if r.off < before {
-				skip += int64(len(r.key) + len(r.value))
+		skip = 0
+		if i := in.RangeAt(before); i < len(in.Ranges) && in.Ranges[i].First < before {
+			recs, err := b.decodeRange(in.Ranges[i], 0)
+			if err != nil {
+				return err
+			}
+			for _, r := range recs {
+				if r.off < before {
+					skip += int64(len(r.key) + len(r.value))
+				}
 			}
 		}
+		return nil
+	})
+	if err != nil {
+		return err
 	}
 	res, err := b.apply(ctx, &meta.Command{Op: meta.OpTrim, Trim: &meta.Trim{Stream: id, Before: before, SkipBytes: skip}})
 	if err != nil {
@@ -105,6 +112,16 @@ func (b *Broker) OffsetAt(ctx context.Context, name string, partition int, t tim
 	if err := b.retain(ctx, n, id); err != nil {
 		return 0, err
 	}
+	var at uint64
+	err = lookAgainIfCollected(func() (err error) {
+		at, err = b.offsetAt(name, id, t)
+		return err
+	})
+	return at, err
+}
+
+// offsetAt looks the ranges up and reads the frames OffsetAt needs.
+func (b *Broker) offsetAt(name string, id uint64, t time.Time) (uint64, error) {
 	in, ok := b.fsm.Internal(id)
 	if !ok {
 		return 0, meta.StreamNotFound.With("name", name)

@@ -71,21 +71,32 @@ func (b *Broker) Read(ctx context.Context, name string, partition int, from uint
 	}
 	n.lastAccess.Store(max64(n.lastAccess.Load(), b.now().UnixNano()))
 
-	// A range looked up here may be merged, trimmed or compacted away and
-	// its object collected before its frame is read; the file is then
-	// missing. The state has moved on by then, so look again.
-	for attempt := 1; ; attempt++ {
-		out, bounds, err := b.readOnce(name, id, partition, from, max, o)
-		if err == nil || !errors.Is(err, fs.ErrNotExist) || attempt == readAttempts {
-			return out, bounds, err
-		}
-	}
+	var out []stream.EntryValue
+	var bounds stream.BoundsValue
+	err = lookAgainIfCollected(func() (err error) {
+		out, bounds, err = b.readOnce(name, id, partition, from, max, o)
+		return err
+	})
+	return out, bounds, err
 }
 
-// readAttempts bounds the lookups of one Read whose objects keep being
+// readAttempts bounds the lookups of one read whose objects keep being
 // collected under it; each retry needs a collection between its lookup and
 // its read, which GarbageGrace makes rare.
 const readAttempts = 3
+
+// lookAgainIfCollected runs read, which looks ranges up and reads their
+// frames, again while it fails on a missing object file: a range may be
+// merged, trimmed or compacted away and its object collected between the
+// lookup and the read. The state has moved on by then, so look again.
+func lookAgainIfCollected(read func() error) error {
+	for attempt := 1; ; attempt++ {
+		err := read()
+		if err == nil || !errors.Is(err, fs.ErrNotExist) || attempt == readAttempts {
+			return err
+		}
+	}
+}
 
 // readOnce looks the ranges up and reads their frames.
 func (b *Broker) readOnce(name string, id uint64, partition int, from uint64, max int, o ReadOptions) ([]stream.EntryValue, stream.BoundsValue, error) {
