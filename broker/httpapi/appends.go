@@ -57,11 +57,7 @@ func (s *Server) appendItem(r *http.Request, it wire.AppendItem) (core.AppendRes
 	}
 	o := core.AppendOptions{Partition: -1}
 	if it.Partition >= 0 {
-		e, err := s.b.Get(it.Name)
-		if err != nil {
-			return core.AppendResult{}, err
-		}
-		if err := stream.CheckPartition(it.Partition, len(e.Streams)); err != nil {
+		if err := s.checkPartition(it.Name, it.Partition); err != nil {
 			return core.AppendResult{}, err
 		}
 		o.Partition = it.Partition
@@ -75,10 +71,7 @@ func (s *Server) appendItem(r *http.Request, it wire.AppendItem) (core.AppendRes
 
 // problem encodes err as fail would, for an item of a larger answer.
 func (s *Server) problem(r *http.Request, err error) []byte {
-	coded, ok := errs.As(err)
-	if !ok {
-		coded = stream.StreamBackendFailed.Wrap(err, "op", "http.appends")
-	}
+	coded := codedOf(err, "http.appends")
 	body, merr := errs.Marshal(coded)
 	if merr != nil {
 		s.log.Error("cannot encode a problem", "err", merr, "cause", err)

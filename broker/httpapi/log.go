@@ -52,6 +52,18 @@ func (s *Server) serveLog(w http.ResponseWriter, r *http.Request, name, op strin
 }
 
 // append serves POST /v1/log/{name}.
+// checkPartition checks an append's explicit partition before its
+// records: one outside [0, Partitions()) is UNKNOWN_PARTITION whatever the
+// keys say (the broker would name the keys' disagreement first), and a
+// negative one, which means "by key" to the broker, is refused too.
+func (s *Server) checkPartition(name string, p int) error {
+	e, err := s.b.Get(name)
+	if err != nil {
+		return err
+	}
+	return stream.CheckPartition(p, len(e.Streams))
+}
+
 func (s *Server) append(w http.ResponseWriter, r *http.Request, name string) {
 	q := r.URL.Query()
 	o := core.AppendOptions{Partition: -1}
@@ -61,16 +73,7 @@ func (s *Server) append(w http.ResponseWriter, r *http.Request, name string) {
 			s.fail(w, r, err)
 			return
 		}
-		// Checked here, before the records: an explicit partition outside
-		// [0, Partitions()) is UNKNOWN_PARTITION whatever the keys say (the
-		// broker would name the keys' disagreement first), and a negative
-		// one, which means "by key" to the broker, is refused too.
-		e, err := s.b.Get(name)
-		if err != nil {
-			s.fail(w, r, err)
-			return
-		}
-		if err := stream.CheckPartition(p, len(e.Streams)); err != nil {
+		if err := s.checkPartition(name, p); err != nil {
 			s.fail(w, r, err)
 			return
 		}

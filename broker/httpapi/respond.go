@@ -25,10 +25,7 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 		s.log.Debug("request abandoned by its client", "method", r.Method, "path", r.URL.Path, "err", err)
 		return
 	}
-	coded, ok := errs.As(err)
-	if !ok {
-		coded = stream.StreamBackendFailed.Wrap(err, "op", "http."+strings.ToLower(r.Method))
-	}
+	coded := codedOf(err, "http."+strings.ToLower(r.Method))
 	status := errs.HTTPStatus(coded)
 	if errors.Is(coded, stream.StreamDirectoryUnusable) {
 		status = http.StatusInternalServerError // a server-side configuration, not the request's fault
@@ -54,6 +51,15 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 	} else {
 		s.log.Debug("request refused", "method", r.Method, "path", r.URL.Path, "status", status, "err", coded)
 	}
+}
+
+// codedOf is err's outermost coded error, or STREAM_BACKEND_FAILED naming
+// op and wrapping err when it has none.
+func codedOf(err error, op string) *errs.Error {
+	if coded, ok := errs.As(err); ok {
+		return coded
+	}
+	return stream.StreamBackendFailed.Wrap(err, "op", op)
 }
 
 // writeJSON answers v as JSON with status.
