@@ -410,8 +410,9 @@ func (s *Store) Remove(id uint64) error {
 
 // recycle renames object id's file to a new pool id, truncates it to a
 // fresh header and queues it for the next refill's directory fsync. It
-// returns false when the file should be unlinked instead: the pool is full
-// enough, or a step failed (the file is left for remove, or removed).
+// returns false when the file should be unlinked instead: maxSpare files
+// wait already, a reader holds it, or the rename failed; true when the old
+// name is gone (even if a later step failed and the file went too).
 func (s *Store) recycle(id uint64) bool {
 	s.mu.Lock()
 	if s.closed || len(s.spare) >= maxSpare {
