@@ -148,8 +148,14 @@ func (q *coalescer) send(batch []*queuedAppend) {
 		op: "appends", method: http.MethodPost, path: wire.AppendsPath,
 		body: body, contentType: wire.AppendsContentType,
 	})
-	if errors.Is(err, wire.RouteNotFound) || errors.Is(err, wire.MethodNotAllowed) {
+	switch {
+	case errors.Is(err, wire.RouteNotFound) || errors.Is(err, wire.MethodNotAllowed) || errors.Is(err, wire.UnsupportedMediaType):
+		// A broker without the route: send every append alone from now on.
 		q.off.Store(true)
+		fallthrough
+	case errors.Is(err, wire.BodyTooLarge) && len(batch) > 1:
+		// The broker's body limit is below what was shared, not below any
+		// one append: each goes alone and meets the limit on its own.
 		for _, a := range batch {
 			a.done <- appendAnswer{err: errSendAlone}
 		}

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/picomq/picomq/broker/client"
 	"github.com/picomq/picomq/broker/errs"
@@ -158,5 +159,60 @@ func TestAppendsFallBackAlone(t *testing.T) {
 	}
 	if single.Load() != 2 {
 		t.Fatalf("%d single appends, want 2", single.Load())
+	}
+}
+
+// TestSharedRequestOverTheBodyLimitGoesAlone: a broker whose body limit is
+// below a shared request, though above each append in it, refuses the
+// request; its appends are then sent alone and succeed.
+func TestSharedRequestOverTheBodyLimitGoesAlone(t *testing.T) {
+	var shared, single atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch {
+		case r.URL.Path == wire.AppendsPath:
+			if shared.Add(1) == 1 {
+				time.Sleep(50 * time.Millisecond) // the other appends queue meanwhile
+			}
+			body, _ := io.ReadAll(r.Body)
+			if items, err := wire.DecodeAppends(body); err == nil && len(items) > 1 {
+				p, _ := errs.Marshal(wire.BodyTooLarge.With("maxBytes", 10))
+				w.Header().Set("Content-Type", wire.ProblemContentType)
+				w.WriteHeader(http.StatusRequestEntityTooLarge)
+				w.Write(p)
+				return
+			}
+			w.Header().Set("Content-Type", wire.JSONContentType)
+			io.WriteString(w, `{"results":[{"partition":0,"first":1,"last":1,"next":2}]}`)
+		case r.URL.Path == wire.StreamsPrefix+"s":
+			w.Header().Set("Content-Type", wire.JSONContentType)
+			io.WriteString(w, `{"name":"s","partitionCount":1,"policy":{}}`)
+		case r.URL.Path == wire.LogPrefix+"s" && r.Method == http.MethodPost:
+			single.Add(1)
+			w.Header().Set("Content-Type", wire.JSONContentType)
+			io.WriteString(w, `{"partition":0,"first":3,"last":3,"next":4}`)
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	defer srv.Close()
+	c, err := client.New(srv.URL, client.WithAppendsInFlight(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := c.Stream(context.Background(), "s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	for range 16 {
+		wg.Go(func() {
+			if _, err := s.Append(context.Background(), []stream.RecordValue{{Payload: []byte("x")}}); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	if shared.Load() < 2 || single.Load() == 0 {
+		t.Fatalf("%d shared requests, %d single: want a refused shared request whose appends went alone", shared.Load(), single.Load())
 	}
 }
