@@ -126,7 +126,7 @@ type Config struct {
 	ElectionTimeout  time.Duration
 
 	// MaxAppendEntries is the most proposals the leader writes to the WAL in
-	// one transaction (group commit), the capacity of raft's apply queue, and
+	// one write and one fsync (group commit), the capacity of raft's apply queue, and
 	// the most entries sent to a follower in one RPC. Default 256 (raft's is
 	// 64; the maximum is 1024): metadata entries are small, so a larger batch
 	// costs little and lets more concurrent proposers share one fsync.
@@ -233,8 +233,8 @@ func (cfg Config) raftConfig() *raft.Config {
 
 	// Group commit. The leader loop takes one proposal from the apply
 	// channel and then drains whatever else is already waiting, up to
-	// MaxAppendEntries, into a single StoreLogs call — one WAL
-	// write, one fsync. BatchApplyCh gives that channel a
+	// MaxAppendEntries, into a single StoreLogs call — one WAL write, one
+	// fsync. BatchApplyCh gives that channel a
 	// buffer of MaxAppendEntries, so a proposer hands its entry over at once
 	// and goes on to wait for the commit, instead of parking on the channel
 	// until the leader loop is out of its current fsync; the buffer filled
@@ -263,7 +263,7 @@ func (cfg Config) raftConfig() *raft.Config {
 type Log struct {
 	raft  *raft.Raft
 	store *walStore // closed by Close; raft closes the transport
-	lock  *os.File  // the directory lock, released by Close // closed by Close; raft closes the transport
+	lock  *os.File  // the directory lock, released by Close
 
 	// closed is closed by Close once raft has shut down. Waiters select on
 	// it because raft does not always answer a proposal it received just

@@ -465,6 +465,7 @@ func TestOpenRejectsBadConfig(t *testing.T) {
 		"unadvertisable bind":     {Dir: dir, NodeID: "n", BindAddr: "0.0.0.0:0"},
 		"too many append entries": {Dir: dir, NodeID: "n", MaxAppendEntries: 5000},
 		"unknown log level":       {Dir: dir, NodeID: "n", LogLevel: "loud"},
+		"tiny WAL segments":       {Dir: dir, NodeID: "n", SegmentBytes: 4096},
 	} {
 		cfg.LogOutput = &syncBuffer{}
 		if l, err := Open(cfg, newToyFSM()); err == nil {
