@@ -108,7 +108,6 @@ func (c *handleCache) acquire(id uint64) (*handle, error) {
 	return h, nil
 }
 
-// release gives back a reference taken by acquire.
 // open opens object id's file and checks its header.
 func (c *handleCache) open(id uint64) (*os.File, error) {
 	f, err := os.Open(filepath.Join(c.dir, fileName(id)))
@@ -163,6 +162,7 @@ func (c *handleCache) unretire(id uint64) {
 	c.mu.Unlock()
 }
 
+// release gives back a reference taken by acquire.
 func (c *handleCache) release(h *handle) {
 	c.mu.Lock()
 	c.unlive(h.id)
