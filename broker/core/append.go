@@ -23,7 +23,18 @@ type AppendOptions struct {
 	// Group, when set, commits a consumer-group offset atomically with the
 	// records (exactly-once in effect for a consume-transform-produce loop).
 	Group *meta.GroupOffset
+	// Queued, when set, is called once the append is queued for the
+	// flusher, refused, answered, or made to wait for room — whichever
+	// comes first (see Hold).
+	Queued func()
 }
+
+// Hold makes the next group commit wait, at most a millisecond, until
+// release is called: a caller about to admit several appends at once (the
+// appends of one request) gets them into one object, rather than the
+// flusher taking the first of them alone. Appends report being queued
+// through AppendOptions.Queued.
+func (b *Broker) Hold() (release func()) { return b.flush.hold() }
 
 // AppendResult says where an append landed.
 type AppendResult struct {
@@ -58,6 +69,13 @@ type pendingAppend struct {
 // an object, synced it and committed it through the metadata log. Nothing is
 // acknowledged before that commit applies; a refusal writes nothing.
 func (b *Broker) Append(ctx context.Context, name string, records []stream.RecordValue, o AppendOptions) (AppendResult, error) {
+	queued := func() {
+		if o.Queued != nil {
+			o.Queued()
+			o.Queued = nil
+		}
+	}
+	defer queued() // refused before admission
 	if err := context.Cause(ctx); err != nil {
 		return AppendResult{}, err
 	}
@@ -95,6 +113,7 @@ func (b *Broker) Append(ctx context.Context, name string, records []stream.Recor
 	defer rw.Stop()
 	for {
 		p, wait, err := b.admit(ctx, n, partition, records, batchBytes, o, rw)
+		queued()
 		if err != nil {
 			return wait.res, err
 		}

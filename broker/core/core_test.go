@@ -804,3 +804,59 @@ func TestJustAppendedIsReadFromMemory(t *testing.T) {
 		t.Fatalf("read %v", got)
 	}
 }
+
+// TestHoldPutsAppendsInOneObject: appends admitted under a Hold share one
+// object, and Queued is called once per append on every path — queued,
+// refused before admission, refused by the stream, answered as a
+// duplicate.
+func TestHoldPutsAppendsInOneObject(t *testing.T) {
+	ctx := context.Background()
+	b := openTest(t, t.TempDir())
+	defer b.Close()
+	mustCreate(t, b, "a", CreateOptions{})
+	const n = 20
+	release := b.Hold()
+	var queued, done sync.WaitGroup
+	var calls atomic.Int64
+	queued.Add(n)
+	for i := range n {
+		done.Go(func() {
+			if _, err := b.Append(ctx, "a", recs(strconv.Itoa(i)), AppendOptions{Partition: -1, Queued: func() { calls.Add(1); queued.Done() }}); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	queued.Wait()
+	release()
+	release() // a second call changes nothing
+	done.Wait()
+	e, _ := b.Get("a")
+	in, _ := b.Internal(e.Streams[0])
+	if len(in.Ranges) != n {
+		t.Fatalf("%d ranges for %d appends", len(in.Ranges), n)
+	}
+	for _, r := range in.Ranges {
+		if r.Object != in.Ranges[0].Object {
+			t.Fatalf("appends admitted under a hold went to objects %d and %d", in.Ranges[0].Object, r.Object)
+		}
+	}
+
+	count := func(o AppendOptions, name string, want error) {
+		t.Helper()
+		before := calls.Load()
+		o.Queued = func() { calls.Add(1) }
+		_, err := b.Append(ctx, name, recs("x"), o)
+		if !errors.Is(err, want) && !(want == nil && err == nil) {
+			t.Fatalf("append to %s: %v, want %v", name, err, want)
+		}
+		if got := calls.Load() - before; got != 1 {
+			t.Fatalf("append to %s: Queued called %d times", name, got)
+		}
+	}
+	count(AppendOptions{Partition: -1}, "missing", meta.StreamNotFound)
+	count(AppendOptions{Partition: 7}, "a", stream.UnknownPartition)
+	p := &meta.ProducerTuple{ID: "p", Epoch: 0, Seq: 0}
+	count(AppendOptions{Partition: -1, Producer: p}, "a", nil)
+	count(AppendOptions{Partition: -1, Producer: p}, "a", nil) // the duplicate
+	count(AppendOptions{Partition: -1, Producer: &meta.ProducerTuple{ID: "p", Epoch: 0, Seq: 5}}, "a", meta.ProducerSeqGap)
+}

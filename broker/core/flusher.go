@@ -23,10 +23,15 @@ type flusher struct {
 	closing bool
 	signal  chan struct{}
 	done    chan struct{}
+
+	// holds counts the callers admitting several appends that should share
+	// one object (Broker.Hold); unheld is signalled when it drops to zero.
+	holds  int
+	unheld chan struct{}
 }
 
 func newFlusher(b *Broker) *flusher {
-	return &flusher{b: b, signal: make(chan struct{}, 1), done: make(chan struct{})}
+	return &flusher{b: b, signal: make(chan struct{}, 1), done: make(chan struct{}), unheld: make(chan struct{}, 1)}
 }
 
 // enqueue queues p. It is called under p.n.mu, so a stream's appends queue
@@ -110,6 +115,32 @@ func (f *flusher) run() {
 	}
 }
 
+// maxHold bounds how long a flush waits for a Hold to be released.
+const maxHold = time.Millisecond
+
+// hold makes the next flush wait (up to maxHold) until release; release
+// may be called more than once.
+func (f *flusher) hold() (release func()) {
+	f.mu.Lock()
+	f.holds++
+	f.mu.Unlock()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			f.mu.Lock()
+			f.holds--
+			zero := f.holds == 0
+			f.mu.Unlock()
+			if zero {
+				select {
+				case f.unheld <- struct{}{}:
+				default:
+				}
+			}
+		})
+	}
+}
+
 // take removes up to MaxBatchBytes of queued appends (at least one).
 func (f *flusher) take() ([]*pendingAppend, bool) {
 	if linger := f.b.cfg.FlushLinger; linger > 0 {
@@ -117,6 +148,23 @@ func (f *flusher) take() ([]*pendingAppend, bool) {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	// Someone is admitting appends meant to share this object: give them a
+	// moment, never more than maxHold. (A signal left from an earlier
+	// release only makes the loop look again.)
+	for deadline := time.Now().Add(maxHold); f.holds > 0; {
+		wait := time.Until(deadline)
+		if wait <= 0 {
+			break
+		}
+		f.mu.Unlock()
+		t := time.NewTimer(wait)
+		select {
+		case <-f.unheld:
+		case <-t.C:
+		}
+		t.Stop()
+		f.mu.Lock()
+	}
 	limit := f.b.cfg.MaxBatchBytes
 	var size int64
 	i := 0

@@ -35,10 +35,12 @@ func (s *Server) appends(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	out := make([]wire.AppendsItemResult, len(items))
-	var wg sync.WaitGroup
+	var wg, queued sync.WaitGroup
+	release := s.b.Hold()
+	queued.Add(len(items))
 	for i, it := range items {
 		wg.Go(func() {
-			res, err := s.appendItem(r, it)
+			res, err := s.appendItem(r, it, queued.Done)
 			if err != nil {
 				out[i].Error = s.problem(r, err)
 				return
@@ -46,16 +48,21 @@ func (s *Server) appends(w http.ResponseWriter, r *http.Request) {
 			out[i].AppendResult = &wire.AppendResult{Partition: res.Partition, First: res.First, Last: res.Last, Next: res.Next, Duplicate: res.Duplicate}
 		})
 	}
+	queued.Wait()
+	release()
 	wg.Wait()
 	s.writeJSON(w, http.StatusOK, wire.AppendsResult{Results: out})
 }
 
 // appendItem checks one item as append checks a request, and appends it.
-func (s *Server) appendItem(r *http.Request, it wire.AppendItem) (core.AppendResult, error) {
+func (s *Server) appendItem(r *http.Request, it wire.AppendItem, queued func()) (core.AppendResult, error) {
+	var once sync.Once
+	done := func() { once.Do(queued) }
+	defer done() // refused before it reached the broker
 	if err := core.ValidateName(it.Name); err != nil {
 		return core.AppendResult{}, err
 	}
-	o := core.AppendOptions{Partition: -1}
+	o := core.AppendOptions{Partition: -1, Queued: done}
 	if it.Partition >= 0 {
 		if err := s.checkPartition(it.Name, it.Partition); err != nil {
 			return core.AppendResult{}, err
