@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/picomq/picomq/broker/errs"
 	"github.com/picomq/picomq/broker/httpapi/wire"
@@ -14,8 +15,17 @@ import (
 
 const (
 	// DefaultAppendsInFlight is how many append requests a Client has out
-	// at once before further small appends queue to leave together.
-	DefaultAppendsInFlight = 4
+	// at once before further small appends queue to leave together. One:
+	// the appends that queue while it is out then share the next request,
+	// and the broker puts a request's appends in one object (64 writers on
+	// one stream: ~29 appends per object and ~16k appends/s, against ~15
+	// and ~13k with 4 out).
+	DefaultAppendsInFlight = 1
+	// slowRequest is how long a shared request holds its slot. An append
+	// may wait long at the broker (for room under MaxBytes, up to its
+	// BlockTimeout); past this, the request's slot goes to the appends
+	// queued behind it, which must not wait for it.
+	slowRequest = 50 * time.Millisecond
 	// coalesceMaxBatch is the largest encoded append that may share a
 	// request. A larger one is worth its own: its request's cost is small
 	// beside its bytes, and sharing would only make it wait for a slot
@@ -120,10 +130,26 @@ func (q *coalescer) takeLocked() []*queuedAppend {
 	return out
 }
 
-// run sends batches until the queue is empty, then frees its slot.
+// run sends batches until the queue is empty, then frees its slot. A
+// request out longer than slowRequest hands its slot on: run then ends
+// with that request.
 func (q *coalescer) run(batch []*queuedAppend) {
 	for len(batch) > 0 {
+		handedOn := time.AfterFunc(slowRequest, func() {
+			q.mu.Lock()
+			next := q.takeLocked()
+			if len(next) == 0 {
+				q.inflight--
+			}
+			q.mu.Unlock()
+			if len(next) > 0 {
+				go q.run(next)
+			}
+		})
 		q.send(batch)
+		if !handedOn.Stop() {
+			return // the slot went on with the queue
+		}
 		q.mu.Lock()
 		batch = q.takeLocked()
 		if len(batch) == 0 {

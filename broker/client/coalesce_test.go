@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -214,5 +215,63 @@ func TestSharedRequestOverTheBodyLimitGoesAlone(t *testing.T) {
 	wg.Wait()
 	if shared.Load() < 2 || single.Load() == 0 {
 		t.Fatalf("%d shared requests, %d single: want a refused shared request whose appends went alone", shared.Load(), single.Load())
+	}
+}
+
+// TestSlowSharedRequestHandsItsSlotOn: an append the broker holds (waiting
+// for room, say) keeps its own request open, but not the client's one
+// request slot: an append to another stream goes out and is answered
+// while the first still waits.
+func TestSlowSharedRequestHandsItsSlotOn(t *testing.T) {
+	unblock := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch {
+		case r.URL.Path == wire.AppendsPath:
+			body, _ := io.ReadAll(r.Body)
+			items, _ := wire.DecodeAppends(body)
+			if len(items) > 0 && items[0].Name == "slow" {
+				<-unblock
+			}
+			w.Header().Set("Content-Type", wire.JSONContentType)
+			io.WriteString(w, `{"results":[{"partition":0,"first":0,"last":0,"next":1}]}`)
+		case strings.HasPrefix(r.URL.Path, wire.StreamsPrefix):
+			w.Header().Set("Content-Type", wire.JSONContentType)
+			io.WriteString(w, `{"name":"`+strings.TrimPrefix(r.URL.Path, wire.StreamsPrefix)+`","partitionCount":1,"policy":{}}`)
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	defer srv.Close()
+	defer close(unblock)
+	c, err := client.New(srv.URL, client.WithAppendsInFlight(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	slow, err := c.Stream(ctx, "slow")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fast, err := c.Stream(ctx, "fast")
+	if err != nil {
+		t.Fatal(err)
+	}
+	slowDone := make(chan error, 1)
+	go func() {
+		_, err := slow.Append(ctx, []stream.RecordValue{{Payload: []byte("x")}})
+		slowDone <- err
+	}()
+	for range 2 { // twice: the slot is not lost either
+		wait, cancel := context.WithTimeout(ctx, 30*time.Second)
+		_, err := fast.Append(wait, []stream.RecordValue{{Payload: []byte("y")}})
+		cancel()
+		if err != nil {
+			t.Fatalf("append behind a held one: %v", err)
+		}
+		select {
+		case err := <-slowDone:
+			t.Fatalf("the held append returned first: %v", err)
+		default:
+		}
 	}
 }
