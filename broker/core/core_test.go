@@ -860,3 +860,39 @@ func TestHoldPutsAppendsInOneObject(t *testing.T) {
 	count(AppendOptions{Partition: -1, Producer: p}, "a", nil) // the duplicate
 	count(AppendOptions{Partition: -1, Producer: &meta.ProducerTuple{ID: "p", Epoch: 0, Seq: 5}}, "a", meta.ProducerSeqGap)
 }
+
+// TestFrameCacheDropsOneObjectsFrames: dropping an object forgets its
+// frames only; eviction and dropping keep the per-object index and the
+// size in step with the frames held.
+func TestFrameCacheDropsOneObjectsFrames(t *testing.T) {
+	c := newFrameCache(40)
+	for obj := uint64(1); obj <= 2; obj++ {
+		for pos := int64(0); pos < 4; pos++ {
+			c.put(frameKey{obj, pos}, []byte("12345")) // 5 bytes each: 40 in all
+		}
+	}
+	c.dropObject(1)
+	for pos := int64(0); pos < 4; pos++ {
+		if _, ok := c.get(frameKey{1, pos}); ok {
+			t.Fatalf("frame 1/%d kept after dropObject(1)", pos)
+		}
+		if _, ok := c.get(frameKey{2, pos}); !ok {
+			t.Fatalf("frame 2/%d lost by dropObject(1)", pos)
+		}
+	}
+	if c.size != 20 || len(c.items) != 4 || len(c.perObject) != 1 || len(c.perObject[2]) != 4 {
+		t.Fatalf("size %d, %d items, index %v", c.size, len(c.items), c.perObject)
+	}
+	// Six more frames of object 3 evict the two least recently used of 2.
+	for pos := int64(0); pos < 6; pos++ {
+		c.put(frameKey{3, pos}, []byte("12345"))
+	}
+	if c.size != 40 || len(c.items) != 8 || len(c.perObject[2]) != 2 || len(c.perObject[3]) != 6 {
+		t.Fatalf("after eviction: size %d, %d items, object 2 %d frames, object 3 %d", c.size, len(c.items), len(c.perObject[2]), len(c.perObject[3]))
+	}
+	c.dropObject(2)
+	c.dropObject(3)
+	if c.size != 0 || len(c.items) != 0 || len(c.perObject) != 0 || c.ll.Len() != 0 {
+		t.Fatalf("after dropping all: size %d, %d items, index %v", c.size, len(c.items), c.perObject)
+	}
+}

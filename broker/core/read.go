@@ -222,9 +222,9 @@ type frameCache struct {
 	size  int64
 	ll    *list.List
 	items map[frameKey]*list.Element
-	// perObject counts the cached frames of each object, so that dropping
-	// an object with none cached (most garbage) costs nothing.
-	perObject map[uint64]int
+	// perObject holds the cached frames of each object, so that dropping
+	// an object costs its own frames, not a pass over the whole cache.
+	perObject map[uint64]map[int64]*list.Element
 }
 
 type frameKey struct {
@@ -238,7 +238,7 @@ type frameItem struct {
 }
 
 func newFrameCache(limit int64) *frameCache {
-	return &frameCache{limit: limit, ll: list.New(), items: map[frameKey]*list.Element{}, perObject: map[uint64]int{}}
+	return &frameCache{limit: limit, ll: list.New(), items: map[frameKey]*list.Element{}, perObject: map[uint64]map[int64]*list.Element{}}
 }
 
 func (c *frameCache) get(k frameKey) ([]byte, bool) {
@@ -260,8 +260,14 @@ func (c *frameCache) put(k frameKey, p []byte) {
 	if _, ok := c.items[k]; ok {
 		return
 	}
-	c.items[k] = c.ll.PushFront(&frameItem{key: k, p: p})
-	c.perObject[k.object]++
+	el := c.ll.PushFront(&frameItem{key: k, p: p})
+	c.items[k] = el
+	frames := c.perObject[k.object]
+	if frames == nil {
+		frames = map[int64]*list.Element{}
+		c.perObject[k.object] = frames
+	}
+	frames[k.pos] = el
 	c.size += int64(len(p))
 	for c.size > c.limit {
 		c.remove(c.ll.Back())
@@ -272,13 +278,8 @@ func (c *frameCache) put(k frameKey, p []byte) {
 func (c *frameCache) dropObject(id uint64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.perObject[id] == 0 {
-		return
-	}
-	for k, el := range c.items {
-		if k.object == id {
-			c.remove(el)
-		}
+	for _, el := range c.perObject[id] {
+		c.remove(el)
 	}
 }
 
@@ -288,7 +289,9 @@ func (c *frameCache) remove(el *list.Element) {
 	c.ll.Remove(el)
 	delete(c.items, it.key)
 	c.size -= int64(len(it.p))
-	if c.perObject[it.key.object]--; c.perObject[it.key.object] <= 0 {
+	frames := c.perObject[it.key.object]
+	delete(frames, it.key.pos)
+	if len(frames) == 0 {
 		delete(c.perObject, it.key.object)
 	}
 }
