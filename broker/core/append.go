@@ -29,8 +29,8 @@ type AppendOptions struct {
 	Queued func()
 }
 
-// Hold makes the next group commit wait, at most a millisecond, until
-// release is called: a caller about to admit several appends at once (the
+// Hold makes the next group commit wait, at most Config.MaxHold (1 ms),
+// until release is called: a caller about to admit several appends at once (the
 // appends of one request) gets them into one object, rather than the
 // flusher taking the first of them alone. Appends report being queued
 // through AppendOptions.Queued.

@@ -59,6 +59,10 @@ type Config struct {
 	// OrphanGrace is how old an object nobody committed must be before it is
 	// deleted while running (default 10 min); at start every orphan goes.
 	OrphanGrace time.Duration
+	// MaxHold bounds how long a group commit waits for a Hold to be
+	// released (default 1 ms): a hold gathers one request's appends into
+	// one object, and must never stall the others for long.
+	MaxHold time.Duration
 	// MergeMinRanges is how many small ranges a partition gathers before the
 	// merge rewrites them into a segment (default 32).
 	MergeMinRanges int
@@ -96,6 +100,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.TouchInterval <= 0 {
 		c.TouchInterval = 10 * time.Second
+	}
+	if c.MaxHold <= 0 {
+		c.MaxHold = time.Millisecond
 	}
 	if c.GarbageGrace <= 0 {
 		c.GarbageGrace = 2 * time.Second

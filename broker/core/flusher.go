@@ -115,11 +115,8 @@ func (f *flusher) run() {
 	}
 }
 
-// maxHold bounds how long a flush waits for a Hold to be released.
-const maxHold = time.Millisecond
-
-// hold makes the next flush wait (up to maxHold) until release; release
-// may be called more than once.
+// hold makes the next flush wait (up to Config.MaxHold) until release;
+// release may be called more than once.
 func (f *flusher) hold() (release func()) {
 	f.mu.Lock()
 	f.holds++
@@ -149,9 +146,9 @@ func (f *flusher) take() ([]*pendingAppend, bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	// Someone is admitting appends meant to share this object: give them a
-	// moment, never more than maxHold. (A signal left from an earlier
+	// moment, never more than MaxHold. (A signal left from an earlier
 	// release only makes the loop look again.)
-	for deadline := time.Now().Add(maxHold); f.holds > 0; {
+	for deadline := time.Now().Add(f.b.cfg.MaxHold); f.holds > 0; {
 		wait := time.Until(deadline)
 		if wait <= 0 {
 			break
