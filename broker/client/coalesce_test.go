@@ -223,13 +223,14 @@ func TestSharedRequestOverTheBodyLimitGoesAlone(t *testing.T) {
 // request slot: an append to another stream goes out and is answered
 // while the first still waits.
 func TestSlowSharedRequestHandsItsSlotOn(t *testing.T) {
-	unblock := make(chan struct{})
+	unblock, held := make(chan struct{}), make(chan struct{})
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch {
 		case r.URL.Path == wire.AppendsPath:
 			body, _ := io.ReadAll(r.Body)
 			items, _ := wire.DecodeAppends(body)
 			if len(items) > 0 && items[0].Name == "slow" {
+				close(held)
 				<-unblock
 			}
 			w.Header().Set("Content-Type", wire.JSONContentType)
@@ -261,6 +262,7 @@ func TestSlowSharedRequestHandsItsSlotOn(t *testing.T) {
 		_, err := slow.Append(ctx, []stream.RecordValue{{Payload: []byte("x")}})
 		slowDone <- err
 	}()
+	<-held // the slow append's request is out, holding the one slot
 	for range 2 { // twice: the slot is not lost either
 		wait, cancel := context.WithTimeout(ctx, 30*time.Second)
 		_, err := fast.Append(wait, []stream.RecordValue{{Payload: []byte("y")}})
