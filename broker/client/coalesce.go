@@ -198,6 +198,10 @@ func (q *coalescer) send(batch []*queuedAppend) {
 		switch {
 		case err != nil:
 			a.done <- appendAnswer{err: err}
+		case out.Results[i].Alone:
+			// It would have waited for room, holding the others: it goes
+			// on its own.
+			a.done <- appendAnswer{err: errSendAlone}
 		case out.Results[i].Error != nil:
 			e, uerr := errs.Unmarshal(out.Results[i].Error)
 			if uerr != nil {

@@ -262,7 +262,7 @@ func TestSlowSharedRequestHandsItsSlotOn(t *testing.T) {
 		_, err := slow.Append(ctx, []stream.RecordValue{{Payload: []byte("x")}})
 		slowDone <- err
 	}()
-	<-held // the slow append's request is out, holding the one slot
+	<-held        // the slow append's request is out, holding the one slot
 	for range 2 { // twice: the slot is not lost either
 		wait, cancel := context.WithTimeout(ctx, 30*time.Second)
 		_, err := fast.Append(wait, []stream.RecordValue{{Payload: []byte("y")}})
@@ -275,5 +275,88 @@ func TestSlowSharedRequestHandsItsSlotOn(t *testing.T) {
 			t.Fatalf("the held append returned first: %v", err)
 		default:
 		}
+	}
+}
+
+// TestAppendWaitingForRoomHoldsNoOtherAppend: against the real broker, an
+// append to a full stream (waiting up to its BlockTimeout for room) does
+// not hold an append to another stream, though both could share a
+// request; the waiting one still waits, and then gets room once the full
+// stream is trimmed.
+func TestAppendWaitingForRoomHoldsNoOtherAppend(t *testing.T) {
+	c, err := client.New(broker.url(), client.WithHTTPClient(&http.Client{Transport: transport}), client.WithAppendsInFlight(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := ctxTimeout()
+	defer cancel()
+	fullName, otherName := uniqueName(t), uniqueName(t)
+	full, err := c.Open(ctx, fullName, client.StreamConfig{Policy: stream.PolicyValue{MaxBytes: 8, MaxRecordBytes: 8, BlockTimeout: time.Minute}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := c.Open(ctx, otherName, client.StreamConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := full.Append(ctx, []stream.RecordValue{{Payload: []byte("12345678")}}); err != nil {
+		t.Fatal(err)
+	}
+	waiting := make(chan error, 1)
+	go func() {
+		_, err := full.Append(ctx, []stream.RecordValue{{Payload: []byte("x")}})
+		waiting <- err
+	}()
+	for i := range 5 {
+		if _, err := other.Append(ctx, []stream.RecordValue{{Payload: []byte{byte(i)}}}); err != nil {
+			t.Fatalf("append beside a waiting one: %v", err)
+		}
+	}
+	select {
+	case err := <-waiting:
+		t.Fatalf("the append to the full stream returned before room was made: %v", err)
+	default:
+	}
+	if err := full.Trim(ctx, 0, 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-waiting; err != nil {
+		t.Fatalf("the waiting append after the trim: %v", err)
+	}
+}
+
+// TestAloneAnswerIsSentAgainAlone: an append the broker answers "alone"
+// (it would have waited for room) is sent again on its own, and its
+// answer is that request's.
+func TestAloneAnswerIsSentAgainAlone(t *testing.T) {
+	var single atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch {
+		case r.URL.Path == wire.AppendsPath:
+			w.Header().Set("Content-Type", wire.JSONContentType)
+			io.WriteString(w, `{"results":[{"alone":true}]}`)
+		case r.URL.Path == wire.StreamsPrefix+"full":
+			w.Header().Set("Content-Type", wire.JSONContentType)
+			io.WriteString(w, `{"name":"full","partitionCount":1,"policy":{}}`)
+		case r.URL.Path == wire.LogPrefix+"full" && r.Method == http.MethodPost:
+			single.Add(1)
+			w.Header().Set("Content-Type", wire.JSONContentType)
+			io.WriteString(w, `{"partition":0,"first":9,"last":9,"next":10}`)
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	defer srv.Close()
+	c, err := client.New(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := c.Stream(context.Background(), "full")
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := s.Append(context.Background(), []stream.RecordValue{{Payload: []byte("x")}})
+	if err != nil || res.First != 9 || single.Load() != 1 {
+		t.Fatalf("append answered alone: %+v, %v, %d single requests", res, err, single.Load())
 	}
 }

@@ -2,6 +2,7 @@ package core
 
 import (
 	"context"
+	"errors"
 
 	"github.com/picomq/picomq/broker/meta"
 	"github.com/picomq/picomq/broker/stream"
@@ -27,7 +28,16 @@ type AppendOptions struct {
 	// flusher, refused, answered, or made to wait for room — whichever
 	// comes first (see Hold).
 	Queued func()
+	// NoRoomWait makes an append that would wait for room under MaxBytes
+	// return ErrWouldWait at once, having written nothing, instead of
+	// waiting up to BlockTimeout: an append sharing a request with others
+	// must not make them wait (the client sends it again on its own).
+	NoRoomWait bool
 }
+
+// ErrWouldWait is what an append with NoRoomWait returns when it would
+// have waited for room.
+var ErrWouldWait = errors.New("core: the append would wait for room")
 
 // Hold makes the next group commit wait, at most Config.MaxHold (1 ms),
 // until release is called: a caller about to admit several appends at once (the
@@ -118,6 +128,9 @@ func (b *Broker) Append(ctx context.Context, name string, records []stream.Recor
 			return wait.res, err
 		}
 		if wait.room != nil {
+			if o.NoRoomWait && policy.BlockTimeout > 0 {
+				return AppendResult{}, ErrWouldWait
+			}
 			if err := rw.Wait(ctx, wait.room); err != nil {
 				return AppendResult{}, err
 			}

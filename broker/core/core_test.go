@@ -913,3 +913,28 @@ func TestHoldNeverStallsForLong(t *testing.T) {
 		t.Fatalf("append under a hold never released: %v", err)
 	}
 }
+
+// TestNoRoomWaitReturnsAtOnce: an append with NoRoomWait that would wait
+// for room returns ErrWouldWait and writes nothing; one whose stream has no
+// BlockTimeout is refused STREAM_FULL as without it.
+func TestNoRoomWaitReturnsAtOnce(t *testing.T) {
+	ctx := context.Background()
+	b := openTest(t, t.TempDir())
+	defer b.Close()
+	mustCreate(t, b, "wait", CreateOptions{Policy: stream.PolicyValue{MaxBytes: 8, MaxRecordBytes: 8, BlockTimeout: time.Hour}})
+	mustCreate(t, b, "now", CreateOptions{Policy: stream.PolicyValue{MaxBytes: 8, MaxRecordBytes: 8}})
+	for _, name := range []string{"wait", "now"} {
+		if _, err := b.Append(ctx, name, recs("12345678"), AppendOptions{Partition: -1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := b.Append(ctx, "wait", recs("x"), AppendOptions{Partition: -1, NoRoomWait: true}); !errors.Is(err, ErrWouldWait) {
+		t.Fatalf("append to a full stream with a BlockTimeout: %v, want ErrWouldWait", err)
+	}
+	if _, err := b.Append(ctx, "now", recs("x"), AppendOptions{Partition: -1, NoRoomWait: true}); !errors.Is(err, stream.StreamFull) {
+		t.Fatalf("append to a full stream without one: %v, want STREAM_FULL", err)
+	}
+	if got := readAll(t, b, "wait", 0); len(got) != 1 {
+		t.Fatalf("the stream holds %d records", len(got))
+	}
+}

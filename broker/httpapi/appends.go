@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"errors"
 	"net/http"
 	"sync"
 
@@ -41,6 +42,10 @@ func (s *Server) appends(w http.ResponseWriter, r *http.Request) {
 	for i, it := range items {
 		wg.Go(func() {
 			res, err := s.appendItem(r, it, queued.Done)
+			if errors.Is(err, core.ErrWouldWait) {
+				out[i].Alone = true
+				return
+			}
 			if err != nil {
 				out[i].Error = s.problem(r, err)
 				return
@@ -62,7 +67,7 @@ func (s *Server) appendItem(r *http.Request, it wire.AppendItem, queued func()) 
 	if err := core.ValidateName(it.Name); err != nil {
 		return core.AppendResult{}, err
 	}
-	o := core.AppendOptions{Partition: -1, Queued: done}
+	o := core.AppendOptions{Partition: -1, Queued: done, NoRoomWait: true}
 	if it.Partition >= 0 {
 		if err := s.checkPartition(it.Name, it.Partition); err != nil {
 			return core.AppendResult{}, err

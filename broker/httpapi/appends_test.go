@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"testing"
+	"time"
 
 	"github.com/picomq/picomq/broker/core"
 	"github.com/picomq/picomq/broker/errs"
@@ -116,4 +117,41 @@ func readPayloads(t *testing.T, f *fixture, name string, partition int) []string
 		out = append(out, string(e.Record.Payload))
 	}
 	return out
+}
+
+// TestAppendsNeverWaitForRoom: an append that would wait for room under
+// its stream's MaxBytes is answered "alone" at once, writing nothing, so
+// the request's other appends are not held for its BlockTimeout; without
+// a BlockTimeout it is refused STREAM_FULL as a single append would be.
+func TestAppendsNeverWaitForRoom(t *testing.T) {
+	f := newFixture(t, Options{})
+	f.create("full", stream.PolicyValue{MaxBytes: 8, MaxRecordBytes: 8, BlockTimeout: time.Hour})
+	f.create("fullnow", stream.PolicyValue{MaxBytes: 8, MaxRecordBytes: 8})
+	f.create("other", stream.PolicyValue{})
+	f.appendBatch("full", "", rec("", "12345678"))
+	f.appendBatch("fullnow", "", rec("", "12345678"))
+	var body []byte
+	body = wire.AppendItemTo(body, "full", -1, wire.EncodeRecords([]stream.RecordValue{rec("", "x")}))
+	body = wire.AppendItemTo(body, "fullnow", -1, wire.EncodeRecords([]stream.RecordValue{rec("", "x")}))
+	body = wire.AppendItemTo(body, "other", -1, wire.EncodeRecords([]stream.RecordValue{rec("", "y")}))
+	resp, data := f.do("POST", wire.AppendsPath, appendsCT, body)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("appends: %d %s", resp.StatusCode, data)
+	}
+	var out wire.AppendsResult
+	if err := json.Unmarshal(data, &out); err != nil {
+		t.Fatal(err)
+	}
+	if r := out.Results[0]; !r.Alone || r.AppendResult != nil || r.Error != nil {
+		t.Fatalf("append to the full stream: %s, want alone", data)
+	}
+	if e, err := errs.Unmarshal(out.Results[1].Error); err != nil || !errors.Is(e, stream.StreamFull) {
+		t.Fatalf("append to the full stream without BlockTimeout: %s, want STREAM_FULL", data)
+	}
+	if r := out.Results[2]; r.AppendResult == nil || r.First != 0 {
+		t.Fatalf("append to the other stream: %s", data)
+	}
+	if got := readPayloads(t, f, "full", 0); len(got) != 1 {
+		t.Fatalf("full holds %q: the alone append wrote", got)
+	}
 }

@@ -19,7 +19,8 @@ import (
 //	uvarint batchLen, batch (the append framing of BatchContentType)
 //
 // The answer, 200 application/json, is AppendsResult: one item per append,
-// in order, either its result or its refusal as a problem. A request that
+// in order: its result, its refusal as a problem, or "alone" (see
+// AppendsItemResult). A request that
 // cannot be read at all (malformed, too many appends) is refused whole.
 const (
 	AppendsPath        = "/v1/appends"
@@ -80,8 +81,12 @@ type AppendsResult struct {
 }
 
 // AppendsItemResult is one append's answer: Error (a problem, as a
-// refused single append's body) or the result.
+// refused single append's body), Alone, or the result. Alone says the
+// append was not made because it would have waited for room under its
+// stream's MaxBytes, which must not hold the request's other appends: the
+// client sends it again on its own, where it waits as any append does.
 type AppendsItemResult struct {
 	*AppendResult
 	Error json.RawMessage `json:"error,omitempty"`
+	Alone bool            `json:"alone,omitempty"`
 }
