@@ -40,8 +40,8 @@ type AppendOptions struct {
 var ErrWouldWait = errors.New("core: the append would wait for room")
 
 // Hold makes the next group commit wait, at most Config.MaxHold (1 ms),
-// until release is called: a caller about to admit several appends at once (the
-// appends of one request) gets them into one object, rather than the
+// until release is called: a caller about to admit several appends at once
+// (the appends of one request) gets them into one object, rather than the
 // flusher taking the first of them alone. Appends report being queued
 // through AppendOptions.Queued.
 func (b *Broker) Hold() (release func()) { return b.flush.hold() }
