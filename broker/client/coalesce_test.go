@@ -40,6 +40,48 @@ func (c *countingTransport) count(method, path string) int {
 	return c.paths[method+" "+path]
 }
 
+// fakeBroker is a broker for the client's edge cases: appends answers
+// POST /v1/appends; every stream exists with one partition; a single
+// append is counted in single and answered at offset fakeFirst.
+func fakeBroker(t *testing.T, appends http.HandlerFunc) (*client.Client, *atomic.Int64) {
+	t.Helper()
+	single := &atomic.Int64{}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch {
+		case r.URL.Path == wire.AppendsPath:
+			appends(w, r)
+		case strings.HasPrefix(r.URL.Path, wire.StreamsPrefix):
+			writeJSON(w, `{"name":"`+strings.TrimPrefix(r.URL.Path, wire.StreamsPrefix)+`","partitionCount":1,"policy":{}}`)
+		case strings.HasPrefix(r.URL.Path, wire.LogPrefix) && r.Method == http.MethodPost:
+			single.Add(1)
+			writeJSON(w, `{"partition":0,"first":7,"last":7,"next":8}`)
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	t.Cleanup(srv.Close)
+	c, err := client.New(srv.URL, client.WithAppendsInFlight(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, single
+}
+
+// fakeFirst is the offset fakeBroker gives a single append.
+const fakeFirst = 7
+
+func writeJSON(w http.ResponseWriter, body string) {
+	w.Header().Set("Content-Type", wire.JSONContentType)
+	io.WriteString(w, body)
+}
+
+func writeProblem(w http.ResponseWriter, status int, e *errs.Error) {
+	body, _ := errs.Marshal(e)
+	w.Header().Set("Content-Type", wire.ProblemContentType)
+	w.WriteHeader(status)
+	w.Write(body)
+}
+
 // TestConcurrentAppendsShareRequests: with one append request out at a
 // time, 64 goroutines appending 20 records each need far fewer requests
 // than appends, and every append still gets its own offsets: all distinct,
@@ -124,37 +166,16 @@ func TestConcurrentAppendsShareRequests(t *testing.T) {
 // one), the first shared request's 404 turns sharing off and the append
 // is sent on its own.
 func TestAppendsFallBackAlone(t *testing.T) {
-	var single atomic.Int64
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		switch {
-		case r.URL.Path == wire.AppendsPath:
-			body, _ := errs.Marshal(wire.RouteNotFound.With("path", r.URL.Path))
-			w.Header().Set("Content-Type", wire.ProblemContentType)
-			w.WriteHeader(http.StatusNotFound)
-			w.Write(body)
-		case r.URL.Path == wire.StreamsPrefix+"old":
-			w.Header().Set("Content-Type", wire.JSONContentType)
-			io.WriteString(w, `{"name":"old","partitionCount":1,"policy":{}}`)
-		case r.URL.Path == wire.LogPrefix+"old" && r.Method == http.MethodPost:
-			single.Add(1)
-			w.Header().Set("Content-Type", wire.JSONContentType)
-			io.WriteString(w, `{"partition":0,"first":7,"last":7,"next":8}`)
-		default:
-			http.NotFound(w, r)
-		}
-	}))
-	defer srv.Close()
-	c, err := client.New(srv.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, single := fakeBroker(t, func(w http.ResponseWriter, r *http.Request) {
+		writeProblem(w, http.StatusNotFound, wire.RouteNotFound.With("path", r.URL.Path))
+	})
 	s, err := c.Stream(context.Background(), "old")
 	if err != nil {
 		t.Fatal(err)
 	}
 	for range 2 {
 		res, err := s.Append(context.Background(), []stream.RecordValue{{Payload: []byte("x")}})
-		if err != nil || res.First != 7 {
+		if err != nil || res.First != fakeFirst {
 			t.Fatalf("append: %+v, %v", res, err)
 		}
 	}
@@ -167,39 +188,18 @@ func TestAppendsFallBackAlone(t *testing.T) {
 // below a shared request, though above each append in it, refuses the
 // request; its appends are then sent alone and succeed.
 func TestSharedRequestOverTheBodyLimitGoesAlone(t *testing.T) {
-	var shared, single atomic.Int64
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		switch {
-		case r.URL.Path == wire.AppendsPath:
-			if shared.Add(1) == 1 {
-				time.Sleep(50 * time.Millisecond) // the other appends queue meanwhile
-			}
-			body, _ := io.ReadAll(r.Body)
-			if items, err := wire.DecodeAppends(body); err == nil && len(items) > 1 {
-				p, _ := errs.Marshal(wire.BodyTooLarge.With("maxBytes", 10))
-				w.Header().Set("Content-Type", wire.ProblemContentType)
-				w.WriteHeader(http.StatusRequestEntityTooLarge)
-				w.Write(p)
-				return
-			}
-			w.Header().Set("Content-Type", wire.JSONContentType)
-			io.WriteString(w, `{"results":[{"partition":0,"first":1,"last":1,"next":2}]}`)
-		case r.URL.Path == wire.StreamsPrefix+"s":
-			w.Header().Set("Content-Type", wire.JSONContentType)
-			io.WriteString(w, `{"name":"s","partitionCount":1,"policy":{}}`)
-		case r.URL.Path == wire.LogPrefix+"s" && r.Method == http.MethodPost:
-			single.Add(1)
-			w.Header().Set("Content-Type", wire.JSONContentType)
-			io.WriteString(w, `{"partition":0,"first":3,"last":3,"next":4}`)
-		default:
-			http.NotFound(w, r)
+	var shared atomic.Int64
+	c, single := fakeBroker(t, func(w http.ResponseWriter, r *http.Request) {
+		if shared.Add(1) == 1 {
+			time.Sleep(50 * time.Millisecond) // the other appends queue meanwhile
 		}
-	}))
-	defer srv.Close()
-	c, err := client.New(srv.URL, client.WithAppendsInFlight(1))
-	if err != nil {
-		t.Fatal(err)
-	}
+		body, _ := io.ReadAll(r.Body)
+		if items, err := wire.DecodeAppends(body); err == nil && len(items) > 1 {
+			writeProblem(w, http.StatusRequestEntityTooLarge, wire.BodyTooLarge.With("maxBytes", 10))
+			return
+		}
+		writeJSON(w, `{"results":[{"partition":0,"first":1,"last":1,"next":2}]}`)
+	})
 	s, err := c.Stream(context.Background(), "s")
 	if err != nil {
 		t.Fatal(err)
@@ -224,30 +224,16 @@ func TestSharedRequestOverTheBodyLimitGoesAlone(t *testing.T) {
 // while the first still waits.
 func TestSlowSharedRequestHandsItsSlotOn(t *testing.T) {
 	unblock, held := make(chan struct{}), make(chan struct{})
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		switch {
-		case r.URL.Path == wire.AppendsPath:
-			body, _ := io.ReadAll(r.Body)
-			items, _ := wire.DecodeAppends(body)
-			if len(items) > 0 && items[0].Name == "slow" {
-				close(held)
-				<-unblock
-			}
-			w.Header().Set("Content-Type", wire.JSONContentType)
-			io.WriteString(w, `{"results":[{"partition":0,"first":0,"last":0,"next":1}]}`)
-		case strings.HasPrefix(r.URL.Path, wire.StreamsPrefix):
-			w.Header().Set("Content-Type", wire.JSONContentType)
-			io.WriteString(w, `{"name":"`+strings.TrimPrefix(r.URL.Path, wire.StreamsPrefix)+`","partitionCount":1,"policy":{}}`)
-		default:
-			http.NotFound(w, r)
+	c, _ := fakeBroker(t, func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		items, _ := wire.DecodeAppends(body)
+		if len(items) > 0 && items[0].Name == "slow" {
+			close(held)
+			<-unblock
 		}
-	}))
-	defer srv.Close()
-	defer close(unblock)
-	c, err := client.New(srv.URL, client.WithAppendsInFlight(1))
-	if err != nil {
-		t.Fatal(err)
-	}
+		writeJSON(w, `{"results":[{"partition":0,"first":0,"last":0,"next":1}]}`)
+	})
+	defer close(unblock) // before the server closes (t.Cleanup runs after)
 	ctx := context.Background()
 	slow, err := c.Stream(ctx, "slow")
 	if err != nil {
@@ -329,34 +315,15 @@ func TestAppendWaitingForRoomHoldsNoOtherAppend(t *testing.T) {
 // (it would have waited for room) is sent again on its own, and its
 // answer is that request's.
 func TestAloneAnswerIsSentAgainAlone(t *testing.T) {
-	var single atomic.Int64
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		switch {
-		case r.URL.Path == wire.AppendsPath:
-			w.Header().Set("Content-Type", wire.JSONContentType)
-			io.WriteString(w, `{"results":[{"alone":true}]}`)
-		case r.URL.Path == wire.StreamsPrefix+"full":
-			w.Header().Set("Content-Type", wire.JSONContentType)
-			io.WriteString(w, `{"name":"full","partitionCount":1,"policy":{}}`)
-		case r.URL.Path == wire.LogPrefix+"full" && r.Method == http.MethodPost:
-			single.Add(1)
-			w.Header().Set("Content-Type", wire.JSONContentType)
-			io.WriteString(w, `{"partition":0,"first":9,"last":9,"next":10}`)
-		default:
-			http.NotFound(w, r)
-		}
-	}))
-	defer srv.Close()
-	c, err := client.New(srv.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, single := fakeBroker(t, func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, `{"results":[{"alone":true}]}`)
+	})
 	s, err := c.Stream(context.Background(), "full")
 	if err != nil {
 		t.Fatal(err)
 	}
 	res, err := s.Append(context.Background(), []stream.RecordValue{{Payload: []byte("x")}})
-	if err != nil || res.First != 9 || single.Load() != 1 {
+	if err != nil || res.First != fakeFirst || single.Load() != 1 {
 		t.Fatalf("append answered alone: %+v, %v, %d single requests", res, err, single.Load())
 	}
 }
