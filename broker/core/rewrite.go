@@ -26,8 +26,13 @@ func (b *Broker) decodeRange(r meta.Range, start uint64) ([]record, error) {
 	if err != nil {
 		return nil, err
 	}
-	var out []record
-	err = decodeFrame(payload, func(off uint64, at int64, key, value []byte) bool {
+	return b.appendRecords(nil, r, payload, start)
+}
+
+// appendRecords appends to out the records at or above start of range r,
+// whose frame payload is given.
+func (b *Broker) appendRecords(out []record, r meta.Range, payload []byte, start uint64) ([]record, error) {
+	err := decodeFrame(payload, func(off uint64, at int64, key, value []byte) bool {
 		if off >= start && off < r.Next {
 			out = append(out, record{off, at, key, value})
 		}
@@ -78,14 +83,8 @@ func (b *Broker) decodeRun(rs []meta.Range, start uint64) ([]record, error) {
 	}
 	var out []record
 	for i, r := range rs {
-		err := decodeFrame(payloads[i], func(off uint64, at int64, key, value []byte) bool {
-			if off >= start && off < r.Next {
-				out = append(out, record{off, at, key, value})
-			}
-			return true
-		})
-		if err != nil {
-			return nil, b.corrupt(r, err)
+		if out, err = b.appendRecords(out, r, payloads[i], start); err != nil {
+			return nil, err
 		}
 	}
 	return out, nil
