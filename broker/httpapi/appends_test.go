@@ -32,14 +32,7 @@ func TestAppendsInOneRequest(t *testing.T) {
 	body = wire.AppendItemTo(body, "a/../b", -1, wire.EncodeRecords([]stream.RecordValue{rec("", "x")}))
 	body = wire.AppendItemTo(body, "a", -1, []byte{0xff})
 	body = wire.AppendItemTo(body, "a", -1, wire.EncodeRecords([]stream.RecordValue{rec("", "three")}))
-	resp, data := f.do("POST", wire.AppendsPath, appendsCT, body)
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("appends: %d %s", resp.StatusCode, data)
-	}
-	var out wire.AppendsResult
-	if err := json.Unmarshal(data, &out); err != nil {
-		t.Fatal(err)
-	}
+	out, data := postAppends(t, f, body)
 	if len(out.Results) != 8 {
 		t.Fatalf("%d results for 8 appends: %s", len(out.Results), data)
 	}
@@ -134,14 +127,7 @@ func TestAppendsNeverWaitForRoom(t *testing.T) {
 	body = wire.AppendItemTo(body, "full", -1, wire.EncodeRecords([]stream.RecordValue{rec("", "x")}))
 	body = wire.AppendItemTo(body, "fullnow", -1, wire.EncodeRecords([]stream.RecordValue{rec("", "x")}))
 	body = wire.AppendItemTo(body, "other", -1, wire.EncodeRecords([]stream.RecordValue{rec("", "y")}))
-	resp, data := f.do("POST", wire.AppendsPath, appendsCT, body)
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("appends: %d %s", resp.StatusCode, data)
-	}
-	var out wire.AppendsResult
-	if err := json.Unmarshal(data, &out); err != nil {
-		t.Fatal(err)
-	}
+	out, data := postAppends(t, f, body)
 	if r := out.Results[0]; !r.Alone || r.AppendResult != nil || r.Error != nil {
 		t.Fatalf("append to the full stream: %s, want alone", data)
 	}
@@ -154,4 +140,18 @@ func TestAppendsNeverWaitForRoom(t *testing.T) {
 	if got := readPayloads(t, f, "full", 0); len(got) != 1 {
 		t.Fatalf("full holds %q: the alone append wrote", got)
 	}
+}
+
+// postAppends sends body to /v1/appends and decodes its 200 answer.
+func postAppends(t *testing.T, f *fixture, body []byte) (wire.AppendsResult, []byte) {
+	t.Helper()
+	resp, data := f.do("POST", wire.AppendsPath, appendsCT, body)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("appends: %d %s", resp.StatusCode, data)
+	}
+	var out wire.AppendsResult
+	if err := json.Unmarshal(data, &out); err != nil {
+		t.Fatal(err)
+	}
+	return out, data
 }

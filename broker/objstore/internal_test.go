@@ -192,6 +192,14 @@ func writeOne(t *testing.T, s *Store, payload []byte) (uint64, int64, int64) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	pos, n := finishOne(t, w, payload)
+	return w.ID(), pos, n
+}
+
+// finishOne writes payload as w's one frame, syncs and closes w, and
+// returns the frame's place.
+func finishOne(t *testing.T, w *Writer, payload []byte) (int64, int64) {
+	t.Helper()
 	pos, n, err := w.AppendFrame(payload)
 	if err != nil {
 		t.Fatal(err)
@@ -202,7 +210,7 @@ func writeOne(t *testing.T, s *Store, payload []byte) (uint64, int64, int64) {
 	if err := w.Close(); err != nil {
 		t.Fatal(err)
 	}
-	return w.ID(), pos, n
+	return pos, n
 }
 
 func inode(t *testing.T, path string) uint64 {
@@ -272,16 +280,7 @@ func TestRemoveRecyclesTheFile(t *testing.T) {
 		if s.dirSyncs.Load() == syncs {
 			t.Fatal("the recycled file was handed out before a directory fsync")
 		}
-		p2, n2, err := w.AppendFrame([]byte("new"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := w.Sync(); err != nil {
-			t.Fatal(err)
-		}
-		if err := w.Close(); err != nil {
-			t.Fatal(err)
-		}
+		p2, n2 := finishOne(t, w, []byte("new"))
 		got, err := s.ReadFrame(nid, p2, n2)
 		if err != nil || string(got) != "new" {
 			t.Fatalf("read of the new object: %q, %v", got, err)
