@@ -133,7 +133,10 @@ func Open(dir string, opts Options) (*Store, error) {
 // Dir returns the directory the store was opened on.
 func (s *Store) Dir() string { return s.dir }
 
-func (s *Store) path(id uint64) string { return filepath.Join(s.dir, fileName(id)) }
+func (s *Store) path(id uint64) string { return fileNameIn(s.dir, id) }
+
+// fileNameIn returns the path of object id's file in dir.
+func fileNameIn(dir string, id uint64) string { return filepath.Join(dir, fileName(id)) }
 
 // allocate reserves n new ids. The caller holds s.mu.
 func (s *Store) allocate(n int) ([]uint64, error) {
