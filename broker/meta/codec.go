@@ -22,6 +22,7 @@ import (
 //	commit v1:  0x01 Object Size Now
 //	            len(Appends) { Stream Epoch First flags [Range] [Producer] [StreamSeq] }
 //	            len(Groups)  { Stream Group Next After }
+//	commit v2:  0x03 as commit v1, then Frames (a uvarint length and the bytes)
 //	replace v1: 0x02 Stream Object Size
 //	            len(Old) { Object Pos }
 //	            len(New) { Range }
@@ -34,6 +35,7 @@ import (
 const (
 	tagCommitV1  = 0x01
 	tagReplaceV1 = 0x02
+	tagCommitV2  = 0x03 // v1 + Frames; v1 still written when there are none
 	// tagLimit: bytes below it are binary tags, known or not.
 	tagLimit = 0x09
 )
@@ -80,6 +82,12 @@ func Decode(data []byte, c *Command) error {
 	switch data[0] {
 	case tagCommitV1:
 		*c = Command{Op: OpCommit, Commit: d.commit()}
+	case tagCommitV2:
+		cm := d.commit()
+		if d.err == nil {
+			cm.Frames = d.bytes()
+		}
+		*c = Command{Op: OpCommit, Commit: cm}
 	case tagReplaceV1:
 		*c = Command{Op: OpReplace, Replace: d.replace()}
 	default:
@@ -98,8 +106,12 @@ func Decode(data []byte, c *Command) error {
 
 func encodeCommit(c *Commit) []byte {
 	// A guess at the size that spares most regrowth: ranges dominate.
-	b := make([]byte, 0, 32+len(c.Appends)*64+len(c.Groups)*24)
-	b = append(b, tagCommitV1)
+	b := make([]byte, 0, 32+len(c.Appends)*64+len(c.Groups)*24+len(c.Frames))
+	tag := byte(tagCommitV1)
+	if len(c.Frames) > 0 {
+		tag = tagCommitV2
+	}
+	b = append(b, tag)
 	b = binary.AppendUvarint(b, c.Object)
 	b = binary.AppendVarint(b, c.Size)
 	b = binary.AppendVarint(b, c.Now)
@@ -142,6 +154,10 @@ func encodeCommit(c *Commit) []byte {
 		b = appendString(b, g.Group)
 		b = binary.AppendUvarint(b, g.Next)
 		b = binary.AppendVarint(b, int64(g.After))
+	}
+	if len(c.Frames) > 0 {
+		b = binary.AppendUvarint(b, uint64(len(c.Frames)))
+		b = append(b, c.Frames...)
 	}
 	return b
 }
@@ -271,6 +287,19 @@ func (d *decoder) string() string {
 	s := string(d.b[:n])
 	d.b = d.b[n:]
 	return validUTF8(s) // as json.Unmarshal would: the encoder never writes such bytes
+}
+
+// bytes reads a length and that many bytes, which alias the entry (an
+// object's frames are large, and only written to a file).
+func (d *decoder) bytes() []byte {
+	n := d.uvarint()
+	if n > uint64(len(d.b)) {
+		d.fail("byte string longer than the bytes left")
+		return nil
+	}
+	b := d.b[:n:n]
+	d.b = d.b[n:]
+	return b
 }
 
 // count reads a slice length, refusing one whose elements, of at least min

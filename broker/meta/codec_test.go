@@ -24,6 +24,8 @@ func randFill(r *rand.Rand, v reflect.Value) {
 	switch v.Kind() {
 	case reflect.Uint64:
 		v.SetUint([]uint64{0, 1, 127, 128, math.MaxUint64, r.Uint64(), r.Uint64N(1 << 20)}[r.IntN(7)])
+	case reflect.Uint8: // an object's frames
+		v.SetUint(uint64(r.Uint32() & 0xff))
 	case reflect.Int64, reflect.Int:
 		v.SetInt([]int64{0, -1, 1, 63, -64, math.MaxInt64, math.MinInt64, r.Int64(), -r.Int64N(1 << 20)}[r.IntN(9)])
 	case reflect.String:
@@ -542,5 +544,30 @@ func TestCodecCoercesStringsAsJSONDoes(t *testing.T) {
 	if b.Appends[0].Producer.ID != j.Appends[0].Producer.ID || b.Appends[0].StreamSeq != j.Appends[0].StreamSeq || b.Groups[0].Group != j.Groups[0].Group {
 		t.Fatalf("binary %q %q %q, JSON %q %q %q", b.Appends[0].Producer.ID, b.Appends[0].StreamSeq, b.Groups[0].Group,
 			j.Appends[0].Producer.ID, j.Appends[0].StreamSeq, j.Groups[0].Group)
+	}
+}
+
+// TestCommitTagByFrames: a commit carrying no frames keeps the v1 form, which
+// brokers from before frames could travel in the log still read; one with
+// frames takes v2 and keeps them.
+func TestCommitTagByFrames(t *testing.T) {
+	c := &Commit{Object: 7, Size: 40, Appends: []Append{{Stream: 1, First: 0, Range: &Range{First: 0, Next: 1, Object: 7, Pos: 16, Len: 24}}}}
+	raw, err := Encode(&Command{Op: OpCommit, Commit: c})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if raw[0] != tagCommitV1 {
+		t.Fatalf("commit without frames: tag %#x, want v1 %#x", raw[0], tagCommitV1)
+	}
+	c.Frames = []byte("frames of the object")
+	raw, err = Encode(&Command{Op: OpCommit, Commit: c})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if raw[0] != tagCommitV2 {
+		t.Fatalf("commit with frames: tag %#x, want v2 %#x", raw[0], tagCommitV2)
+	}
+	if got := decode(t, raw).Commit.Frames; string(got) != "frames of the object" {
+		t.Fatalf("frames came back as %q", got)
 	}
 }

@@ -121,6 +121,11 @@ type Commit struct {
 	Appends []Append      `json:"appends"`
 	Groups  []GroupOffset `json:"groups,omitempty"`
 	Now     int64         `json:"now"`
+	// Frames, when set, are the object's bytes after its header: the
+	// object was written without an fdatasync, and this entry is what keeps
+	// it durable until it is synced (see core's inline commits). The state
+	// machine ignores them.
+	Frames []byte `json:"frames,omitempty"`
 }
 
 // Append is one stream's part of a Commit. Range is nil for a close-only

@@ -16,7 +16,25 @@ type FSM struct {
 	state    *State
 	applied  uint64
 	commands uint64 // commands applied by this process (tests, metrics)
+	hooks    Hooks
 }
+
+// Hooks let the FSM's owner act on the log with the side effects the state
+// machine itself must not have (files). Both run on raft's FSM goroutine,
+// in log order, outside the state's lock.
+type Hooks struct {
+	// Applied is called after each decoded command is applied, with its
+	// result.
+	Applied func(c *Command, result any)
+	// Snapshot is called as a snapshot of the state is taken. The function
+	// it returns, if any, runs before the snapshot is persisted, off the
+	// FSM goroutine; its error cancels the snapshot (and with it the
+	// compaction of the log entries it covers).
+	Snapshot func() (beforePersist func() error)
+}
+
+// SetHooks installs hooks; call it before the FSM is given to the log.
+func (f *FSM) SetHooks(h Hooks) { f.hooks = h }
 
 // NewFSM returns a state machine over an empty state.
 func NewFSM() *FSM { return &FSM{state: NewState()} }
@@ -32,17 +50,25 @@ func (f *FSM) Apply(l *raft.Log) any {
 		return BadCommand.Wrap(err, "reason", "undecodable", "index", l.Index)
 	}
 	f.mu.Lock()
-	defer f.mu.Unlock()
 	f.applied = l.Index
 	f.commands++
-	return f.state.Apply(&c)
+	res := f.state.Apply(&c)
+	f.mu.Unlock()
+	if f.hooks.Applied != nil {
+		f.hooks.Applied(&c, res)
+	}
+	return res
 }
 
 // Snapshot captures a copy of the state; raft persists it off the apply path.
 func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
 	f.mu.RLock()
-	defer f.mu.RUnlock()
-	return &snapshot{state: f.state.Clone()}, nil
+	s := &snapshot{state: f.state.Clone()}
+	f.mu.RUnlock()
+	if f.hooks.Snapshot != nil {
+		s.before = f.hooks.Snapshot()
+	}
+	return s, nil
 }
 
 // Restore replaces the state with a snapshot's.
@@ -71,9 +97,18 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	return nil
 }
 
-type snapshot struct{ state *State }
+type snapshot struct {
+	state  *State
+	before func() error
+}
 
 func (s *snapshot) Persist(sink raft.SnapshotSink) error {
+	if s.before != nil {
+		if err := s.before(); err != nil {
+			_ = sink.Cancel()
+			return err
+		}
+	}
 	if err := json.NewEncoder(sink).Encode(s.state); err != nil {
 		_ = sink.Cancel()
 		return err

@@ -2,6 +2,7 @@ package meta
 
 import (
 	"bytes"
+	"errors"
 	"io"
 	"reflect"
 	"testing"
@@ -9,10 +10,13 @@ import (
 	"github.com/hashicorp/raft"
 )
 
-type sink struct{ bytes.Buffer }
+type sink struct {
+	bytes.Buffer
+	canceled bool
+}
 
 func (s *sink) ID() string    { return "test" }
-func (s *sink) Cancel() error { return nil }
+func (s *sink) Cancel() error { s.canceled = true; return nil }
 func (s *sink) Close() error  { return nil }
 
 func applyLog(t *testing.T, f *FSM, i uint64, c *Command) any {
@@ -67,5 +71,47 @@ func TestUndecodableEntryIsRefusedNotFatal(t *testing.T) {
 	}
 	if f.Applied() != 1 {
 		t.Fatal("applied index not advanced past a bad entry")
+	}
+}
+
+// TestHooks: Applied sees every decoded command with its result, in order;
+// Snapshot's function runs before the state is written, and its failure
+// cancels the snapshot.
+func TestHooks(t *testing.T) {
+	f := NewFSM()
+	var seen []Op
+	var results []any
+	var beforeErr error
+	ran := 0
+	f.SetHooks(Hooks{
+		Applied: func(c *Command, res any) { seen = append(seen, c.Op); results = append(results, res) },
+		Snapshot: func() func() error {
+			return func() error { ran++; return beforeErr }
+		},
+	})
+	applyLog(t, f, 1, create("a", 1))
+	id := f.State().Names["a"].Streams[0]
+	applyLog(t, f, 2, &Command{Op: OpOpen, Open: &Open{Stream: id, Owner: "n"}})
+	c := commit(7, Append{Stream: id, Epoch: 0, First: 0, Range: rng(0, 4, 7)})
+	c.Commit.Frames = []byte("frames")
+	res := applyLog(t, f, 3, c)
+	if !reflect.DeepEqual(seen, []Op{OpCreate, OpOpen, OpCommit}) || results[2] != res {
+		t.Fatalf("Applied saw %v, last result %v (want %v)", seen, results[len(results)-1], res)
+	}
+
+	beforeErr = errors.New("objects not synced")
+	snap, err := f.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var s sink
+	if err := snap.Persist(&s); !errors.Is(err, beforeErr) || !s.canceled || s.Len() != 0 {
+		t.Fatalf("Persist = %v, canceled %v, %d bytes written; want the hook's error, canceled, nothing", err, s.canceled, s.Len())
+	}
+	beforeErr = nil
+	snap, _ = f.Snapshot()
+	s = sink{}
+	if err := snap.Persist(&s); err != nil || s.canceled || s.Len() == 0 || ran != 2 {
+		t.Fatalf("Persist = %v, canceled %v, %d bytes, hook ran %d times", err, s.canceled, s.Len(), ran)
 	}
 }
