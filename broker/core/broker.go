@@ -71,6 +71,15 @@ type Config struct {
 	// metadata and few reads per byte, so rewriting them would only double
 	// the bytes written.
 	MergeRangeBytes int64
+	// InlineBytes is the largest group-commit object whose frames travel in
+	// its commit command, so that one fsync (the metadata log's) makes an
+	// append durable instead of two in series (default DefaultInlineBytes;
+	// negative: never; at most MaxInlineBytes). See inline.go.
+	InlineBytes int64
+	// InlineLogBytes is how many bytes of such frames the metadata log may
+	// gather beyond its last snapshot before the broker takes one (default
+	// 64 MiB): it bounds the log's disk use and the replay at start.
+	InlineLogBytes int64
 	// FrameBytes is the frame size of merged segments (default 1 MiB): the
 	// unit a read fetches and retention drops.
 	FrameBytes int64
@@ -81,6 +90,14 @@ type Config struct {
 	// RaftLog receives the metadata log's own logs (default: discard).
 	RaftLog io.Writer
 }
+
+const (
+	// DefaultInlineBytes is Config.InlineBytes unless set.
+	DefaultInlineBytes = 256 << 10
+	// MaxInlineBytes bounds Config.InlineBytes: every such object's bytes
+	// are written twice (log and file) and held by the log until a snapshot.
+	MaxInlineBytes = 1 << 20
+)
 
 func (c Config) withDefaults() Config {
 	if c.NodeID == "" {
@@ -115,6 +132,13 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MergeRangeBytes <= 0 {
 		c.MergeRangeBytes = 64 << 10
+	}
+	if c.InlineBytes == 0 {
+		c.InlineBytes = DefaultInlineBytes
+	}
+	c.InlineBytes = min(c.InlineBytes, MaxInlineBytes)
+	if c.InlineLogBytes <= 0 {
+		c.InlineLogBytes = 64 << 20
 	}
 	if c.FrameBytes <= 0 {
 		c.FrameBytes = 1 << 20
@@ -159,6 +183,7 @@ type Broker struct {
 
 	flush  *flusher
 	frames *frameCache
+	inline *inlineObjects
 
 	gcMu         sync.Mutex
 	garbageSince map[uint64]time.Time // garbage objects waiting out GarbageGrace
@@ -182,20 +207,28 @@ func Open(cfg Config) (*Broker, error) {
 		fsm:    meta.NewFSM(),
 		named:  map[string]*named{},
 		frames: newFrameCache(64 << 20),
+		inline: newInlineObjects(objectsDir(cfg.DataDir)),
 		stop:   make(chan struct{}),
 	}
+	// Set before the log replays: a replayed inline commit writes its object.
+	b.fsm.SetHooks(meta.Hooks{Applied: b.applied, Snapshot: b.snapshotting})
 	metaDir := filepath.Join(cfg.DataDir, "meta")
 	if err := objstore.PrepareDir(metaDir); err != nil {
 		return nil, err
 	}
-	l, err := metalog.Open(metalog.Config{Dir: metaDir, NodeID: cfg.NodeID, Bootstrap: true, LogOutput: cfg.RaftLog}, b.fsm)
+	l, err := metalog.Open(metalog.Config{
+		Dir: metaDir, NodeID: cfg.NodeID, Bootstrap: true, LogOutput: cfg.RaftLog,
+		// Entries may carry objects' frames (inline commits): keep few past
+		// a snapshot. A lone voter has no follower to catch up from them.
+		TrailingLogs: 1024,
+	}, b.fsm)
 	if err != nil {
 		return nil, stream.StreamBackendFailed.Wrap(err, "op", "metalog.open")
 	}
 	b.log = l
 	var maxObj uint64
 	b.fsm.View(func(s *meta.State) { maxObj = s.MaxObjectID })
-	objs, err := objstore.Open(filepath.Join(cfg.DataDir, "objects"), objstore.Options{MinNextID: maxObj + 1})
+	objs, err := objstore.Open(objectsDir(cfg.DataDir), objstore.Options{MinNextID: maxObj + 1})
 	if err != nil {
 		_ = l.Close()
 		return nil, err

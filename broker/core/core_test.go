@@ -198,7 +198,9 @@ func TestTornUncommittedObjectIsDiscarded(t *testing.T) {
 func TestCorruptCommittedObjectIsNeverServed(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
-	b := openTest(t, dir)
+	// An object synced on its own: one committed inline is written again
+	// from the log at start (TestInlineObjectsRewrittenFromTheLog).
+	b := openTest(t, dir, func(c *Config) { c.InlineBytes = -1 })
 	mustCreate(t, b, "s", CreateOptions{})
 	if _, err := b.Append(ctx, "s", recs("payload-one", "payload-two"), AppendOptions{Partition: -1}); err != nil {
 		t.Fatal(err)
@@ -219,7 +221,7 @@ func TestCorruptCommittedObjectIsNeverServed(t *testing.T) {
 		t.Fatal(err)
 	}
 	m := NewMetrics(nil)
-	b = openTest(t, dir, func(c *Config) { c.Metrics = m })
+	b = openTest(t, dir, func(c *Config) { c.Metrics = m; c.InlineBytes = -1 })
 	defer b.Close()
 	_, _, err = b.Read(ctx, "s", 0, 0, 10, ReadOptions{})
 	if !errors.Is(err, Corrupt) {

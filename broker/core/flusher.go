@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/picomq/picomq/broker/meta"
+	"github.com/picomq/picomq/broker/objstore"
 	"github.com/picomq/picomq/broker/stream"
 )
 
@@ -178,7 +179,8 @@ func (f *flusher) take() ([]*pendingAppend, bool) {
 	return batch, f.closing
 }
 
-// written is a batch whose object is durable, waiting for its commit.
+// written is a batch whose object is durable (or whose frames its commit
+// carries, see inline.go), waiting for its commit.
 type written struct {
 	live  []*pendingAppend
 	c     *meta.Commit
@@ -215,7 +217,14 @@ func (f *flusher) write(batch []*pendingAppend) *written {
 		payloadBytes += int64(len(p.payload))
 	}
 	if payloadBytes > 0 {
-		w, err := b.objs.Create()
+		// Small: the frames will ride in the commit, whose fsync makes them
+		// durable (see inline.go).
+		inline := b.cfg.InlineBytes > 0 && payloadBytes+int64(len(live)*objstore.FrameHeaderSize) <= b.cfg.InlineBytes
+		create := b.objs.Create
+		if inline {
+			create = b.objs.CreateLogged
+		}
+		w, err := create()
 		if err != nil {
 			f.fail(live, err)
 			return nil
@@ -233,6 +242,18 @@ func (f *flusher) write(batch []*pendingAppend) *written {
 			p.app.Range = &meta.Range{
 				First: p.app.First, Next: p.app.First + uint64(p.count), Object: w.ID(), Pos: pos, Len: ln,
 				Bytes: p.bytes, Count: int64(p.count), MinTime: p.at, MaxTime: p.at,
+			}
+		}
+		if inline {
+			if frames, ok := w.Frames(); ok {
+				if err := w.CloseUnsynced(); err != nil {
+					w.Abort()
+					f.fail(live, err)
+					return nil
+				}
+				b.cfg.Metrics.InlineObjects.Inc()
+				c.Object, c.Size, c.Frames = w.ID(), w.Size(), frames
+				return &written{live: live, c: c, bytes: payloadBytes}
 			}
 		}
 		start := time.Now()
@@ -253,9 +274,10 @@ func (f *flusher) write(batch []*pendingAppend) *written {
 
 // proposal is a commit command in the log, waiting to apply.
 type proposal struct {
-	live  []*pendingAppend
-	start time.Time
-	wait  func(context.Context) (any, error)
+	live   []*pendingAppend
+	object uint64
+	start  time.Time
+	wait   func(context.Context) (any, error)
 }
 
 // propose appends a written batch's commit command to the log.
@@ -283,7 +305,10 @@ func (f *flusher) propose(w *written) *proposal {
 		f.fail(live, meta.BadCommand.Wrap(err, "op", "commit"))
 		return nil
 	}
-	return &proposal{live: live, start: time.Now(), wait: b.log.Propose(raw)}
+	if c.Frames != nil {
+		b.inline.proposing(c.Object)
+	}
+	return &proposal{live: live, object: c.Object, start: time.Now(), wait: b.log.Propose(raw)}
 }
 
 // settle waits for a proposal to apply and answers its appends.
@@ -292,6 +317,7 @@ func (f *flusher) settle(p *proposal) {
 	res, err := p.wait(context.Background())
 	b.cfg.Metrics.observeCommit(time.Since(p.start))
 	if err != nil {
+		b.inline.notProposed(p.object)
 		f.fail(p.live, stream.StreamBackendFailed.Wrap(err, "op", "metalog.apply.commit"))
 		return
 	}

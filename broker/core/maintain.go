@@ -263,6 +263,7 @@ func (b *Broker) maintainLoop() {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		b.maintain(ctx)
+		b.snapshotIfDue()
 		if time.Since(lastTouch) >= b.cfg.TouchInterval {
 			b.persistTouches(ctx)
 			lastTouch = time.Now()

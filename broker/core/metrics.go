@@ -13,6 +13,7 @@ type Metrics struct {
 	FlushAppends   prometheus.Histogram
 	FlushBytes     prometheus.Histogram
 	FsyncSeconds   prometheus.Histogram
+	InlineObjects  prometheus.Counter
 	CommitSeconds  prometheus.Histogram
 	Rollbacks      prometheus.Counter
 	CorruptReads   prometheus.Counter
@@ -32,6 +33,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		FlushAppends:   prometheus.NewHistogram(prometheus.HistogramOpts{Name: "picomq_flush_appends", Help: "Appends per group-commit object.", Buckets: prometheus.ExponentialBuckets(1, 2, 14)}),
 		FlushBytes:     prometheus.NewHistogram(prometheus.HistogramOpts{Name: "picomq_flush_bytes", Help: "Payload bytes per group-commit object.", Buckets: prometheus.ExponentialBuckets(1024, 4, 10)}),
 		FsyncSeconds:   prometheus.NewHistogram(prometheus.HistogramOpts{Name: "picomq_object_fsync_seconds", Help: "Write and fdatasync of one object.", Buckets: latency}),
+		InlineObjects:  prometheus.NewCounter(prometheus.CounterOpts{Name: "picomq_inline_objects_total", Help: "Group-commit objects whose frames were made durable by their commit in the metadata log, without an fdatasync of their own."}),
 		CommitSeconds:  prometheus.NewHistogram(prometheus.HistogramOpts{Name: "picomq_metadata_commit_seconds", Help: "Proposal to application of one metadata command.", Buckets: latency}),
 		Rollbacks:      prometheus.NewCounter(prometheus.CounterOpts{Name: "picomq_rollbacks_total", Help: "Provisional state reset after the metadata log refused an append."}),
 		CorruptReads:   prometheus.NewCounter(prometheus.CounterOpts{Name: "picomq_corrupt_reads_total", Help: "Reads refused because a committed frame failed its checksum."}),
@@ -41,7 +43,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		ExpiredStreams: prometheus.NewCounter(prometheus.CounterOpts{Name: "picomq_expired_streams_total", Help: "Streams deleted by their TTL or expiry."}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.Appends, m.AppendBytes, m.FlushAppends, m.FlushBytes, m.FsyncSeconds, m.CommitSeconds,
+		reg.MustRegister(m.Appends, m.AppendBytes, m.FlushAppends, m.FlushBytes, m.FsyncSeconds, m.InlineObjects, m.CommitSeconds,
 			m.Rollbacks, m.CorruptReads, m.TrimmedRanges, m.MergedRanges, m.ObjectsDeleted, m.ExpiredStreams)
 	}
 	return m

@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/picomq/picomq/broker/core"
 )
 
 // config is the broker's configuration, from flags and PICOMQ_* variables.
@@ -19,6 +21,7 @@ type config struct {
 	NodeID          string
 	FlushLinger     time.Duration
 	MaxBatchBytes   int64
+	InlineBytes     int64
 	LongPollTimeout time.Duration
 	MaxBodyBytes    int64
 	ShutdownTimeout time.Duration
@@ -43,6 +46,7 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (conf
 		Listen:          ":4437",
 		NodeID:          host,
 		MaxBatchBytes:   8 << 20,
+		InlineBytes:     core.DefaultInlineBytes,
 		LongPollTimeout: time.Second,
 		MaxBodyBytes:    16 << 20,
 		ShutdownTimeout: 20 * time.Second,
@@ -69,6 +73,7 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (conf
 	fs.StringVar(&c.NodeID, "node-id", c.NodeID, "this broker's id in the metadata log and as stream owner, the host name unless set")
 	fs.DurationVar(&c.FlushLinger, "flush-linger", 0, "how long the group-commit flusher waits for more appends before writing (0: as soon as the previous flush is done)")
 	fs.Var((*byteSize)(&c.MaxBatchBytes), "max-batch-bytes", "bound of one group-commit object, in bytes (suffixes KiB, MiB, GiB)")
+	fs.Var((*byteSize)(&c.InlineBytes), "inline-bytes", "largest group-commit object whose bytes travel in its metadata-log entry, so that one fsync acknowledges it instead of two (0: never; at most 1MiB)")
 	fs.DurationVar(&c.LongPollTimeout, "long-poll-timeout", c.LongPollTimeout, "longest a read with wait= waits for an append")
 	fs.Var((*byteSize)(&c.MaxBodyBytes), "max-body-bytes", "largest request body accepted, in bytes (suffixes KiB, MiB, GiB)")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", c.ShutdownTimeout, "how long a SIGTERM waits for requests in flight before closing their connections")
@@ -105,6 +110,8 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (conf
 		return c, fmt.Errorf("%w: durations must not be negative, and --long-poll-timeout must be positive", errUsage)
 	case c.MaxBatchBytes <= 0 || c.MaxBodyBytes <= 0:
 		return c, fmt.Errorf("%w: byte sizes must be positive", errUsage)
+	case c.InlineBytes < 0 || c.InlineBytes > core.MaxInlineBytes:
+		return c, fmt.Errorf("%w: --inline-bytes %d: want 0 to %d", errUsage, c.InlineBytes, core.MaxInlineBytes)
 	}
 	return c, nil
 }
@@ -136,4 +143,12 @@ func (b *byteSize) Set(s string) error {
 	}
 	*b = byteSize(n * mult)
 	return nil
+}
+
+// inlineBytes is Config.InlineBytes for the flag's value, where 0 means never.
+func inlineBytes(n int64) int64 {
+	if n == 0 {
+		return -1
+	}
+	return n
 }

@@ -83,6 +83,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		NodeID:        cfg.NodeID,
 		FlushLinger:   cfg.FlushLinger,
 		MaxBatchBytes: cfg.MaxBatchBytes,
+		InlineBytes:   inlineBytes(cfg.InlineBytes),
 		Clock:         clock,
 		Logger:        logger,
 		Metrics:       core.NewMetrics(reg),

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"flag"
+	"github.com/picomq/picomq/broker/core"
 	"io"
 	"log/slog"
 	"net/http"
@@ -28,7 +29,7 @@ func TestParseConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := config{DataDir: "/d", Listen: ":4437", NodeID: host, MaxBatchBytes: 8 << 20, LongPollTimeout: time.Second,
+	want := config{DataDir: "/d", Listen: ":4437", NodeID: host, MaxBatchBytes: 8 << 20, InlineBytes: core.DefaultInlineBytes, LongPollTimeout: time.Second,
 		MaxBodyBytes: 16 << 20, ShutdownTimeout: 20 * time.Second, LogLevel: slog.LevelInfo, LogFormat: "json"}
 	if c != want {
 		t.Fatalf("defaults = %+v, want %+v", c, want)
@@ -39,6 +40,7 @@ func TestParseConfig(t *testing.T) {
 		"PICOMQ_DATA_DIR": "/env", "PICOMQ_LISTEN": "127.0.0.1:9000", "PICOMQ_NODE_ID": "b-1",
 		"PICOMQ_FLUSH_LINGER": "2ms", "PICOMQ_MAX_BATCH_BYTES": "4MiB", "PICOMQ_LONG_POLL_TIMEOUT": "30s",
 		"PICOMQ_LOG_LEVEL": "debug", "PICOMQ_LOG_FORMAT": "text", "PICOMQ_MAX_BODY_BYTES": "1024",
+		"PICOMQ_INLINE_BYTES": "0",
 	}), io.Discard)
 	if err != nil {
 		t.Fatal(err)
@@ -67,6 +69,7 @@ func TestParseConfig(t *testing.T) {
 		{[]string{"--data-dir", "/d"}, map[string]string{"PICOMQ_FLUSH_LINGER": "soon"}, "PICOMQ_FLUSH_LINGER"},
 		{[]string{"--data-dir", "/d"}, map[string]string{"PICOMQ_MAX_BATCH_BYTES": "8MB"}, "PICOMQ_MAX_BATCH_BYTES"},
 		{[]string{"--data-dir", "/d", "--log-level", "chatty"}, nil, "log-level"},
+		{[]string{"--data-dir", "/d", "--inline-bytes", "2MiB"}, nil, "--inline-bytes"},
 		{[]string{"--data-dir", "/d", "--log-format", "xml"}, nil, "log-format"},
 		{[]string{"--data-dir", "/d", "--long-poll-timeout", "0s"}, nil, "long-poll-timeout"},
 		{[]string{"--data-dir", "/d", "--max-body-bytes", "0"}, nil, "byte sizes"},
@@ -237,5 +240,13 @@ func TestRunExitCodes(t *testing.T) {
 	}
 	if !strings.Contains(out.String(), "STREAM_DIRECTORY_UNUSABLE") {
 		t.Fatalf("log does not name the refusal:\n%s", out.String())
+	}
+}
+
+// TestInlineBytesZeroMeansNever: the flag's 0 turns inline commits off,
+// which the broker's Config spells negative (its 0 is the default).
+func TestInlineBytesZeroMeansNever(t *testing.T) {
+	if inlineBytes(0) >= 0 || inlineBytes(4096) != 4096 {
+		t.Fatalf("inlineBytes(0) = %d, inlineBytes(4096) = %d", inlineBytes(0), inlineBytes(4096))
 	}
 }

@@ -1,0 +1,120 @@
+package core
+
+import (
+	"path/filepath"
+	"sync"
+
+	"github.com/picomq/picomq/broker/meta"
+	"github.com/picomq/picomq/broker/objstore"
+)
+
+// Inline commits.
+//
+// An append is acknowledged once its object is durable and its commit
+// applied: two fsyncs in series, the object's and the metadata log's. For
+// a small object (up to Config.InlineBytes) the flusher instead writes the
+// file without fdatasync and puts its frames in the commit command, so the
+// log's one fsync makes both durable. The file is then synced in the
+// background, before the log may drop the entry: a snapshot's Persist
+// first fdatasyncs every object committed inline since the last snapshot
+// (and the objects directory), and raft compacts the log only after a
+// snapshot is persisted. When the log is replayed at start — after a crash
+// the file of an object committed since the last snapshot may be torn or
+// gone — each such object is written again from its entry. A read never
+// sees the difference.
+type inlineObjects struct {
+	dir string // the objects directory
+
+	mu       sync.Mutex
+	mine     map[uint64]bool // written by this broker's flusher, commit not yet applied
+	unsynced []uint64        // committed inline, not yet fdatasynced
+	logBytes int64           // frames applied since the last snapshot began
+}
+
+func newInlineObjects(dir string) *inlineObjects {
+	return &inlineObjects{dir: dir, mine: map[uint64]bool{}}
+}
+
+// proposing records that this broker wrote object id itself: its commit,
+// when it applies, finds the file in place.
+func (o *inlineObjects) proposing(id uint64) {
+	o.mu.Lock()
+	o.mine[id] = true
+	o.mu.Unlock()
+}
+
+// notProposed forgets proposing(id) for a commit that never reached the log.
+func (o *inlineObjects) notProposed(id uint64) {
+	o.mu.Lock()
+	delete(o.mine, id)
+	o.mu.Unlock()
+}
+
+// applied runs on the log's apply goroutine after each command. A commit
+// carrying frames that this broker did not just write (a replay at start)
+// writes its object's file from them, unless the file already holds them.
+func (b *Broker) applied(c *meta.Command, _ any) {
+	if c.Op != meta.OpCommit || c.Commit == nil || len(c.Commit.Frames) == 0 {
+		return
+	}
+	o, id := b.inline, c.Commit.Object
+	o.mu.Lock()
+	mine := o.mine[id]
+	delete(o.mine, id)
+	o.unsynced = append(o.unsynced, id)
+	o.logBytes += int64(len(c.Commit.Frames))
+	o.mu.Unlock()
+	if mine {
+		return
+	}
+	if err := objstore.EnsureObject(o.dir, id, c.Commit.Frames); err != nil {
+		// Reads of its ranges will report the object corrupt or missing;
+		// the entry stays in the log, and the next start tries again.
+		b.cfg.Logger.Error("writing an object from its commit in the metadata log failed", "object", id, "err", err)
+	}
+}
+
+// snapshotting runs as the log takes a snapshot: the objects committed
+// inline so far must be durable before the snapshot lets the log drop their
+// entries.
+func (b *Broker) snapshotting() func() error {
+	o := b.inline
+	o.mu.Lock()
+	ids := o.unsynced
+	o.unsynced, o.logBytes = nil, 0
+	o.mu.Unlock()
+	if len(ids) == 0 {
+		return nil
+	}
+	return func() error {
+		if err := syncObjects(o.dir, ids); err != nil {
+			o.mu.Lock()
+			o.unsynced = append(o.unsynced, ids...)
+			o.mu.Unlock()
+			b.cfg.Logger.Error("syncing inline-committed objects failed; the snapshot waits", "objects", len(ids), "err", err)
+			return err
+		}
+		return nil
+	}
+}
+
+// syncObjects is objstore.SyncObjects; tests replace it.
+var syncObjects = objstore.SyncObjects
+
+func objectsDir(dataDir string) string { return filepath.Join(dataDir, "objects") }
+
+// snapshotIfDue takes a snapshot once the log holds InlineLogBytes of frames
+// past the last one. (raft's own SnapshotThreshold counts entries, and
+// checks them only every SnapshotInterval.)
+func (b *Broker) snapshotIfDue() {
+	o := b.inline
+	o.mu.Lock()
+	due := o.logBytes >= b.cfg.InlineLogBytes
+	o.mu.Unlock()
+	if !due {
+		return
+	}
+	if err := b.log.Snapshot(); err != nil {
+		b.cfg.Logger.Warn("snapshot of the metadata log failed", "err", err)
+	}
+}
