@@ -7,3 +7,6 @@ import "os"
 // fdatasync falls back to fsync where the system has no fdatasync. (On macOS
 // neither reaches the platter; the broker targets Linux.)
 func fdatasync(f *os.File) error { return f.Sync() }
+
+// syncFS has no single call outside Linux: SyncObjects syncs each file.
+func syncFS(dir string) error { return errSyncFSUnsupported }

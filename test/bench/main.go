@@ -8,8 +8,8 @@
 //	go run ./test/bench -duration 10s   # longer runs
 //
 // Every append it counts was acknowledged, which the broker does only after
-// the records were fdatasynced in an object and committed in the metadata
-// log.
+// the records were durable — fdatasynced in an object, or for a small
+// object carried in its commit — and committed in the metadata log.
 package main
 
 import (
@@ -133,8 +133,10 @@ func run() error {
 		after := scrape(b.url)
 		fmt.Printf("%-22s %3d writers %5d streams: %9.0f appends/s %9.0f records/s %7.1f MB/s  p50 %s p99 %s p999 %s\n",
 			s.name, s.writer, s.streams, r.appendsPerSec, r.recordsPerSec, r.mbPerSec, ms(r.p50), ms(r.p99), ms(r.p999))
-		fmt.Printf("%-22s   group commit: %.1f appends/object, object write+sync %s, metadata commit %s\n", "",
-			after.delta(before, "picomq_flush_appends"), ms(time.Duration(after.delta(before, "picomq_object_fsync_seconds")*1e9)),
+		objects := after["picomq_flush_appends_count"] - before["picomq_flush_appends_count"]
+		inline := after["picomq_inline_objects_total"] - before["picomq_inline_objects_total"]
+		fmt.Printf("%-22s   group commit: %.1f appends/object, %.0f%% of objects inline (no fsync of their own), object write+sync %s, metadata commit %s\n", "",
+			after.delta(before, "picomq_flush_appends"), 100*inline/max(objects, 1), ms(time.Duration(after.delta(before, "picomq_object_fsync_seconds")*1e9)),
 			ms(time.Duration(after.delta(before, "picomq_metadata_commit_seconds")*1e9)))
 		before = after
 	}
@@ -180,7 +182,8 @@ func run() error {
 // metrics holds the sums and counts of the broker's histograms.
 type metrics map[string]float64
 
-// scrape reads the broker's /metrics (text format) for _sum and _count.
+// scrape reads the broker's /metrics (text format) for _sum, _count and
+// _total.
 func scrape(url string) metrics {
 	m := metrics{}
 	resp, err := http.Get(url + "/metrics")
@@ -193,7 +196,7 @@ func scrape(url string) metrics {
 	for sc.Scan() {
 		var name string
 		var v float64
-		if _, err := fmt.Sscanf(sc.Text(), "%s %g", &name, &v); err == nil && (strings.HasSuffix(name, "_sum") || strings.HasSuffix(name, "_count")) {
+		if _, err := fmt.Sscanf(sc.Text(), "%s %g", &name, &v); err == nil && (strings.HasSuffix(name, "_sum") || strings.HasSuffix(name, "_count") || strings.HasSuffix(name, "_total")) {
 			m[name] = v
 		}
 	}
