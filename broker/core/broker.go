@@ -93,7 +93,7 @@ type Config struct {
 
 const (
 	// DefaultInlineBytes is Config.InlineBytes unless set.
-	DefaultInlineBytes = 256 << 10
+	DefaultInlineBytes = 64 << 10
 	// MaxInlineBytes bounds Config.InlineBytes: every such object's bytes
 	// are written twice (log and file) and held by the log until a snapshot.
 	MaxInlineBytes = 1 << 20
