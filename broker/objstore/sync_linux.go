@@ -3,6 +3,7 @@
 package objstore
 
 import (
+	"errors"
 	"os"
 	"syscall"
 
@@ -10,28 +11,9 @@ import (
 )
 
 // fdatasync flushes f's data, and the metadata needed to read it back (its
-// size), without the timestamps fsync would also write. SyscallConn keeps the
-// descriptor from being closed under the call.
+// size), without the timestamps fsync would also write.
 func fdatasync(f *os.File) error {
-	rc, err := f.SyscallConn()
-	if err != nil {
-		return err
-	}
-	var serr error
-	if err := rc.Control(func(fd uintptr) {
-		for {
-			serr = syscall.Fdatasync(int(fd))
-			if serr != syscall.EINTR {
-				return
-			}
-		}
-	}); err != nil {
-		return err
-	}
-	if serr != nil {
-		return &os.PathError{Op: "fdatasync", Path: f.Name(), Err: serr}
-	}
-	return nil
+	return onDescriptor(f, "fdatasync", syscall.Fdatasync)
 }
 
 // syncFS makes every file of the filesystem holding dir durable, names
@@ -45,29 +27,32 @@ func syncFS(dir string) error {
 		return err
 	}
 	defer d.Close()
-	rc, err := d.SyscallConn()
+	err = onDescriptor(d, "syncfs", unix.Syncfs)
+	if errors.Is(err, unix.ENOSYS) {
+		return errSyncFSUnsupported
+	}
+	return err
+}
+
+// onDescriptor runs call on f's descriptor, again while it is interrupted.
+// SyscallConn keeps the descriptor from being closed under the call.
+func onDescriptor(f *os.File, op string, call func(fd int) error) error {
+	rc, err := f.SyscallConn()
 	if err != nil {
 		return err
 	}
 	var serr error
 	if err := rc.Control(func(fd uintptr) {
 		for {
-			serr = unix.Syncfs(int(fd))
-			if serr != unix.EINTR {
-				if serr == unix.ENOSYS {
-					serr = errSyncFSUnsupported
-				}
+			if serr = call(int(fd)); serr != syscall.EINTR {
 				return
 			}
 		}
 	}); err != nil {
 		return err
 	}
-	if serr == errSyncFSUnsupported {
-		return serr
-	}
 	if serr != nil {
-		return &os.PathError{Op: "syncfs", Path: dir, Err: serr}
+		return &os.PathError{Op: op, Path: f.Name(), Err: serr}
 	}
 	return nil
 }
