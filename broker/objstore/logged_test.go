@@ -2,6 +2,9 @@ package objstore
 
 import (
 	"bytes"
+	"errors"
+	"fmt"
+	"io/fs"
 	"os"
 	"testing"
 	"time"
@@ -131,4 +134,67 @@ func TestFramesRefusedOnceWritten(t *testing.T) {
 	if _, ok := w.Frames(); ok {
 		t.Fatal("Frames of an object partly handed to the file")
 	}
+}
+
+// TestCreateLoggedNeverSyncsTheDirectory: with no recycled file waiting,
+// CreateLogged takes files created ahead without a directory fsync, or
+// makes one itself, still without. List and Remove ignore the files not yet
+// taken, and Close deletes them.
+func TestCreateLoggedNeverSyncsTheDirectory(t *testing.T) {
+	s := openInternal(t, Options{})
+	syncs := s.dirSyncs.Load()
+	ahead := looseIDs(s) // Open creates them before it returns
+	if len(ahead) != looseSize {
+		t.Fatalf("%d files created ahead for CreateLogged, want %d", len(ahead), looseSize)
+	}
+	if err := s.Remove(ahead[0]); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(s.path(ahead[0])); err != nil {
+		t.Fatalf("Remove took a file created ahead: %v", err)
+	}
+	const objects = 3 * looseSize
+	for i := range objects {
+		w, err := s.CreateLogged()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := w.AppendFrame([]byte(fmt.Sprint("object ", i))); err != nil {
+			t.Fatal(err)
+		}
+		if err := w.CloseUnsynced(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := s.dirSyncs.Load(); got != syncs {
+		t.Fatalf("%d directory fsyncs for %d logged objects", got-syncs, objects)
+	}
+	infos, err := s.List()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(infos) != objects {
+		t.Fatalf("List shows %d objects, want the %d written (not the files created ahead)", len(infos), objects)
+	}
+
+	s2 := openInternal(t, Options{})
+	ahead = looseIDs(s2)
+	if err := s2.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range ahead {
+		if _, err := os.Stat(s2.path(id)); !errors.Is(err, fs.ErrNotExist) {
+			t.Fatalf("file %d created ahead survives Close: %v", id, err)
+		}
+	}
+}
+
+func looseIDs(s *Store) []uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var ids []uint64
+	for _, pf := range s.loose {
+		ids = append(ids, pf.id)
+	}
+	return ids
 }

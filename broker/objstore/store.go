@@ -66,8 +66,9 @@ type Store struct {
 	closed  bool
 	nextID  uint64
 	ready   []poolFile          // pool files ready to hand out, oldest first
+	loose   []poolFile          // pool files for CreateLogged, names not synced
 	spare   []uint64            // recycled files under new ids, closed, waiting for a refill
-	pooled  map[uint64]bool     // ids of pool files: ready, spare or being created
+	pooled  map[uint64]bool     // ids of pool files: ready, loose, spare or being created
 	writing map[uint64]struct{} // ids with an open Writer
 
 	dirSyncs    atomic.Int64 // directory fsyncs done, for tests
@@ -124,6 +125,7 @@ func Open(dir string, opts Options) (*Store, error) {
 		// failure (a full disk) must not keep the broker from starting, reading
 		// and collecting garbage: Create reports it when it matters.
 		_ = s.refill()
+		_ = s.refillLoose()
 		s.wg.Add(1)
 		go s.refillLoop()
 	}
@@ -151,11 +153,12 @@ func (s *Store) allocate(n int) ([]uint64, error) {
 	return ids, nil
 }
 
-// createFiles creates the object files ids, writes their headers and fsyncs
-// the directory once for all of them. The headers are not synced: the
-// writer's first fdatasync carries them along with its frames. On failure
-// nothing it created is left behind (as far as the system lets it).
-func (s *Store) createFiles(ids []uint64) ([]poolFile, error) {
+// createFiles creates the object files ids, writes their headers and, when
+// syncDir is set, fsyncs the directory once for all of them. The headers are
+// not synced: the writer's first fdatasync carries them along with its
+// frames. On failure nothing it created is left behind (as far as the
+// system lets it).
+func (s *Store) createFiles(ids []uint64, syncDir bool) ([]poolFile, error) {
 	files := make([]poolFile, 0, len(ids))
 	fail := func(op string, id uint64, err error) ([]poolFile, error) {
 		for _, pf := range files {
@@ -176,6 +179,9 @@ func (s *Store) createFiles(ids []uint64) ([]poolFile, error) {
 		if _, err := f.WriteAt(appendHeader(hdr[:0], id), 0); err != nil {
 			return fail("objstore.write", id, err)
 		}
+	}
+	if !syncDir {
+		return files, nil
 	}
 	if err := s.dirf.Sync(); err != nil {
 		return fail("objstore.fsyncdir", ids[0], err)
@@ -231,7 +237,7 @@ func (s *Store) refill() error {
 	// the new files' (createFiles does it), or alone.
 	if len(ids) > 0 {
 		var created []poolFile
-		created, err = s.createFiles(ids)
+		created, err = s.createFiles(ids, true)
 		files = append(files, created...)
 	} else if len(files) > 0 {
 		if err = s.dirf.Sync(); err == nil {
@@ -273,6 +279,7 @@ func (s *Store) refillLoop() {
 		case <-s.kick:
 		}
 		_ = s.refill()
+		_ = s.refillLoose()
 	}
 }
 
@@ -318,7 +325,7 @@ func (s *Store) Create() (*Writer, error) {
 			return nil, err
 		}
 		s.slowCreates.Add(1)
-		files, err := s.createFiles(ids)
+		files, err := s.createFiles(ids, true)
 		if err != nil {
 			s.mu.Lock()
 			delete(s.writing, ids[0])
@@ -493,8 +500,8 @@ func (s *Store) Close() error {
 		return nil
 	}
 	s.closed = true
-	ready, spare := s.ready, s.spare
-	s.ready, s.spare = nil, nil
+	ready, spare := append(s.ready, s.loose...), s.spare
+	s.ready, s.loose, s.spare = nil, nil, nil
 	s.mu.Unlock()
 
 	close(s.stop)
