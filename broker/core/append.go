@@ -24,10 +24,6 @@ type AppendOptions struct {
 	// Group, when set, commits a consumer-group offset atomically with the
 	// records (exactly-once in effect for a consume-transform-produce loop).
 	Group *meta.GroupOffset
-	// Queued, when set, is called once the append is queued for the
-	// flusher, refused, answered, or made to wait for room — whichever
-	// comes first (see Hold).
-	Queued func()
 	// NoRoomWait makes an append that would wait for room under MaxBytes
 	// return ErrWouldWait at once, having written nothing, instead of
 	// waiting up to BlockTimeout: an append sharing a request with others
@@ -41,9 +37,8 @@ var ErrWouldWait = errors.New("core: the append would wait for room")
 
 // Hold makes the next group commit wait, at most Config.MaxHold (1 ms),
 // until release is called: a caller about to admit several appends at once
-// (the appends of one request) gets them into one object, rather than the
-// flusher taking the first of them alone. Appends report being queued
-// through AppendOptions.Queued.
+// (the appends of one request, with Admit) gets them into one object,
+// rather than the flusher taking the first of them alone.
 func (b *Broker) Hold() (release func()) { return b.flush.hold() }
 
 // AppendResult says where an append landed.
@@ -76,22 +71,61 @@ type pendingAppend struct {
 
 // Append validates records against the stream's policy and its provisional
 // state, gives them offsets, and waits until the flusher has written them to
-// an object, synced it and committed it through the metadata log. Nothing is
-// acknowledged before that commit applies; a refusal writes nothing.
+// an object, made it durable and committed it through the metadata log.
+// Nothing is acknowledged before that commit applies; a refusal writes
+// nothing.
 func (b *Broker) Append(ctx context.Context, name string, records []stream.RecordValue, o AppendOptions) (AppendResult, error) {
-	queued := func() {
-		if o.Queued != nil {
-			o.Queued()
-			o.Queued = nil
-		}
+	pd, err := b.Admit(ctx, name, records, o)
+	if err != nil {
+		return pd.res, err
 	}
-	defer queued() // refused before admission
+	return pd.Wait(ctx)
+}
+
+// Pending is an append Admit accepted: its offsets are given and it is
+// queued for the flusher (or, a duplicate, answered already).
+type Pending struct {
+	b     *Broker
+	p     *pendingAppend // nil when answered at admission
+	res   AppendResult
+	bytes int64
+}
+
+// Wait waits for the append's commit and returns where it landed, as
+// Append does; call it once. When ctx ends first the append may still
+// commit, and the caller learns nothing more.
+func (pd *Pending) Wait(ctx context.Context) (AppendResult, error) {
+	if pd.p == nil {
+		return pd.res, nil
+	}
+	select {
+	case err := <-pd.p.done:
+		if err != nil {
+			return AppendResult{}, err
+		}
+		pd.b.cfg.Metrics.Appends.Inc()
+		pd.b.cfg.Metrics.AppendBytes.Add(float64(pd.bytes))
+		return pd.p.res, nil
+	case <-ctx.Done():
+		return AppendResult{}, context.Cause(ctx)
+	}
+}
+
+// Admit is Append without the wait for the commit: it checks the append,
+// gives it offsets and queues it, and returns once it is queued, refused or
+// answered — so that one goroutine can admit several appends that share an
+// object (see Hold), then wait for them. Without NoRoomWait it may wait for
+// room under MaxBytes first, as Append does. It returns a Pending in every
+// case; on a refusal, Wait must not be called, and the error comes with
+// what Append would return beside it.
+func (b *Broker) Admit(ctx context.Context, name string, records []stream.RecordValue, o AppendOptions) (*Pending, error) {
+	refused := &Pending{}
 	if err := context.Cause(ctx); err != nil {
-		return AppendResult{}, err
+		return refused, err
 	}
 	n, err := b.stream(name)
 	if err != nil {
-		return AppendResult{}, err
+		return refused, err
 	}
 	n.mu.Lock()
 	policy := n.policy
@@ -101,17 +135,17 @@ func (b *Broker) Append(ctx context.Context, name string, records []stream.Recor
 	if len(records) > 0 || !o.Close {
 		keyed, err := stream.CheckBatch(policy, records)
 		if err != nil {
-			return AppendResult{}, err
+			return refused, err
 		}
 		if partition < 0 {
 			partition = keyed
 		} else if keyed >= 0 && keyed != partition {
-			return AppendResult{}, stream.PartitionsMixed.With("index", 0, "partition", partition, "key_partition", keyed)
+			return refused, stream.PartitionsMixed.With("index", 0, "partition", partition, "key_partition", keyed)
 		}
 	}
 	if partition >= 0 {
 		if err := stream.CheckPartition(partition, policy.Partitions); err != nil {
-			return AppendResult{}, err
+			return refused, err
 		}
 	}
 	batchBytes := stream.BatchBytes(records)
@@ -123,34 +157,22 @@ func (b *Broker) Append(ctx context.Context, name string, records []stream.Recor
 	defer rw.Stop()
 	for {
 		p, wait, err := b.admit(ctx, n, partition, records, batchBytes, o, rw)
-		queued()
 		if err != nil {
-			return wait.res, err
+			return &Pending{res: wait.res}, err
 		}
 		if wait.room != nil {
 			if o.NoRoomWait && policy.BlockTimeout > 0 {
-				return AppendResult{}, ErrWouldWait
+				return refused, ErrWouldWait
 			}
 			if err := rw.Wait(ctx, wait.room); err != nil {
-				return AppendResult{}, err
+				return refused, err
 			}
 			continue
 		}
 		if p == nil {
-			return wait.res, nil // a duplicate, answered without writing
+			return &Pending{res: wait.res}, nil // a duplicate, answered without writing
 		}
-		select {
-		case err := <-p.done:
-			if err != nil {
-				return AppendResult{}, err
-			}
-			b.cfg.Metrics.Appends.Inc()
-			b.cfg.Metrics.AppendBytes.Add(float64(batchBytes))
-			return p.res, nil
-		case <-ctx.Done():
-			// The append may still commit; the caller learns nothing more.
-			return AppendResult{}, context.Cause(ctx)
-		}
+		return &Pending{b: b, p: p, bytes: batchBytes}, nil
 	}
 }
 

@@ -807,33 +807,35 @@ func TestJustAppendedIsReadFromMemory(t *testing.T) {
 	}
 }
 
-// TestHoldPutsAppendsInOneObject: appends admitted under a Hold share one
-// object, and Queued is called once per append on every path — queued,
-// refused before admission, refused by the stream, answered as a
-// duplicate.
+// TestHoldPutsAppendsInOneObject: appends admitted one after another under
+// a hold share one object, and Admit returns at once on every path —
+// queued, refused before admission, refused by the stream, answered as a
+// duplicate — so that holding never waits on one of them.
 func TestHoldPutsAppendsInOneObject(t *testing.T) {
 	ctx := context.Background()
-	// A bound far above the time 20 goroutines take to queue, even under
-	// -race on a loaded machine: here the release decides, not the bound.
+	// A bound far above the time the admissions take, even under -race on
+	// a loaded machine: here the release decides, not the bound.
 	b := openTest(t, t.TempDir(), func(c *Config) { c.MaxHold = time.Minute })
 	defer b.Close()
 	mustCreate(t, b, "a", CreateOptions{})
 	const n = 20
 	release := b.Hold()
-	var queued, done sync.WaitGroup
-	var calls atomic.Int64
-	queued.Add(n)
+	pending := make([]*Pending, n)
 	for i := range n {
-		done.Go(func() {
-			if _, err := b.Append(ctx, "a", recs(strconv.Itoa(i)), AppendOptions{Partition: -1, Queued: func() { calls.Add(1); queued.Done() }}); err != nil {
-				t.Error(err)
-			}
-		})
+		pd, err := b.Admit(ctx, "a", recs(strconv.Itoa(i)), AppendOptions{Partition: -1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		pending[i] = pd
 	}
-	queued.Wait()
 	release()
 	release() // a second call changes nothing
-	done.Wait()
+	for i, pd := range pending {
+		res, err := pd.Wait(ctx)
+		if err != nil || res.First != uint64(i) {
+			t.Fatalf("append %d: %+v, %v; want offset %d (admitted in order)", i, res, err, i)
+		}
+	}
 	e, _ := b.Get("a")
 	in, _ := b.Internal(e.Streams[0])
 	if len(in.Ranges) != n {
@@ -845,24 +847,33 @@ func TestHoldPutsAppendsInOneObject(t *testing.T) {
 		}
 	}
 
-	count := func(o AppendOptions, name string, want error) {
+	// Under a hold never released (the bound is a minute), every other path
+	// still returns from Admit at once.
+	hold := b.Hold()
+	defer hold()
+	admit := func(o AppendOptions, name string, want error) *Pending {
 		t.Helper()
-		before := calls.Load()
-		o.Queued = func() { calls.Add(1) }
-		_, err := b.Append(ctx, name, recs("x"), o)
+		pd, err := b.Admit(ctx, name, recs("x"), o)
 		if !errors.Is(err, want) && !(want == nil && err == nil) {
-			t.Fatalf("append to %s: %v, want %v", name, err, want)
+			t.Fatalf("admit to %s: %v, want %v", name, err, want)
 		}
-		if got := calls.Load() - before; got != 1 {
-			t.Fatalf("append to %s: Queued called %d times", name, got)
-		}
+		return pd
 	}
-	count(AppendOptions{Partition: -1}, "missing", meta.StreamNotFound)
-	count(AppendOptions{Partition: 7}, "a", stream.UnknownPartition)
+	admit(AppendOptions{Partition: -1}, "missing", meta.StreamNotFound)
+	admit(AppendOptions{Partition: 7}, "a", stream.UnknownPartition)
 	p := &meta.ProducerTuple{ID: "p", Epoch: 0, Seq: 0}
-	count(AppendOptions{Partition: -1, Producer: p}, "a", nil)
-	count(AppendOptions{Partition: -1, Producer: p}, "a", nil) // the duplicate
-	count(AppendOptions{Partition: -1, Producer: &meta.ProducerTuple{ID: "p", Epoch: 0, Seq: 5}}, "a", meta.ProducerSeqGap)
+	first := admit(AppendOptions{Partition: -1, Producer: p}, "a", nil)
+	hold()
+	if _, err := first.Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := admit(AppendOptions{Partition: -1, Producer: p}, "a", nil).Wait(ctx); err != nil || !res.Duplicate {
+		t.Fatalf("the repeat: %+v, %v; want a duplicate answered at admission", res, err)
+	}
+	gap := admit(AppendOptions{Partition: -1, Producer: &meta.ProducerTuple{ID: "p", Epoch: 0, Seq: 5}}, "a", meta.ProducerSeqGap)
+	if gap.res.Producer.LastSeq != 0 {
+		t.Fatalf("a refused admission reports producer %+v, want its accepted state", gap.res.Producer)
+	}
 }
 
 // TestFrameCacheDropsOneObjectsFrames: dropping an object forgets its

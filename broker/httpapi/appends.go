@@ -3,7 +3,6 @@ package httpapi
 import (
 	"errors"
 	"net/http"
-	"sync"
 
 	"github.com/picomq/picomq/broker/core"
 	"github.com/picomq/picomq/broker/errs"
@@ -36,49 +35,56 @@ func (s *Server) appends(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	out := make([]wire.AppendsItemResult, len(items))
-	var wg, queued sync.WaitGroup
+	// Admit every item in order, then wait for them: under the hold they
+	// share one object, and no goroutine is needed per item.
+	pending := make([]*core.Pending, len(items))
 	release := s.b.Hold()
-	queued.Add(len(items))
 	for i, it := range items {
-		wg.Go(func() {
-			res, err := s.appendItem(r, it, queued.Done)
-			if errors.Is(err, core.ErrWouldWait) {
-				out[i].Alone = true
-				return
-			}
-			if err != nil {
-				out[i].Error = s.problem(r, err)
-				return
-			}
-			out[i].AppendResult = &wire.AppendResult{Partition: res.Partition, First: res.First, Last: res.Last, Next: res.Next, Duplicate: res.Duplicate}
-		})
+		pending[i], out[i] = s.admitItem(r, it)
 	}
-	queued.Wait()
 	release()
-	wg.Wait()
+	for i, pd := range pending {
+		if pd == nil {
+			continue
+		}
+		res, err := pd.Wait(r.Context())
+		if err != nil {
+			out[i].Error = s.problem(r, err)
+			continue
+		}
+		out[i].AppendResult = &wire.AppendResult{Partition: res.Partition, First: res.First, Last: res.Last, Next: res.Next, Duplicate: res.Duplicate}
+	}
 	s.writeJSON(w, http.StatusOK, wire.AppendsResult{Results: out})
 }
 
-// appendItem checks one item as append checks a request, and appends it.
-func (s *Server) appendItem(r *http.Request, it wire.AppendItem, queued func()) (core.AppendResult, error) {
-	var once sync.Once
-	done := func() { once.Do(queued) }
-	defer done() // refused before it reached the broker
-	if err := core.ValidateName(it.Name); err != nil {
-		return core.AppendResult{}, err
+// admitItem checks one item as append checks a request, and admits it: it
+// returns the append to wait for, or the item's answer.
+func (s *Server) admitItem(r *http.Request, it wire.AppendItem) (*core.Pending, wire.AppendsItemResult) {
+	refuse := func(err error) (*core.Pending, wire.AppendsItemResult) {
+		if errors.Is(err, core.ErrWouldWait) {
+			return nil, wire.AppendsItemResult{Alone: true}
+		}
+		return nil, wire.AppendsItemResult{Error: s.problem(r, err)}
 	}
-	o := core.AppendOptions{Partition: -1, Queued: done, NoRoomWait: true}
+	if err := core.ValidateName(it.Name); err != nil {
+		return refuse(err)
+	}
+	o := core.AppendOptions{Partition: -1, NoRoomWait: true}
 	if it.Partition >= 0 {
 		if err := s.checkPartition(it.Name, it.Partition); err != nil {
-			return core.AppendResult{}, err
+			return refuse(err)
 		}
 		o.Partition = it.Partition
 	}
 	records, err := wire.DecodeRecords(it.Batch, s.opts.MaxBatchRecords)
 	if err != nil {
-		return core.AppendResult{}, err
+		return refuse(err)
 	}
-	return s.b.Append(r.Context(), it.Name, records, o)
+	pd, err := s.b.Admit(r.Context(), it.Name, records, o)
+	if err != nil {
+		return refuse(err)
+	}
+	return pd, wire.AppendsItemResult{}
 }
 
 // problem encodes err as fail would, for an item of a larger answer.
