@@ -29,11 +29,21 @@ type AppendOptions struct {
 	// waiting up to BlockTimeout: an append sharing a request with others
 	// must not make them wait (the client sends it again on its own).
 	NoRoomWait bool
+	// NoOpen makes Admit return ErrNotOpen at once, having admitted
+	// nothing, when the append's partition must first be opened (a write
+	// of the metadata log): a caller admitting appends one after another
+	// admits those concurrently instead, so that their opens share log
+	// writes rather than queue behind one another.
+	NoOpen bool
 }
 
 // ErrWouldWait is what an append with NoRoomWait returns when it would
 // have waited for room.
 var ErrWouldWait = errors.New("core: the append would wait for room")
+
+// ErrNotOpen is what an append with NoOpen returns when its partition is
+// not open yet.
+var ErrNotOpen = errors.New("core: the append's partition is not open yet")
 
 // Hold makes the next group commit wait, at most Config.MaxHold (1 ms),
 // until release is called: a caller about to admit several appends at once
@@ -236,6 +246,9 @@ func (b *Broker) admit(ctx context.Context, n *named, partition int, records []s
 		}
 	}
 	if !pt.opened {
+		if o.NoOpen {
+			return nil, admitWait{}, ErrNotOpen
+		}
 		if err := n.open(ctx, b, pt); err != nil {
 			return nil, admitWait{}, err
 		}

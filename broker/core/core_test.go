@@ -876,6 +876,32 @@ func TestHoldPutsAppendsInOneObject(t *testing.T) {
 	}
 }
 
+// TestNoOpenLeavesAnUnopenedPartitionAlone: with NoOpen, an append whose
+// partition is not open yet is refused ErrNotOpen having done nothing (no
+// open, no offsets); once the partition is open, NoOpen changes nothing.
+func TestNoOpenLeavesAnUnopenedPartitionAlone(t *testing.T) {
+	ctx := context.Background()
+	b := openTest(t, t.TempDir())
+	defer b.Close()
+	mustCreate(t, b, "fresh", CreateOptions{})
+	commands := b.fsm.Commands()
+	if _, err := b.Admit(ctx, "fresh", recs("x"), AppendOptions{Partition: 0, NoOpen: true}); !errors.Is(err, ErrNotOpen) {
+		t.Fatalf("admit to an unopened partition with NoOpen: %v, want ErrNotOpen", err)
+	}
+	if got := b.fsm.Commands(); got != commands {
+		t.Fatalf("%d metadata commands for a refused admission", got-commands)
+	}
+	for i, noOpen := range []bool{false, true} {
+		pd, err := b.Admit(ctx, "fresh", recs(strconv.Itoa(i)), AppendOptions{Partition: 0, NoOpen: noOpen})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res, err := pd.Wait(ctx); err != nil || res.First != uint64(i) {
+			t.Fatalf("append %d: %+v, %v", i, res, err)
+		}
+	}
+}
+
 // TestFrameCacheDropsOneObjectsFrames: dropping an object forgets its
 // frames only; eviction and dropping keep the per-object index and the
 // size in step with the frames held.

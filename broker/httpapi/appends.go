@@ -3,6 +3,7 @@ package httpapi
 import (
 	"errors"
 	"net/http"
+	"sync"
 
 	"github.com/picomq/picomq/broker/core"
 	"github.com/picomq/picomq/broker/errs"
@@ -39,9 +40,31 @@ func (s *Server) appends(w http.ResponseWriter, r *http.Request) {
 	// share one object, and no goroutine is needed per item.
 	pending := make([]*core.Pending, len(items))
 	release := s.b.Hold()
+	// An item whose partition must first be opened (a metadata-log write)
+	// would hold up the items after it: those are admitted afterwards,
+	// concurrently, one goroutine per stream to keep each stream's items in
+	// order, so that their opens share log writes.
+	var opening map[string][]int
 	for i, it := range items {
-		pending[i], out[i] = s.admitItem(r, it)
+		pd, res, err := s.admitItem(r, it, true)
+		if errors.Is(err, core.ErrNotOpen) {
+			if opening == nil {
+				opening = map[string][]int{}
+			}
+			opening[it.Name] = append(opening[it.Name], i)
+			continue
+		}
+		pending[i], out[i] = pd, res
 	}
+	var wg sync.WaitGroup
+	for _, idx := range opening {
+		wg.Go(func() {
+			for _, i := range idx {
+				pending[i], out[i], _ = s.admitItem(r, items[i], false)
+			}
+		})
+	}
+	wg.Wait()
 	release()
 	for i, pd := range pending {
 		if pd == nil {
@@ -58,18 +81,23 @@ func (s *Server) appends(w http.ResponseWriter, r *http.Request) {
 }
 
 // admitItem checks one item as append checks a request, and admits it: it
-// returns the append to wait for, or the item's answer.
-func (s *Server) admitItem(r *http.Request, it wire.AppendItem) (*core.Pending, wire.AppendsItemResult) {
-	refuse := func(err error) (*core.Pending, wire.AppendsItemResult) {
-		if errors.Is(err, core.ErrWouldWait) {
-			return nil, wire.AppendsItemResult{Alone: true}
+// returns the append to wait for, or the item's answer. With noOpen, an
+// item whose partition is not open yet is left alone: it returns
+// core.ErrNotOpen and no answer.
+func (s *Server) admitItem(r *http.Request, it wire.AppendItem, noOpen bool) (*core.Pending, wire.AppendsItemResult, error) {
+	refuse := func(err error) (*core.Pending, wire.AppendsItemResult, error) {
+		switch {
+		case errors.Is(err, core.ErrNotOpen):
+			return nil, wire.AppendsItemResult{}, err
+		case errors.Is(err, core.ErrWouldWait):
+			return nil, wire.AppendsItemResult{Alone: true}, err
 		}
-		return nil, wire.AppendsItemResult{Error: s.problem(r, err)}
+		return nil, wire.AppendsItemResult{Error: s.problem(r, err)}, err
 	}
 	if err := core.ValidateName(it.Name); err != nil {
 		return refuse(err)
 	}
-	o := core.AppendOptions{Partition: -1, NoRoomWait: true}
+	o := core.AppendOptions{Partition: -1, NoRoomWait: true, NoOpen: noOpen}
 	if it.Partition >= 0 {
 		if err := s.checkPartition(it.Name, it.Partition); err != nil {
 			return refuse(err)
@@ -84,7 +112,7 @@ func (s *Server) admitItem(r *http.Request, it wire.AppendItem) (*core.Pending, 
 	if err != nil {
 		return refuse(err)
 	}
-	return pd, wire.AppendsItemResult{}
+	return pd, wire.AppendsItemResult{}, nil
 }
 
 // problem encodes err as fail would, for an item of a larger answer.

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"slices"
 	"testing"
 	"time"
 
@@ -52,10 +53,10 @@ func TestAppendsInOneRequest(t *testing.T) {
 	refused(4, stream.RecordTooLarge)
 	refused(5, stream.StreamMisconfigured)
 	refused(6, wire.MalformedBatch)
-	// The two appends to a ran concurrently: together they hold offsets
-	// 0..2, one of them both of its records.
+	// The appends to a take their offsets in request order (its partition
+	// was opened first, for both).
 	a0, a7 := out.Results[0].AppendResult, out.Results[7].AppendResult
-	if a0 == nil || a7 == nil || a0.Last-a0.First != 1 || a7.First != a7.Last || max(a0.Next, a7.Next) != 3 {
+	if a0 == nil || a7 == nil || a0.First != 0 || a0.Last != 1 || a7.First != 2 || a7.Last != 2 {
 		t.Fatalf("appends to a: %s", data)
 	}
 	if b := out.Results[2].AppendResult; b == nil || b.Partition != 1 || b.First != 0 {
@@ -70,6 +71,23 @@ func TestAppendsInOneRequest(t *testing.T) {
 	}
 	if _, err := f.b.Get("missing"); err == nil {
 		t.Fatal("an append to a missing stream created it")
+	}
+
+	// a is open now, c not yet: a's appends are admitted at once, c's
+	// after its partition is opened; each stream's keep request order.
+	f.create("c", stream.PolicyValue{})
+	body = nil
+	for _, it := range []struct{ name, payload string }{{"a", "four"}, {"c", "c0"}, {"a", "five"}, {"c", "c1"}, {"a", "six"}} {
+		body = wire.AppendItemTo(body, it.name, -1, wire.EncodeRecords([]stream.RecordValue{rec("", it.payload)}))
+	}
+	out, data = postAppends(t, f, body)
+	for i, want := range []uint64{3, 0, 4, 1, 5} {
+		if r := out.Results[i].AppendResult; r == nil || r.First != want {
+			t.Fatalf("item %d: %s, want offset %d", i, data, want)
+		}
+	}
+	if got := readPayloads(t, f, "c", 0); !slices.Equal(got, []string{"c0", "c1"}) {
+		t.Fatalf("c holds %q", got)
 	}
 }
 
