@@ -200,11 +200,18 @@ type admitWait struct {
 func (b *Broker) admit(ctx context.Context, n *named, partition int, records []stream.RecordValue, batchBytes int64, o AppendOptions, rw *stream.RoomWait) (*pendingAppend, admitWait, error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if partition < 0 {
+	turn := partition < 0
+	if turn {
 		partition = n.rr % len(n.parts)
-		n.rr++
 	}
 	pt := n.parts[partition]
+	if !pt.opened && o.NoOpen {
+		// Refused before anything changed: the turn stays this partition's.
+		return nil, admitWait{}, ErrNotOpen
+	}
+	if turn {
+		n.rr++
+	}
 
 	// Closed first: only the exact retry of the closing append is answered,
 	// as the duplicate it is.
@@ -246,9 +253,6 @@ func (b *Broker) admit(ctx context.Context, n *named, partition int, records []s
 		}
 	}
 	if !pt.opened {
-		if o.NoOpen {
-			return nil, admitWait{}, ErrNotOpen
-		}
 		if err := n.open(ctx, b, pt); err != nil {
 			return nil, admitWait{}, err
 		}

@@ -900,6 +900,18 @@ func TestNoOpenLeavesAnUnopenedPartitionAlone(t *testing.T) {
 			t.Fatalf("append %d: %+v, %v", i, res, err)
 		}
 	}
+
+	// Refused, an unkeyed append does not use up its partition's turn.
+	mustCreate(t, b, "turns", CreateOptions{Policy: stream.PolicyValue{Partitions: 2}})
+	if _, err := b.Admit(ctx, "turns", recs("x"), AppendOptions{Partition: -1, NoOpen: true}); !errors.Is(err, ErrNotOpen) {
+		t.Fatalf("unkeyed admit with NoOpen: %v, want ErrNotOpen", err)
+	}
+	for want := range 2 {
+		res, err := b.Append(ctx, "turns", recs("y"), AppendOptions{Partition: -1})
+		if err != nil || res.Partition != want {
+			t.Fatalf("unkeyed append %d went to partition %d (%v), want %d", want, res.Partition, err, want)
+		}
+	}
 }
 
 // TestFrameCacheDropsOneObjectsFrames: dropping an object forgets its
