@@ -16,9 +16,9 @@ import (
 // file without fdatasync and puts its frames in the commit command, so the
 // log's one fsync makes both durable. The file is then synced in the
 // background, before the log may drop the entry: a snapshot's Persist
-// first fdatasyncs every object committed inline since the last snapshot
-// (and the objects directory), and raft compacts the log only after a
-// snapshot is persisted. When the log is replayed at start — after a crash
+// first makes every object committed inline since the last snapshot
+// durable, names included (objstore.SyncObjects), and raft compacts the
+// log only after a snapshot is persisted. When the log is replayed at start — after a crash
 // the file of an object committed since the last snapshot may be torn or
 // gone — each such object is written again from its entry. A read never
 // sees the difference.

@@ -36,14 +36,14 @@ func (s *Server) appends(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	out := make([]wire.AppendsItemResult, len(items))
-	// Admit every item in order, then wait for them: under the hold they
-	// share one object, and no goroutine is needed per item.
+	// Admit the items in order on this goroutine, then wait for them: under
+	// the hold they share one object. An item whose partition must first be
+	// opened (a metadata-log write) would hold up the items after it, so
+	// those are admitted afterwards, concurrently, one goroutine per stream
+	// (keeping each stream's items in order), and their opens share log
+	// writes.
 	pending := make([]*core.Pending, len(items))
 	release := s.b.Hold()
-	// An item whose partition must first be opened (a metadata-log write)
-	// would hold up the items after it: those are admitted afterwards,
-	// concurrently, one goroutine per stream to keep each stream's items in
-	// order, so that their opens share log writes.
 	var opening map[string][]int
 	for i, it := range items {
 		pd, res, err := s.admitItem(r, it, true)
