@@ -157,39 +157,21 @@ func (s *Store) CreateLogged() (*Writer, error) {
 			return nil, ErrClosed
 		}
 	}
-	if n := len(s.loose); n > 0 {
-		pf := s.loose[0]
-		s.loose = append(s.loose[:0], s.loose[1:]...)
-		delete(s.pooled, pf.id)
-		s.writing[pf.id] = struct{}{}
-		low := n-1 <= looseSize/2
-		s.mu.Unlock()
-		if low {
-			select {
-			case s.kick <- struct{}{}:
-			default: // a refill is already due
-			}
-		}
-		w := newWriter(s, pf.id, pf.f)
-		w.nameUnsynced = true
-		return w, nil
-	}
-	ids, err := s.allocate(1)
-	if err == nil {
-		s.writing[ids[0]] = struct{}{}
-	}
+	pf, ok := s.takeLocked(&s.loose)
+	low := len(s.loose) <= looseSize/2
 	s.mu.Unlock()
-	if err != nil {
-		return nil, err
+	if low {
+		s.kickRefill()
 	}
-	// Made here, on the append's path, but still without a directory fsync.
-	s.slowCreates.Add(1)
-	files, err := s.createFiles(ids, false)
-	if err != nil {
-		s.doneWriting(ids[0])
-		return nil, err
+	if !ok {
+		// Made here, on the append's path, but still without a directory
+		// fsync.
+		var err error
+		if pf, err = s.createOne(false); err != nil {
+			return nil, err
+		}
 	}
-	w := newWriter(s, ids[0], files[0].f)
+	w := newWriter(s, pf.id, pf.f)
 	w.nameUnsynced = true
 	return w, nil
 }
@@ -225,21 +207,5 @@ func (s *Store) refillLoose() error {
 	s.mu.Unlock()
 
 	files, err := s.createFiles(ids, false)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if err != nil || s.closed {
-		for _, id := range ids {
-			delete(s.pooled, id)
-		}
-		for _, pf := range files {
-			pf.f.Close()
-			os.Remove(s.path(pf.id))
-		}
-		if err == nil {
-			err = ErrClosed
-		}
-		return err
-	}
-	s.loose = append(s.loose, files...)
-	return nil
+	return s.addToPool(&s.loose, ids, files, err)
 }

@@ -247,6 +247,12 @@ func (s *Store) refill() error {
 		}
 	}
 
+	return s.addToPool(&s.ready, ids, files, err)
+}
+
+// addToPool ends a refill: it adds the files made for ids to pool, or, when
+// the refill failed (err) or the store closed meanwhile, removes them.
+func (s *Store) addToPool(pool *[]poolFile, ids []uint64, files []poolFile, err error) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err != nil || s.closed {
@@ -263,7 +269,7 @@ func (s *Store) refill() error {
 		}
 		return err
 	}
-	s.ready = append(s.ready, files...)
+	*pool = append(*pool, files...)
 	return nil
 }
 
@@ -294,47 +300,64 @@ func (s *Store) Create() (*Writer, error) {
 		s.mu.Unlock()
 		return nil, ErrClosed
 	}
-	var pf poolFile
-	fromPool := len(s.ready) > 0
-	if fromPool {
-		pf = s.ready[0]
-		s.ready = append(s.ready[:0], s.ready[1:]...)
-		delete(s.pooled, pf.id)
-		s.writing[pf.id] = struct{}{}
-	}
+	pf, fromPool := s.takeLocked(&s.ready)
 	// Refill once the pool is half empty rather than after every Create, so
 	// that each directory fsync covers several files while the other half
 	// still serves Create.
 	lowWater := len(s.ready) <= s.poolSize/2
 	s.mu.Unlock()
 	if s.poolSize > 0 && lowWater {
-		select {
-		case s.kick <- struct{}{}:
-		default: // a refill is already due
-		}
+		s.kickRefill()
 	}
-
 	if !fromPool {
-		s.mu.Lock()
-		ids, err := s.allocate(1)
-		if err == nil {
-			s.writing[ids[0]] = struct{}{}
-		}
-		s.mu.Unlock()
-		if err != nil {
+		var err error
+		if pf, err = s.createOne(true); err != nil {
 			return nil, err
 		}
-		s.slowCreates.Add(1)
-		files, err := s.createFiles(ids, true)
-		if err != nil {
-			s.mu.Lock()
-			delete(s.writing, ids[0])
-			s.mu.Unlock()
-			return nil, err
-		}
-		pf = files[0]
 	}
 	return newWriter(s, pf.id, pf.f), nil
+}
+
+// takeLocked hands out the first of files, if any, as a file being
+// written. The caller holds s.mu.
+func (s *Store) takeLocked(files *[]poolFile) (poolFile, bool) {
+	if len(*files) == 0 {
+		return poolFile{}, false
+	}
+	pf := (*files)[0]
+	*files = append((*files)[:0], (*files)[1:]...)
+	delete(s.pooled, pf.id)
+	s.writing[pf.id] = struct{}{}
+	return pf, true
+}
+
+// kickRefill wakes the refill goroutine, unless a refill is already due.
+func (s *Store) kickRefill() {
+	select {
+	case s.kick <- struct{}{}:
+	default:
+	}
+}
+
+// createOne creates a file for a writer on the caller's path, when nothing
+// created ahead was left; syncDir as for createFiles.
+func (s *Store) createOne(syncDir bool) (poolFile, error) {
+	s.mu.Lock()
+	ids, err := s.allocate(1)
+	if err == nil {
+		s.writing[ids[0]] = struct{}{}
+	}
+	s.mu.Unlock()
+	if err != nil {
+		return poolFile{}, err
+	}
+	s.slowCreates.Add(1)
+	files, err := s.createFiles(ids, syncDir)
+	if err != nil {
+		s.doneWriting(ids[0])
+		return poolFile{}, err
+	}
+	return files[0], nil
 }
 
 // doneWriting forgets id's writer.
