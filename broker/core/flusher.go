@@ -12,8 +12,9 @@ import (
 
 // flusher is the group commit: one goroutine takes every append queued since
 // its last flush — across all streams —, writes them as frames of one new
-// object, fdatasyncs it, commits it with one metadata command, then answers
-// each append. Appends arriving meanwhile queue for the next flush, so a
+// object, fdatasyncs it (or, when small, carries its frames in the commit:
+// see inline.go), commits it with one metadata command, then answers each
+// append. Appends arriving meanwhile queue for the next flush, so a
 // batch grows with the load and the syncs per append fall.
 type flusher struct {
 	b *Broker
@@ -204,7 +205,8 @@ func dropStale(batch []*pendingAppend) []*pendingAppend {
 	return live
 }
 
-// write writes a batch's records as frames of one new object and syncs it.
+// write writes a batch's records as frames of one new object and syncs it,
+// unless the object is small enough for its frames to ride in its commit.
 func (f *flusher) write(batch []*pendingAppend) *written {
 	b := f.b
 	live := dropStale(batch)
