@@ -933,20 +933,20 @@ func TestFrameCacheDropsOneObjectsFrames(t *testing.T) {
 			t.Fatalf("frame 2/%d lost by dropObject(1)", pos)
 		}
 	}
-	if c.size != 20 || len(c.items) != 4 || len(c.perObject) != 1 || len(c.perObject[2]) != 4 {
-		t.Fatalf("size %d, %d items, index %v", c.size, len(c.items), c.perObject)
+	if c.size != 20 || c.ll.Len() != 4 || len(c.perObject) != 1 || len(c.perObject[2]) != 4 {
+		t.Fatalf("size %d, %d items, index %v", c.size, c.ll.Len(), c.perObject)
 	}
 	// Six more frames of object 3 evict the two least recently used of 2.
 	for pos := int64(0); pos < 6; pos++ {
 		c.put(frameKey{3, pos}, []byte("12345"))
 	}
-	if c.size != 40 || len(c.items) != 8 || len(c.perObject[2]) != 2 || len(c.perObject[3]) != 6 {
-		t.Fatalf("after eviction: size %d, %d items, object 2 %d frames, object 3 %d", c.size, len(c.items), len(c.perObject[2]), len(c.perObject[3]))
+	if c.size != 40 || c.ll.Len() != 8 || len(c.perObject[2]) != 2 || len(c.perObject[3]) != 6 {
+		t.Fatalf("after eviction: size %d, %d items, object 2 %d frames, object 3 %d", c.size, c.ll.Len(), len(c.perObject[2]), len(c.perObject[3]))
 	}
 	c.dropObject(2)
 	c.dropObject(3)
-	if c.size != 0 || len(c.items) != 0 || len(c.perObject) != 0 || c.ll.Len() != 0 {
-		t.Fatalf("after dropping all: size %d, %d items, index %v", c.size, len(c.items), c.perObject)
+	if c.size != 0 || c.ll.Len() != 0 || len(c.perObject) != 0 {
+		t.Fatalf("after dropping all: size %d, %d items, index %v", c.size, c.ll.Len(), c.perObject)
 	}
 }
 

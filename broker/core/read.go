@@ -221,9 +221,9 @@ type frameCache struct {
 	limit int64
 	size  int64
 	ll    *list.List
-	items map[frameKey]*list.Element
-	// perObject holds the cached frames of each object, so that dropping
-	// an object costs its own frames, not a pass over the whole cache.
+	// perObject indexes the cached frames by object, then position, so
+	// that dropping an object costs its own frames, not a pass over the
+	// whole cache.
 	perObject map[uint64]map[int64]*list.Element
 }
 
@@ -238,13 +238,13 @@ type frameItem struct {
 }
 
 func newFrameCache(limit int64) *frameCache {
-	return &frameCache{limit: limit, ll: list.New(), items: map[frameKey]*list.Element{}, perObject: map[uint64]map[int64]*list.Element{}}
+	return &frameCache{limit: limit, ll: list.New(), perObject: map[uint64]map[int64]*list.Element{}}
 }
 
 func (c *frameCache) get(k frameKey) ([]byte, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if el, ok := c.items[k]; ok {
+	if el, ok := c.perObject[k.object][k.pos]; ok {
 		c.ll.MoveToFront(el)
 		return el.Value.(*frameItem).p, true
 	}
@@ -257,17 +257,15 @@ func (c *frameCache) put(k frameKey, p []byte) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if _, ok := c.items[k]; ok {
+	frames := c.perObject[k.object]
+	if _, ok := frames[k.pos]; ok {
 		return
 	}
-	el := c.ll.PushFront(&frameItem{key: k, p: p})
-	c.items[k] = el
-	frames := c.perObject[k.object]
 	if frames == nil {
 		frames = map[int64]*list.Element{}
 		c.perObject[k.object] = frames
 	}
-	frames[k.pos] = el
+	frames[k.pos] = c.ll.PushFront(&frameItem{key: k, p: p})
 	c.size += int64(len(p))
 	for c.size > c.limit {
 		c.remove(c.ll.Back())
@@ -287,7 +285,6 @@ func (c *frameCache) dropObject(id uint64) {
 func (c *frameCache) remove(el *list.Element) {
 	it := el.Value.(*frameItem)
 	c.ll.Remove(el)
-	delete(c.items, it.key)
 	c.size -= int64(len(it.p))
 	frames := c.perObject[it.key.object]
 	delete(frames, it.key.pos)
