@@ -221,20 +221,31 @@ func (s *Store) ReadFrame(id uint64, pos, n int64) ([]byte, error) {
 	if pos < HeaderSize || n <= FrameHeaderSize || n > FrameHeaderSize+MaxPayload {
 		return nil, fmt.Errorf("objstore: frame of %d bytes at %d in object %016x: %w", n, pos, id, ErrFrameSize)
 	}
-	h, err := s.cache.acquire(id)
+	buf, k, err := s.pread(id, pos, n)
 	if err != nil {
 		return nil, err
 	}
-	defer s.cache.release(h)
-
-	buf := make([]byte, n)
-	if k, err := h.f.ReadAt(buf, pos); k < len(buf) {
-		if err == io.EOF {
-			return nil, corrupt(id, pos, "frame of %d bytes announced, the object ends after %d", n, k)
-		}
-		return nil, stream.StreamBackendFailed.Wrap(err, "op", "objstore.read", "object", id)
+	if k < n {
+		return nil, corrupt(id, pos, "frame of %d bytes announced, the object ends after %d", n, k)
 	}
 	return checkFrame(id, pos, buf)
+}
+
+// pread reads n bytes of object id from pos with one pread on a cached
+// handle. An object that ends first is no error here: k < n says so, for
+// the caller to report in its own terms.
+func (s *Store) pread(id uint64, pos, n int64) (buf []byte, k int64, err error) {
+	h, err := s.cache.acquire(id)
+	if err != nil {
+		return nil, 0, err
+	}
+	defer s.cache.release(h)
+	buf = make([]byte, n)
+	got, err := h.f.ReadAt(buf, pos)
+	if got < len(buf) && err != io.EOF {
+		return nil, 0, stream.StreamBackendFailed.Wrap(err, "op", "objstore.read", "object", id)
+	}
+	return buf, int64(got), nil
 }
 
 // ReadFrames reads len(lens) consecutive frames of object id, the first at
@@ -253,18 +264,12 @@ func (s *Store) ReadFrames(id uint64, pos int64, lens []int64) ([][]byte, error)
 	if pos < HeaderSize || len(lens) == 0 {
 		return nil, fmt.Errorf("objstore: %d frames at %d in object %016x: %w", len(lens), pos, id, ErrFrameSize)
 	}
-	h, err := s.cache.acquire(id)
+	buf, k, err := s.pread(id, pos, total)
 	if err != nil {
 		return nil, err
 	}
-	defer s.cache.release(h)
-
-	buf := make([]byte, total)
-	if k, err := h.f.ReadAt(buf, pos); k < len(buf) {
-		if err == io.EOF {
-			return nil, corrupt(id, pos, "%d frames of %d bytes announced, the object ends after %d", len(lens), total, k)
-		}
-		return nil, stream.StreamBackendFailed.Wrap(err, "op", "objstore.read", "object", id)
+	if k < total {
+		return nil, corrupt(id, pos, "%d frames of %d bytes announced, the object ends after %d", len(lens), total, k)
 	}
 	out := make([][]byte, len(lens))
 	var off int64
