@@ -22,12 +22,10 @@ import (
 // one raft-boltdb database. Open migrates it (migrateBolt).
 const boltFile = "raft.db"
 
-// lockDir takes an exclusive, non-blocking flock on dir/LOCK. The lock goes
-// with the process, so a broker killed with -9 leaves nothing to clean up.
+// lockDir takes an exclusive, non-blocking flock on dir/LOCK (dir exists).
+// The lock goes with the process, so a broker killed with -9 leaves nothing
+// to clean up.
 func lockDir(dir string) (*os.File, error) {
-	if err := os.MkdirAll(dir, 0o750); err != nil {
-		return nil, fmt.Errorf("metalog: create %s: %w", dir, err)
-	}
 	path := filepath.Join(dir, lockFile)
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
@@ -95,9 +93,6 @@ func migrateBolt(dir string, logger hclog.Logger) error {
 		return fmt.Errorf("metalog: open %s to migrate it: %w", src, err)
 	}
 	defer bolt.Close()
-	if err := os.MkdirAll(tmp, 0o750); err != nil {
-		return fmt.Errorf("metalog: create %s: %w", tmp, err)
-	}
 	w, err := openWAL(tmp, DefaultSegmentBytes, logger)
 	if err != nil {
 		return err
