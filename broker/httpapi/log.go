@@ -51,7 +51,6 @@ func (s *Server) serveLog(w http.ResponseWriter, r *http.Request, name, op strin
 	return "log.unknown"
 }
 
-// append serves POST /v1/log/{name}.
 // checkPartition checks an append's explicit partition before its
 // records: one outside [0, Partitions()) is UNKNOWN_PARTITION whatever the
 // keys say (the broker would name the keys' disagreement first), and a
@@ -64,6 +63,7 @@ func (s *Server) checkPartition(name string, p int) error {
 	return stream.CheckPartition(p, len(e.Streams))
 }
 
+// append serves POST /v1/log/{name}.
 func (s *Server) append(w http.ResponseWriter, r *http.Request, name string) {
 	q := r.URL.Query()
 	o := core.AppendOptions{Partition: -1}
