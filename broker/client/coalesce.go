@@ -136,13 +136,7 @@ func (q *coalescer) takeLocked() []*queuedAppend {
 func (q *coalescer) run(batch []*queuedAppend) {
 	for len(batch) > 0 {
 		handedOn := time.AfterFunc(slowRequest, func() {
-			q.mu.Lock()
-			next := q.takeLocked()
-			if len(next) == 0 {
-				q.inflight--
-			}
-			q.mu.Unlock()
-			if len(next) > 0 {
+			if next := q.nextOrFree(); len(next) > 0 {
 				go q.run(next)
 			}
 		})
@@ -150,13 +144,20 @@ func (q *coalescer) run(batch []*queuedAppend) {
 		if !handedOn.Stop() {
 			return // the slot went on with the queue
 		}
-		q.mu.Lock()
-		batch = q.takeLocked()
-		if len(batch) == 0 {
-			q.inflight--
-		}
-		q.mu.Unlock()
+		batch = q.nextOrFree()
 	}
+}
+
+// nextOrFree takes the next request's appends for the slot's holder, or,
+// when none wait, frees the slot.
+func (q *coalescer) nextOrFree() []*queuedAppend {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	next := q.takeLocked()
+	if len(next) == 0 {
+		q.inflight--
+	}
+	return next
 }
 
 // send makes one request of batch and answers each append in it. The

@@ -103,10 +103,7 @@ func (s *Stream) AppendWith(ctx context.Context, records []stream.RecordValue, o
 				return AppendResult{}, err
 			}
 			s.signal()
-			return AppendResult{
-				AppendValue: stream.AppendValue{Partition: w.Partition, First: stream.Offset(w.First), Last: stream.Offset(w.Last)},
-				Next:        stream.Offset(w.Next), Duplicate: w.Duplicate,
-			}, nil
+			return appendResultOf(w), nil
 		}
 	}
 	var q url.Values
@@ -134,10 +131,15 @@ func (s *Stream) AppendWith(ctx context.Context, records []stream.RecordValue, o
 		return AppendResult{}, err
 	}
 	s.signal()
+	return appendResultOf(w), nil
+}
+
+// appendResultOf is the broker's answer to an append as AppendWith returns it.
+func appendResultOf(w wire.AppendResult) AppendResult {
 	return AppendResult{
 		AppendValue: stream.AppendValue{Partition: w.Partition, First: stream.Offset(w.First), Last: stream.Offset(w.Last)},
 		Next:        stream.Offset(w.Next), Duplicate: w.Duplicate, Producer: w.Producer,
-	}, nil
+	}
 }
 
 // Read implements stream.Stream: it never waits.
