@@ -80,6 +80,10 @@ type Config struct {
 	// gather beyond its last snapshot before the broker takes one (default
 	// 64 MiB): it bounds the log's disk use and the replay at start.
 	InlineLogBytes int64
+	// HoldFor is how long an object committed inline is held in memory
+	// before it is written to a file, unless the merge frees it first
+	// (default 5 s; see inline.go).
+	HoldFor time.Duration
 	// FrameBytes is the frame size of merged segments (default 1 MiB): the
 	// unit a read fetches and retention drops.
 	FrameBytes int64
@@ -137,6 +141,9 @@ func (c Config) withDefaults() Config {
 		c.InlineBytes = DefaultInlineBytes
 	}
 	c.InlineBytes = min(c.InlineBytes, MaxInlineBytes)
+	if c.HoldFor <= 0 {
+		c.HoldFor = 5 * time.Second
+	}
 	if c.InlineLogBytes <= 0 {
 		c.InlineLogBytes = 64 << 20
 	}
@@ -234,6 +241,7 @@ func Open(cfg Config) (*Broker, error) {
 		return nil, err
 	}
 	b.objs = objs
+	b.inline.setStore(objs)
 	// Nothing is in flight yet: every object the log never committed is a
 	// torn or abandoned write, and goes now.
 	if err := b.collectGarbage(context.Background(), 0, true); err != nil {

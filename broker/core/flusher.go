@@ -219,14 +219,13 @@ func (f *flusher) write(batch []*pendingAppend) *written {
 		payloadBytes += int64(len(p.payload))
 	}
 	if payloadBytes > 0 {
-		// Small: the frames will ride in the commit, whose fsync makes them
-		// durable (see inline.go).
-		inline := b.cfg.InlineBytes > 0 && payloadBytes+int64(len(live)*objstore.FrameHeaderSize) <= b.cfg.InlineBytes
-		create := b.objs.Create
-		if inline {
-			create = b.objs.CreateLogged
+		// Small: the frames ride in the commit, whose fsync makes them
+		// durable, and the object is held in memory, no file yet (see
+		// inline.go).
+		if b.cfg.InlineBytes > 0 && payloadBytes+int64(len(live)*objstore.FrameHeaderSize) <= b.cfg.InlineBytes {
+			return f.holdInline(live, c, payloadBytes)
 		}
-		w, err := create()
+		w, err := b.objs.Create()
 		if err != nil {
 			f.fail(live, err)
 			return nil
@@ -241,22 +240,7 @@ func (f *flusher) write(batch []*pendingAppend) *written {
 				f.fail(live, err)
 				return nil
 			}
-			p.app.Range = &meta.Range{
-				First: p.app.First, Next: p.app.First + uint64(p.count), Object: w.ID(), Pos: pos, Len: ln,
-				Bytes: p.bytes, Count: int64(p.count), MinTime: p.at, MaxTime: p.at,
-			}
-		}
-		if inline {
-			if frames, ok := w.Frames(); ok {
-				if err := w.CloseUnsynced(); err != nil {
-					w.Abort()
-					f.fail(live, err)
-					return nil
-				}
-				b.cfg.Metrics.InlineObjects.Inc()
-				c.Object, c.Size, c.Frames = w.ID(), w.Size(), frames
-				return &written{live: live, c: c, bytes: payloadBytes}
-			}
+			p.app.Range = rangeOf(p, w.ID(), pos, ln)
 		}
 		start := time.Now()
 		if err := w.Sync(); err != nil {
@@ -274,6 +258,42 @@ func (f *flusher) write(batch []*pendingAppend) *written {
 	return &written{live: live, c: c, bytes: payloadBytes}
 }
 
+// holdInline builds a small batch's object in memory and holds it (no file, no
+// fdatasync): its frames go in the commit.
+func (f *flusher) holdInline(live []*pendingAppend, c *meta.Commit, payloadBytes int64) *written {
+	frames := make([]byte, 0, payloadBytes+int64(len(live)*objstore.FrameHeaderSize))
+	for _, p := range live {
+		if p.payload == nil {
+			continue
+		}
+		pos := int64(objstore.HeaderSize + len(frames))
+		frames = objstore.AppendFrame(frames, p.payload)
+		p.app.Range = rangeOf(p, 0, pos, int64(objstore.HeaderSize+len(frames))-pos)
+	}
+	id, err := f.b.objs.Hold(frames)
+	if err != nil {
+		f.fail(live, err)
+		return nil
+	}
+	for _, p := range live {
+		if p.app.Range != nil {
+			p.app.Range.Object = id
+		}
+	}
+	f.b.cfg.Metrics.InlineObjects.Inc()
+	c.Object, c.Size, c.Frames = id, int64(objstore.HeaderSize+len(frames)), frames
+	return &written{live: live, c: c, bytes: payloadBytes}
+}
+
+// rangeOf is the range an append's frame at pos (ln bytes) of object obj
+// adds to its stream.
+func rangeOf(p *pendingAppend, obj uint64, pos, ln int64) *meta.Range {
+	return &meta.Range{
+		First: p.app.First, Next: p.app.First + uint64(p.count), Object: obj, Pos: pos, Len: ln,
+		Bytes: p.bytes, Count: int64(p.count), MinTime: p.at, MaxTime: p.at,
+	}
+}
+
 // proposal is a commit command in the log, waiting to apply.
 type proposal struct {
 	live   []*pendingAppend
@@ -287,7 +307,10 @@ func (f *flusher) propose(w *written) *proposal {
 	b := f.b
 	live := dropStale(w.live)
 	if len(live) == 0 {
-		return nil // the object holds nothing committed: an orphan, collected later
+		if w.c.Frames != nil {
+			b.objs.Remove(w.c.Object) // held, never to be committed: forget it
+		}
+		return nil // the object's file holds nothing committed: an orphan, collected later
 	}
 	c := w.c
 	c.Now = b.now().UnixNano()
@@ -320,6 +343,11 @@ func (f *flusher) settle(p *proposal) {
 	b.cfg.Metrics.observeCommit(time.Since(p.start))
 	if err != nil {
 		b.inline.notProposed(p.object)
+		// Whether the commit made it into the log is unknown: a held object
+		// becomes a file, collected later as an orphan if it did not.
+		if err := b.objs.Spill([]uint64{p.object}); err != nil {
+			b.cfg.Logger.Error("writing a held object failed", "object", p.object, "err", err)
+		}
 		f.fail(p.live, stream.StreamBackendFailed.Wrap(err, "op", "metalog.apply.commit"))
 		return
 	}

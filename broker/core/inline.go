@@ -12,21 +12,27 @@ import (
 //
 // An append is acknowledged once its object is durable and its commit
 // applied: two fsyncs in series, the object's and the metadata log's. For
-// a small object (up to Config.InlineBytes) the flusher instead writes the
-// file without fdatasync and puts its frames in the commit command, so the
-// log's one fsync makes both durable. The file is then synced in the
-// background, before the log may drop the entry: a snapshot's Persist
-// first makes every object committed inline since the last snapshot
-// durable, names included (objstore.SyncObjects), and raft compacts the
-// log only after a snapshot is persisted. When the log is replayed at start — after a crash
-// the file of an object committed since the last snapshot may be torn or
-// gone — each such object is written again from its entry. A read never
-// sees the difference.
+// a small object (up to Config.InlineBytes) the flusher instead puts the
+// frames in the commit command, so the log's one fsync makes them durable,
+// and holds the object in memory (objstore.Hold): no file is created,
+// written or synced on the append's path. Reads are served from memory.
+// Most such objects are merged into segments within seconds and never
+// become files; the rest are written to files (objstore.Spill, without
+// fdatasync) once held for Config.HoldFor, or when too many bytes are held.
+//
+// Before the log may drop their entries, such objects are made durable: a
+// snapshot's Persist first writes every object committed inline since the
+// last snapshot that is still held, then syncs them all, names included
+// (objstore.SyncObjects), and raft compacts the log only after a snapshot
+// is persisted. When the log is replayed at start — after a crash such an
+// object's file may be torn, gone or never written — each is written again
+// from its entry. A read never sees the difference.
 type inlineObjects struct {
 	dir string // the objects directory
 
 	mu       sync.Mutex
-	mine     map[uint64]bool // written by this broker's flusher, commit not yet applied
+	store    *objstore.Store // set once the store is open (after the replay)
+	mine     map[uint64]bool // held by this broker's flusher, commit not yet applied
 	unsynced []uint64        // committed inline, not yet fdatasynced
 	logBytes int64           // frames applied since the last snapshot began
 }
@@ -35,8 +41,15 @@ func newInlineObjects(dir string) *inlineObjects {
 	return &inlineObjects{dir: dir, mine: map[uint64]bool{}}
 }
 
-// proposing records that this broker wrote object id itself: its commit,
-// when it applies, finds the file in place.
+// setStore gives the snapshots the store holding the objects.
+func (o *inlineObjects) setStore(s *objstore.Store) {
+	o.mu.Lock()
+	o.store = s
+	o.mu.Unlock()
+}
+
+// proposing records that this broker holds object id itself: its commit,
+// when it applies, has nothing to write.
 func (o *inlineObjects) proposing(id uint64) {
 	o.mu.Lock()
 	o.mine[id] = true
@@ -80,14 +93,21 @@ func (b *Broker) applied(c *meta.Command, _ any) {
 func (b *Broker) snapshotting() func() error {
 	o := b.inline
 	o.mu.Lock()
-	ids := o.unsynced
+	ids, store := o.unsynced, o.store
 	o.unsynced, o.logBytes = nil, 0
 	o.mu.Unlock()
 	if len(ids) == 0 {
 		return nil
 	}
 	return func() error {
-		if err := syncObjects(o.dir, ids); err != nil {
+		var err error
+		if store != nil { // nil while the log replays: nothing is held then
+			err = store.Spill(ids)
+		}
+		if err == nil {
+			err = syncObjects(o.dir, ids)
+		}
+		if err != nil {
 			o.mu.Lock()
 			o.unsynced = append(o.unsynced, ids...)
 			o.mu.Unlock()

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -41,10 +42,12 @@ func checkNumbered(t *testing.T, b *Broker, s string, n int) {
 }
 
 // TestInlineObjectsRewrittenFromTheLog: small appends are acknowledged
-// without an fdatasync of their object, their bytes durable in the metadata
-// log. A power loss can then leave those objects torn, empty, corrupt or
-// gone; the next start writes each one again from its log entry, and every
-// acknowledged record reads back.
+// without an fdatasync of their object — without a file even, the object
+// held in memory —, their bytes durable in the metadata log. After a close
+// (or a crash) the next start writes each object from its log entry; a
+// power loss can also leave those files torn, empty, corrupt or gone, and
+// the start after that writes them again. Every acknowledged record reads
+// back.
 func TestInlineObjectsRewrittenFromTheLog(t *testing.T) {
 	dir := t.TempDir()
 	m := NewMetrics(nil)
@@ -57,16 +60,33 @@ func TestInlineObjectsRewrittenFromTheLog(t *testing.T) {
 	if n := sampleCount(m.FsyncSeconds); n != 0 {
 		t.Fatalf("objects synced on their own: %d, want none", n)
 	}
+	objectFiles := func() []string {
+		t.Helper()
+		objs, err := filepath.Glob(filepath.Join(dir, "objects", "*.obj"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		slices.Sort(objs)
+		return objs
+	}
 	if err := b.Close(); err != nil {
 		t.Fatal(err)
 	}
-
-	objs, err := filepath.Glob(filepath.Join(dir, "objects", "*.obj"))
-	if err != nil || len(objs) < 12 {
-		t.Fatalf("object files: %v, %v", objs, err)
+	if objs := objectFiles(); len(objs) != 0 {
+		t.Fatalf("object files %v: held objects were written", objs)
 	}
-	slices.Sort(objs)
+
+	b = openTest(t, dir)
+	checkNumbered(t, b, "s", 12)
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	objs := objectFiles()
+	if len(objs) < 12 {
+		t.Fatalf("object files after the replay: %v", objs)
+	}
 	for i, p := range objs {
+		var err error
 		switch i % 4 {
 		case 0:
 			err = os.Remove(p)
@@ -91,6 +111,87 @@ func TestInlineObjectsRewrittenFromTheLog(t *testing.T) {
 	checkNumbered(t, b, "s", 12)
 	appendNumbered(t, b, "s", 12, 3) // and the stream goes on
 	checkNumbered(t, b, "s", 15)
+}
+
+// TestHeldObjectsAreMergedWithoutFiles: the objects of small appends are
+// held in memory; the merge reads them from there, and the collection
+// removes them at once (no file, no grace). Those the merge leaves become
+// files once held for HoldFor, byte for byte what the log would restore.
+func TestHeldObjectsAreMergedWithoutFiles(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	b := openTest(t, dir, func(c *Config) {
+		c.MergeMinRanges = 8
+		c.GarbageGrace = time.Hour
+		c.HoldFor = time.Hour
+	})
+	defer func() { b.Close() }()
+	mustCreate(t, b, "a", CreateOptions{})
+	mustCreate(t, b, "b", CreateOptions{})
+	appendNumbered(t, b, "a", 0, 10)
+	appendNumbered(t, b, "b", 0, 3) // too few to merge
+	held := append(objectsOf(t, b, "a"), objectsOf(t, b, "b")...)
+	for _, id := range held {
+		if !b.objs.Held(id) {
+			t.Fatalf("object %d is not held", id)
+		}
+	}
+	if infos, err := b.objs.List(); err != nil || len(infos) != 0 {
+		t.Fatalf("object files %v, %v: want none", infos, err)
+	}
+	checkNumbered(t, b, "a", 10)
+
+	b.maintain(ctx) // merges a
+	if err := b.collectGarbage(ctx, time.Hour, true); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range objectsOf(t, b, "a") {
+		if b.objs.Held(id) {
+			t.Fatalf("a still reads held object %d after the merge", id)
+		}
+	}
+	for _, id := range held[:10] {
+		if b.objs.Held(id) {
+			t.Fatalf("merged-away object %d is still held", id)
+		}
+		if _, err := os.Stat(filepath.Join(dir, "objects", objName(id))); !errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("merged-away object %d has a file: %v", id, err)
+		}
+	}
+	if g := b.fsm.State().Garbage; len(g) != 0 {
+		t.Fatalf("garbage left: %v", g)
+	}
+	checkNumbered(t, b, "a", 10)
+
+	// b's objects were not merged: once held long enough, they are files,
+	// exactly as the replay of the log at the next start writes them (it
+	// leaves an intact file alone).
+	if err := b.objs.SpillOlder(0); err != nil {
+		t.Fatal(err)
+	}
+	spilled := map[uint64]os.FileInfo{}
+	for _, id := range held[10:] {
+		if b.objs.Held(id) {
+			t.Fatalf("object %d still held after the spill", id)
+		}
+		info, err := os.Stat(filepath.Join(dir, "objects", objName(id)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		spilled[id] = info
+	}
+	checkNumbered(t, b, "b", 3)
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	b = openTest(t, dir)
+	for id, info := range spilled {
+		again, err := os.Stat(filepath.Join(dir, "objects", objName(id)))
+		if err != nil || !again.ModTime().Equal(info.ModTime()) || again.Size() != info.Size() {
+			t.Fatalf("object %d: the replay rewrote the spilled file (%v)", id, err)
+		}
+	}
+	checkNumbered(t, b, "b", 3)
 }
 
 // sampleCount is how many observations histogram h holds.
@@ -122,7 +223,7 @@ func objectsOf(t *testing.T, b *Broker, s string) []uint64 {
 
 // TestSnapshotSyncsInlineObjectsFirst: a snapshot lets the log drop the
 // entries holding inline objects' bytes, so it is persisted only after those
-// objects are synced; when syncing fails, the snapshot fails, and the next
+// objects are written (they may be held in memory still) and synced; when syncing fails, the snapshot fails, and the next
 // one syncs them.
 func TestSnapshotSyncsInlineObjectsFirst(t *testing.T) {
 	var mu sync.Mutex
@@ -157,9 +258,18 @@ func TestSnapshotSyncsInlineObjectsFirst(t *testing.T) {
 	fail = false
 	mu.Unlock()
 	appendNumbered(t, b, "s", 5, 1)
+	last := objectsOf(t, b, "s")[5]
+	if !b.objs.Held(last) {
+		t.Fatalf("object %d is not held", last)
+	}
 	if err := b.Snapshot(); err != nil {
 		t.Fatal(err)
 	}
+	// The snapshot wrote the held object before syncing it.
+	if _, err := os.Stat(filepath.Join(dir, "objects", objName(last))); err != nil || b.objs.Held(last) {
+		t.Fatalf("object %d after the snapshot: held %v, file: %v", last, b.objs.Held(last), err)
+	}
+	want = append(want, last)
 	mu.Lock()
 	defer mu.Unlock()
 	for _, id := range want {

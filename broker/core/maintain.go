@@ -275,6 +275,11 @@ func (b *Broker) maintainLoop() {
 		if err := b.collectGarbage(ctx, b.cfg.OrphanGrace, scan); err != nil {
 			b.cfg.Logger.Warn("garbage collection failed", "err", err)
 		}
+		// Held objects the merge has not freed by now become files (see
+		// inline.go).
+		if err := b.objs.SpillOlder(b.cfg.HoldFor); err != nil {
+			b.cfg.Logger.Warn("writing held objects failed", "err", err)
+		}
 		cancel()
 	}
 }
@@ -383,8 +388,10 @@ func (b *Broker) collectGarbage(ctx context.Context, grace time.Duration, orphan
 	for _, id := range garbage {
 		// A read may have looked its ranges up just before they became
 		// garbage: keep the file GarbageGrace longer (not at start, when
-		// nothing reads yet).
-		if grace > 0 {
+		// nothing reads yet). A held object, never a file, goes at once:
+		// such a read finds it gone and looks again (lookAgainIfCollected),
+		// and a spill in the meantime would write it for nothing.
+		if grace > 0 && !b.objs.Held(id) {
 			since, ok := b.garbageSince[id]
 			if !ok {
 				since = now

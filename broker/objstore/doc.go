@@ -70,12 +70,11 @@
 // metadata may still mention it. Ids are unique, not ordered by creation.
 //
 // An object whose bytes a log keeps durable (the broker's small group
-// commits carry their frames in their metadata-log entry) needs neither its
-// own fdatasync nor a durable name before it is acknowledged: CreateLogged
-// takes a recycled file, or one created ahead without a directory fsync,
-// CloseUnsynced closes it unsynced, EnsureObject writes it back from the
-// log on replay, and SyncObjects makes it durable before the log drops the
-// entry (see logged.go).
+// commits carry their frames in their metadata-log entry) needs no file
+// before it is acknowledged: Hold keeps it in memory and the reads serve it
+// from there; Spill writes it to its file, unsynced, EnsureObject writes it
+// back from the log on replay, and SyncObjects makes it durable before the
+// log drops the entry (see held.go and logged.go).
 //
 // Remove and Abort do not fsync the directory: if a crash brings a removed
 // file back, it is an orphan, collected again, and its id is not reused.

@@ -3,198 +3,188 @@ package objstore
 import (
 	"bytes"
 	"errors"
-	"fmt"
 	"io/fs"
 	"os"
 	"testing"
 	"time"
 )
 
-// TestCreateLoggedTakesARecycledFile: an object whose bytes a log keeps
-// needs no durable name, so it reuses a recycled file without the directory
-// fsync a pool file waits for; CloseUnsynced leaves it readable, and its
-// Frames are exactly what EnsureObject writes back.
-func TestCreateLoggedTakesARecycledFile(t *testing.T) {
-	s := openInternal(t, Options{})
-	old, _, _ := writeOne(t, s, []byte("old object"))
-	if err := s.Remove(old); err != nil {
-		t.Fatal(err)
+// heldFrames builds the frames of an object holding payloads, and their
+// positions and lengths.
+func heldFrames(payloads ...string) (frames []byte, pos, n []int64) {
+	for _, p := range payloads {
+		at := int64(HeaderSize + len(frames))
+		frames = AppendFrame(frames, []byte(p))
+		pos = append(pos, at)
+		n = append(n, int64(HeaderSize+len(frames))-at)
 	}
-	s.mu.Lock()
-	spare := s.spare[0]
-	s.mu.Unlock()
-	syncs := s.dirSyncs.Load()
+	return frames, pos, n
+}
 
-	w, err := s.CreateLogged()
+// TestHeldObjectIsReadFromMemory: a held object has no file; ReadFrame and
+// ReadFrames serve it, with the checks a file's frames get, and Remove
+// forgets it without touching the directory.
+func TestHeldObjectIsReadFromMemory(t *testing.T) {
+	s := openInternal(t, Options{})
+	frames, pos, n := heldFrames("first", "second")
+	id, err := s.Hold(frames)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if w.ID() != spare {
-		t.Fatalf("CreateLogged gave object %d, want the recycled %d", w.ID(), spare)
+	if !s.Held(id) || s.HeldBytes() != int64(len(frames)) {
+		t.Fatalf("held %v, %d bytes; want true, %d", s.Held(id), s.HeldBytes(), len(frames))
 	}
-	var pos, n [2]int64
-	for i, p := range []string{"first", "second"} {
-		if pos[i], n[i], err = w.AppendFrame([]byte(p)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	frames, ok := w.Frames()
-	if !ok || int64(len(frames)) != w.Size()-HeaderSize {
-		t.Fatalf("Frames = %d bytes, %v; want %d", len(frames), ok, w.Size()-HeaderSize)
-	}
-	if err := w.CloseUnsynced(); err != nil {
-		t.Fatal(err)
-	}
-	if got := s.dirSyncs.Load(); got != syncs {
-		t.Fatalf("%d directory fsyncs for an unsynced object", got-syncs)
+	if _, err := os.Stat(s.path(id)); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("a held object has a file: %v", err)
 	}
 	for i, want := range []string{"first", "second"} {
-		if got, err := s.ReadFrame(spare, pos[i], n[i]); err != nil || string(got) != want {
+		if got, err := s.ReadFrame(id, pos[i], n[i]); err != nil || string(got) != want {
 			t.Fatalf("frame %d: %q, %v", i, got, err)
 		}
 	}
-	written, err := os.ReadFile(s.path(spare))
+	got, err := s.ReadFrames(id, pos[0], n)
+	if err != nil || len(got) != 2 || string(got[0]) != "first" || string(got[1]) != "second" {
+		t.Fatalf("ReadFrames: %q, %v", got, err)
+	}
+	// A frame past the object's end, or not where a frame starts, is
+	// corrupt, as in a file.
+	if _, err := s.ReadFrame(id, pos[1], n[1]+1); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("frame past the end: %v, want ErrCorrupt", err)
+	}
+	if _, err := s.ReadFrame(id, pos[0]+1, n[0]); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("misplaced frame: %v, want ErrCorrupt", err)
+	}
+	if err := s.Remove(id); err != nil {
+		t.Fatal(err)
+	}
+	if s.Held(id) || s.HeldBytes() != 0 {
+		t.Fatalf("removed object still held (%d bytes)", s.HeldBytes())
+	}
+	if _, err := s.ReadFrame(id, pos[0], n[0]); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("read of a removed held object: %v, want not exist", err)
+	}
+	if infos, err := s.List(); err != nil || len(infos) != 0 {
+		t.Fatalf("List: %v, %v", infos, err)
+	}
+}
+
+// TestSpillWritesWhatEnsureObjectRestores: a spilled object's file is
+// exactly what EnsureObject, the log's replay, writes: a replay finding it
+// intact leaves it alone, and writes a torn or missing one back byte for
+// byte.
+func TestSpillWritesWhatEnsureObjectRestores(t *testing.T) {
+	s := openInternal(t, Options{})
+	frames, pos, n := heldFrames("first", "second")
+	id, err := s.Hold(frames)
 	if err != nil {
 		t.Fatal(err)
 	}
+	other, err := s.Hold(AppendFrame(nil, []byte("younger")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Spill([]uint64{id}); err != nil {
+		t.Fatal(err)
+	}
+	if s.Held(id) || !s.Held(other) {
+		t.Fatalf("after Spill(%d): held %v and %v", id, s.Held(id), s.Held(other))
+	}
+	written, err := os.ReadFile(s.path(id))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := s.ReadFrame(id, pos[1], n[1]); err != nil || string(got) != "second" {
+		t.Fatalf("read of the spilled object: %q, %v", got, err)
+	}
 
-	// A replay finding the file intact leaves it alone ...
 	past := time.Now().Add(-time.Hour).Truncate(time.Second)
-	if err := os.Chtimes(s.path(spare), past, past); err != nil {
+	if err := os.Chtimes(s.path(id), past, past); err != nil {
 		t.Fatal(err)
 	}
-	if err := EnsureObject(s.Dir(), spare, frames); err != nil {
+	if err := EnsureObject(s.Dir(), id, frames); err != nil {
 		t.Fatal(err)
 	}
-	if fi, err := os.Stat(s.path(spare)); err != nil || !fi.ModTime().Equal(past) {
-		t.Fatalf("an intact object was written again (%v, %v)", fi.ModTime(), err)
+	if fi, err := os.Stat(s.path(id)); err != nil || !fi.ModTime().Equal(past) {
+		t.Fatalf("the replay wrote a spilled object again (%v, %v)", fi.ModTime(), err)
 	}
-	// ... and writes a torn or missing one back byte for byte.
 	for _, damage := range []func(string) error{
 		func(p string) error { return os.Truncate(p, HeaderSize+3) },
 		os.Remove,
 	} {
-		if err := damage(s.path(spare)); err != nil {
+		if err := damage(s.path(id)); err != nil {
 			t.Fatal(err)
 		}
-		if err := EnsureObject(s.Dir(), spare, frames); err != nil {
+		if err := EnsureObject(s.Dir(), id, frames); err != nil {
 			t.Fatal(err)
 		}
-		if got, err := os.ReadFile(s.path(spare)); err != nil || !bytes.Equal(got, written) {
-			t.Fatalf("rewritten object differs from the one written (%v)", err)
+		if got, err := os.ReadFile(s.path(id)); err != nil || !bytes.Equal(got, written) {
+			t.Fatalf("rewritten object differs from the spilled one (%v)", err)
 		}
 	}
-	s.cache.evict(spare) // the handle read above is on the removed file
-	if got, err := s.ReadFrame(spare, pos[1], n[1]); err != nil || string(got) != "second" {
-		t.Fatalf("read of the rewritten object: %q, %v", got, err)
-	}
 
-	// SyncObjects skips what was collected meanwhile.
-	if err := SyncObjects(s.Dir(), []uint64{spare, spare + 1000}); err != nil {
+	// SpillOlder leaves what is younger, then takes it; SyncObjects skips
+	// what was collected meanwhile.
+	if err := s.SpillOlder(time.Hour); err != nil || !s.Held(other) {
+		t.Fatalf("SpillOlder(1h) took a young object (%v)", err)
+	}
+	if err := s.SpillOlder(0); err != nil || s.Held(other) || s.HeldBytes() != 0 {
+		t.Fatalf("SpillOlder(0): held %v, %d bytes, %v", s.Held(other), s.HeldBytes(), err)
+	}
+	if err := SyncObjects(s.Dir(), []uint64{id, other, other + 1000}); err != nil {
 		t.Fatal(err)
 	}
 }
 
-// TestLoggedWriterSyncMakesItsNameDurable: should an object from
-// CreateLogged be synced after all, its new name is made durable with it.
-func TestLoggedWriterSyncMakesItsNameDurable(t *testing.T) {
-	s := openInternal(t, Options{})
-	old, _, _ := writeOne(t, s, []byte("old object"))
-	if err := s.Remove(old); err != nil {
-		t.Fatal(err)
-	}
-	syncs := s.dirSyncs.Load()
-	w, err := s.CreateLogged()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, _, err := w.AppendFrame([]byte("kept")); err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if s.dirSyncs.Load() != syncs+1 {
-		t.Fatalf("%d directory fsyncs, want 1", s.dirSyncs.Load()-syncs)
-	}
-}
-
-// TestFramesRefusedOnceWritten: Frames is only for an object still wholly
-// in the writer's buffer.
-func TestFramesRefusedOnceWritten(t *testing.T) {
-	s := openInternal(t, Options{})
-	w, err := s.Create()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Abort()
-	if _, _, err := w.AppendFrame(make([]byte, flushThreshold)); err != nil {
-		t.Fatal(err)
-	}
-	if _, ok := w.Frames(); ok {
-		t.Fatal("Frames of an object partly handed to the file")
-	}
-}
-
-// TestCreateLoggedNeverSyncsTheDirectory: with no recycled file waiting,
-// CreateLogged takes files created ahead without a directory fsync, or
-// makes one itself, still without. List and Remove ignore the files not yet
-// taken, and Close deletes them.
-func TestCreateLoggedNeverSyncsTheDirectory(t *testing.T) {
-	s := openInternal(t, Options{})
-	syncs := s.dirSyncs.Load()
-	ahead := looseIDs(s) // Open creates them before it returns
-	if len(ahead) != looseSize {
-		t.Fatalf("%d files created ahead for CreateLogged, want %d", len(ahead), looseSize)
-	}
-	if err := s.Remove(ahead[0]); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Stat(s.path(ahead[0])); err != nil {
-		t.Fatalf("Remove took a file created ahead: %v", err)
-	}
-	const objects = 3 * looseSize
-	for i := range objects {
-		w, err := s.CreateLogged()
+// TestHeldBytesAreBounded: past MaxHeldBytes the oldest held objects are
+// written to files in the background until half the bound is left.
+func TestHeldBytesAreBounded(t *testing.T) {
+	const limit = 8 << 10
+	s := openInternal(t, Options{MaxHeldBytes: limit})
+	frames := AppendFrame(nil, make([]byte, 1000))
+	var ids []uint64
+	for range 3 * limit / len(frames) {
+		id, err := s.Hold(frames)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, _, err := w.AppendFrame([]byte(fmt.Sprint("object ", i))); err != nil {
-			t.Fatal(err)
-		}
-		if err := w.CloseUnsynced(); err != nil {
-			t.Fatal(err)
-		}
+		ids = append(ids, id)
 	}
-	if got := s.dirSyncs.Load(); got != syncs {
-		t.Fatalf("%d directory fsyncs for %d logged objects", got-syncs, objects)
+	deadline := time.Now().Add(10 * time.Second)
+	for s.HeldBytes() > limit/2 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d bytes still held, bound %d", s.HeldBytes(), limit)
+		}
+		time.Sleep(time.Millisecond)
 	}
-	infos, err := s.List()
-	if err != nil {
+	// Oldest first: the first is a file, the last still held.
+	if s.Held(ids[0]) || !s.Held(ids[len(ids)-1]) {
+		t.Fatalf("spilled out of order: first held %v, last held %v", s.Held(ids[0]), s.Held(ids[len(ids)-1]))
+	}
+	if _, err := os.Stat(s.path(ids[0])); err != nil {
 		t.Fatal(err)
 	}
-	if len(infos) != objects {
-		t.Fatalf("List shows %d objects, want the %d written (not the files created ahead)", len(infos), objects)
-	}
-
-	s2 := openInternal(t, Options{})
-	ahead = looseIDs(s2)
-	if err := s2.Close(); err != nil {
-		t.Fatal(err)
-	}
-	for _, id := range ahead {
-		if _, err := os.Stat(s2.path(id)); !errors.Is(err, fs.ErrNotExist) {
-			t.Fatalf("file %d created ahead survives Close: %v", id, err)
+	for _, id := range ids {
+		if got, err := s.ReadFrame(id, HeaderSize, int64(len(frames))); err != nil || len(got) != 1000 {
+			t.Fatalf("object %d: %d bytes, %v", id, len(got), err)
 		}
 	}
 }
 
-func looseIDs(s *Store) []uint64 {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var ids []uint64
-	for _, pf := range s.loose {
-		ids = append(ids, pf.id)
+// TestCloseForgetsHeldObjects: what is held is the log's to restore; Close
+// writes nothing, and Hold after it fails.
+func TestCloseForgetsHeldObjects(t *testing.T) {
+	s := openInternal(t, Options{})
+	id, err := s.Hold(AppendFrame(nil, []byte("x")))
+	if err != nil {
+		t.Fatal(err)
 	}
-	return ids
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(s.path(id)); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("Close wrote a held object: %v", err)
+	}
+	if _, err := s.Hold(AppendFrame(nil, []byte("y"))); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Hold after Close: %v, want ErrClosed", err)
+	}
 }

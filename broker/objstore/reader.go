@@ -216,7 +216,9 @@ func (c *handleCache) len() int {
 // Bytes that do not check are ErrCorrupt (a *CorruptError); a file that
 // cannot be opened or read is stream.StreamBackendFailed, wrapping the
 // system's error (errors.Is(err, fs.ErrNotExist) for a missing object).
-// It uses one pread on a cached handle and is safe for concurrent use.
+// It uses one pread on a cached handle, or none for a held object (whose
+// payload it returns without a copy: callers never modify a payload), and
+// is safe for concurrent use.
 func (s *Store) ReadFrame(id uint64, pos, n int64) ([]byte, error) {
 	if pos < HeaderSize || n <= FrameHeaderSize || n > FrameHeaderSize+MaxPayload {
 		return nil, fmt.Errorf("objstore: frame of %d bytes at %d in object %016x: %w", n, pos, id, ErrFrameSize)
@@ -232,9 +234,12 @@ func (s *Store) ReadFrame(id uint64, pos, n int64) ([]byte, error) {
 }
 
 // pread reads n bytes of object id from pos with one pread on a cached
-// handle. An object that ends first is no error here: k < n says so, for
+// handle, or slices them from a held object. An object that ends first is no error here: k < n says so, for
 // the caller to report in its own terms.
 func (s *Store) pread(id uint64, pos, n int64) (buf []byte, k int64, err error) {
+	if buf, k, ok := s.heldSpan(id, pos, n); ok {
+		return buf, k, nil
+	}
 	h, err := s.cache.acquire(id)
 	if err != nil {
 		return nil, 0, err

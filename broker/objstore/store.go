@@ -17,6 +17,7 @@ import (
 const (
 	defaultPoolSize     = 4
 	defaultMaxOpenFiles = 256
+	defaultMaxHeldBytes = 64 << 20
 
 	// maxSpare bounds the removed objects' files kept, empty and closed,
 	// for reuse (see Remove).
@@ -38,6 +39,11 @@ type Options struct {
 	// MaxOpenFiles bounds the read handles kept open for ReadFrame: 0 means
 	// 256.
 	MaxOpenFiles int
+
+	// MaxHeldBytes bounds the frames Hold keeps in memory: past it, the
+	// oldest are spilled to files until half of it is left. 0 means
+	// 64 MiB; negative, no bound.
+	MaxHeldBytes int64
 }
 
 // Info describes one object file.
@@ -66,14 +72,20 @@ type Store struct {
 	closed  bool
 	nextID  uint64
 	ready   []poolFile          // pool files ready to hand out, oldest first
-	loose   []poolFile          // pool files for CreateLogged, names not synced
 	spare   []uint64            // recycled files under new ids, closed, waiting for a refill
-	pooled  map[uint64]bool     // ids of pool files: ready, loose, spare or being created
+	pooled  map[uint64]bool     // ids of pool files: ready, spare or being created
 	writing map[uint64]struct{} // ids with an open Writer
+
+	held      map[uint64]*heldObject // objects kept in memory (held.go)
+	heldOrder []uint64               // held ids, oldest first; may list ids no longer held
+	heldBytes int64
+	maxHeld   int64
+	spillMu   sync.Mutex // one spill at a time
 
 	dirSyncs    atomic.Int64 // directory fsyncs done, for tests
 	slowCreates atomic.Int64 // Creates that found the pool empty, for tests
 	recycled    atomic.Int64 // removed objects whose file went back to the pool
+	spilled     atomic.Int64 // held objects written to files
 }
 
 // poolFile is a created, durable, not yet claimed object file.
@@ -116,6 +128,11 @@ func Open(dir string, opts Options) (*Store, error) {
 		nextID:   next,
 		pooled:   make(map[uint64]bool),
 		writing:  make(map[uint64]struct{}),
+		held:     make(map[uint64]*heldObject),
+		maxHeld:  opts.MaxHeldBytes,
+	}
+	if s.maxHeld == 0 {
+		s.maxHeld = defaultMaxHeldBytes
 	}
 	if s.poolSize == 0 {
 		s.poolSize = defaultPoolSize
@@ -125,10 +142,9 @@ func Open(dir string, opts Options) (*Store, error) {
 		// failure (a full disk) must not keep the broker from starting, reading
 		// and collecting garbage: Create reports it when it matters.
 		_ = s.refill()
-		_ = s.refillLoose()
-		s.wg.Add(1)
-		go s.refillLoop()
 	}
+	s.wg.Add(1)
+	go s.refillLoop() // which also spills held objects
 	return s, nil
 }
 
@@ -273,7 +289,8 @@ func (s *Store) addToPool(pool *[]poolFile, ids []uint64, files []poolFile, err 
 	return nil
 }
 
-// refillLoop refills the pool whenever Create took it down to half. An error
+// refillLoop refills the pool whenever Create took it down to half, and
+// spills held objects when Hold found too many bytes held. An error
 // is left for the next Create to find: it creates its file itself and
 // reports the failure to its caller.
 func (s *Store) refillLoop() {
@@ -285,7 +302,7 @@ func (s *Store) refillLoop() {
 		case <-s.kick:
 		}
 		_ = s.refill()
-		_ = s.refillLoose()
+		_ = s.spillOver()
 	}
 }
 
@@ -430,6 +447,12 @@ func (s *Store) Remove(id uint64) error {
 		s.mu.Unlock()
 		return nil
 	}
+	if h, ok := s.held[id]; ok {
+		delete(s.held, id)
+		s.heldBytes -= int64(len(h.frames))
+		s.mu.Unlock()
+		return nil
+	}
 	if _, ok := s.writing[id]; ok {
 		s.mu.Unlock()
 		return fmt.Errorf("objstore: remove object %016x: %w", id, ErrInUse)
@@ -523,8 +546,10 @@ func (s *Store) Close() error {
 		return nil
 	}
 	s.closed = true
-	ready, spare := append(s.ready, s.loose...), s.spare
-	s.ready, s.loose, s.spare = nil, nil, nil
+	ready, spare := s.ready, s.spare
+	s.ready, s.spare = nil, nil
+	// What is held is in the caller's log, whose replay writes it.
+	s.held, s.heldOrder, s.heldBytes = map[uint64]*heldObject{}, nil, 0
 	s.mu.Unlock()
 
 	close(s.stop)

@@ -46,8 +46,6 @@ type Writer struct {
 	written int64   // bytes handed to the file
 	dirty   bool    // written bytes not yet fdatasynced
 
-	nameUnsynced bool // a recycled file's new name, not yet durable (CreateLogged)
-
 	err     error // the first write or sync failure, returned from then on
 	closed  bool  // Close or Abort ran
 	kept    bool  // Close succeeded: the object stays, Abort does nothing
@@ -131,14 +129,6 @@ func (w *Writer) Sync() error {
 	if err := fdatasync(w.f); err != nil {
 		w.err = stream.StreamBackendFailed.Wrap(err, "op", "objstore.fdatasync", "object", w.id)
 		return w.err
-	}
-	if w.nameUnsynced {
-		if err := w.s.dirf.Sync(); err != nil {
-			w.err = stream.StreamBackendFailed.Wrap(err, "op", "objstore.fsyncdir", "object", w.id)
-			return w.err
-		}
-		w.s.dirSyncs.Add(1)
-		w.nameUnsynced = false
 	}
 	w.dirty = false
 	return nil
