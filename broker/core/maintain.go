@@ -254,6 +254,7 @@ func (b *Broker) maintainLoop() {
 	t := time.NewTicker(b.cfg.MaintenanceInterval)
 	defer t.Stop()
 	lastTouch, lastOrphanScan := time.Now(), time.Now()
+	var lastSpilled int64
 	for {
 		select {
 		case <-b.stop:
@@ -280,6 +281,10 @@ func (b *Broker) maintainLoop() {
 		if err := b.objs.SpillOlder(b.cfg.HoldFor); err != nil {
 			b.cfg.Logger.Warn("writing held objects failed", "err", err)
 		}
+		b.cfg.Metrics.HeldBytes.Set(float64(b.objs.HeldBytes()))
+		spilled := b.objs.Spilled()
+		b.cfg.Metrics.HeldSpilled.Add(float64(spilled - lastSpilled))
+		lastSpilled = spilled
 		cancel()
 	}
 }

@@ -76,6 +76,9 @@ func (s *Store) HeldBytes() int64 {
 	return s.heldBytes
 }
 
+// Spilled returns how many held objects were written to files so far.
+func (s *Store) Spilled() int64 { return s.spilled.Load() }
+
 // heldSpan returns n bytes of held object id from pos (shared, read-only),
 // k < n when the object ends first, and false when id is not held.
 func (s *Store) heldSpan(id uint64, pos, n int64) (buf []byte, k int64, ok bool) {
