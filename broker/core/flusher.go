@@ -26,6 +26,10 @@ type flusher struct {
 	signal  chan struct{}
 	done    chan struct{}
 
+	// slots bounds the commit commands in the log at once (see run); its
+	// length is how many are in flight.
+	slots chan struct{}
+
 	// holds counts the callers admitting several appends that should share
 	// one object (Broker.Hold); unheld is signalled when it drops to zero.
 	holds  int
@@ -33,7 +37,10 @@ type flusher struct {
 }
 
 func newFlusher(b *Broker) *flusher {
-	return &flusher{b: b, signal: make(chan struct{}, 1), done: make(chan struct{}), unheld: make(chan struct{}, 1)}
+	return &flusher{
+		b: b, signal: make(chan struct{}, 1), done: make(chan struct{}), unheld: make(chan struct{}, 1),
+		slots: make(chan struct{}, b.cfg.CommitsInFlight),
+	}
 }
 
 // enqueue queues p. It is called under p.n.mu, so a stream's appends queue
@@ -83,7 +90,7 @@ func (f *flusher) run() {
 	// commit, the writer stage may sync one more object and then waits, so
 	// the appends arriving meanwhile gather into one larger object instead
 	// of many small ones, each with its own fdatasync and proposal.
-	slots := make(chan struct{}, inflight)
+	slots := f.slots
 	go func() {
 		defer close(written)
 		for {
@@ -165,6 +172,7 @@ func (f *flusher) take() ([]*pendingAppend, bool) {
 		f.mu.Lock()
 	}
 	limit := f.b.cfg.MaxBatchBytes
+	f.lingerForSync(limit)
 	var size int64
 	i := 0
 	for i < len(f.queue) {
@@ -178,6 +186,36 @@ func (f *flusher) take() ([]*pendingAppend, bool) {
 	f.queue = f.queue[i:]
 	f.bytes -= size
 	return batch, f.closing
+}
+
+// SyncLingerBytes is where a group commit stops waiting for more appends
+// (Config.SyncLinger): an fdatasync of that much costs about what the
+// disk's streaming rate does.
+const SyncLingerBytes = 1 << 20
+
+// lingerForSync waits, up to Config.SyncLinger, for more appends to join a
+// batch that will be synced on its own, until SyncLingerBytes (or limit)
+// are queued — when others are appending concurrently: several appends
+// queued, or commits still in flight, whose writers are likely to append
+// again at once. A lone writer's next append never waits. Called with f.mu
+// held.
+func (f *flusher) lingerForSync(limit int64) {
+	cfg := f.b.cfg
+	if cfg.SyncLinger <= 0 || f.bytes <= cfg.InlineBytes || (len(f.queue) < 2 && len(f.slots) == 0) {
+		return
+	}
+	t := time.NewTimer(cfg.SyncLinger)
+	defer t.Stop()
+	for f.bytes < min(SyncLingerBytes, limit) && !f.closing {
+		f.mu.Unlock()
+		select {
+		case <-f.signal: // an append was queued
+		case <-t.C:
+			f.mu.Lock()
+			return
+		}
+		f.mu.Lock()
+	}
 }
 
 // written is a batch whose object is durable (or whose frames its commit

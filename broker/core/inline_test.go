@@ -14,6 +14,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
+
+	"github.com/picomq/picomq/broker/stream"
 )
 
 // appendNumbered appends n one-record batches "rec-<i>" to stream s.
@@ -310,5 +312,65 @@ func TestLargeObjectsAreSynced(t *testing.T) {
 	appendNumbered(t, b, "s", 1, 1)
 	if n, inl := sampleCount(m.FsyncSeconds), testutil.ToFloat64(m.InlineObjects); n != 1 || inl != 1 {
 		t.Fatalf("synced %d, inline %v: want 1 and 1", n, inl)
+	}
+}
+
+// TestSyncLingerGathersConcurrentAppends: a batch whose object will be
+// synced on its own waits for the appends others are sending, so one
+// fdatasync covers them all; it stops waiting once SyncLingerBytes are
+// queued. A lone writer's append does not wait at all (the linger here is
+// an hour: the test would time out).
+func TestSyncLingerGathersConcurrentAppends(t *testing.T) {
+	ctx := context.Background()
+	m := NewMetrics(nil)
+	b := openTest(t, t.TempDir(), func(c *Config) {
+		c.Metrics = m
+		c.InlineBytes = 1024
+		c.SyncLinger = time.Hour
+		c.MaxHold = time.Minute
+	})
+	defer b.Close()
+	mustCreate(t, b, "a", CreateOptions{})
+
+	// Alone: no other append queued, none in flight.
+	big := func(n int) []stream.RecordValue {
+		out := make([]stream.RecordValue, n)
+		for i := range out {
+			out[i] = stream.RecordValue{Payload: make([]byte, 256<<10)}
+		}
+		return out
+	}
+	if _, err := b.Append(ctx, "a", big(1), AppendOptions{Partition: -1}); err != nil {
+		t.Fatal(err)
+	}
+
+	// Two appends queued together: the flusher waits for more — the third,
+	// admitted after they were released to it — until SyncLingerBytes.
+	release := b.Hold()
+	var pending []*Pending
+	for range 2 {
+		pd, err := b.Admit(ctx, "a", big(1), AppendOptions{Partition: -1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		pending = append(pending, pd)
+	}
+	release()
+	pd, err := b.Admit(ctx, "a", big(3), AppendOptions{Partition: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pending = append(pending, pd)
+	for _, pd := range pending {
+		if _, err := pd.Wait(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	objs := objectsOf(t, b, "a")
+	if len(objs) != 4 || objs[1] != objs[2] || objs[2] != objs[3] || objs[0] == objs[1] {
+		t.Fatalf("objects of the four appends: %v; want the last three in one", objs)
+	}
+	if n := sampleCount(m.FsyncSeconds); n != 2 {
+		t.Fatalf("%d objects synced, want 2", n)
 	}
 }

@@ -20,6 +20,7 @@ type config struct {
 	Listen          string
 	NodeID          string
 	FlushLinger     time.Duration
+	SyncLinger      time.Duration
 	MaxBatchBytes   int64
 	InlineBytes     int64
 	LongPollTimeout time.Duration
@@ -47,6 +48,7 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (conf
 		NodeID:          host,
 		MaxBatchBytes:   8 << 20,
 		InlineBytes:     core.DefaultInlineBytes,
+		SyncLinger:      core.DefaultSyncLinger,
 		LongPollTimeout: time.Second,
 		MaxBodyBytes:    16 << 20,
 		ShutdownTimeout: 20 * time.Second,
@@ -72,6 +74,7 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (conf
 	fs.StringVar(&c.Listen, "listen", c.Listen, "address the HTTP API listens on")
 	fs.StringVar(&c.NodeID, "node-id", c.NodeID, "this broker's id in the metadata log and as stream owner, the host name unless set")
 	fs.DurationVar(&c.FlushLinger, "flush-linger", 0, "how long the group-commit flusher waits for more appends before writing (0: as soon as the previous flush is done)")
+	fs.DurationVar(&c.SyncLinger, "sync-linger", c.SyncLinger, "how long a group-commit object that gets its own fdatasync (above --inline-bytes) waits for the appends other writers are sending, so that one fdatasync covers more of them (0: never)")
 	fs.Var((*byteSize)(&c.MaxBatchBytes), "max-batch-bytes", "bound of one group-commit object, in bytes (suffixes KiB, MiB, GiB)")
 	fs.Var((*byteSize)(&c.InlineBytes), "inline-bytes", "largest group-commit object whose bytes travel in its metadata-log entry, so that one fsync acknowledges it instead of two (0: never; at most 1MiB)")
 	fs.DurationVar(&c.LongPollTimeout, "long-poll-timeout", c.LongPollTimeout, "longest a read with wait= waits for an append")
@@ -106,7 +109,7 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (conf
 		return c, fmt.Errorf("%w: --data-dir (or PICOMQ_DATA_DIR) is required", errUsage)
 	case c.LogFormat != "json" && c.LogFormat != "text":
 		return c, fmt.Errorf("%w: --log-format %q: want json or text", errUsage, c.LogFormat)
-	case c.FlushLinger < 0 || c.LongPollTimeout <= 0 || c.ShutdownTimeout < 0:
+	case c.FlushLinger < 0 || c.SyncLinger < 0 || c.LongPollTimeout <= 0 || c.ShutdownTimeout < 0:
 		return c, fmt.Errorf("%w: durations must not be negative, and --long-poll-timeout must be positive", errUsage)
 	case c.MaxBatchBytes <= 0 || c.MaxBodyBytes <= 0:
 		return c, fmt.Errorf("%w: byte sizes must be positive", errUsage)
@@ -143,6 +146,14 @@ func (b *byteSize) Set(s string) error {
 	}
 	*b = byteSize(n * mult)
 	return nil
+}
+
+// syncLinger is Config.SyncLinger for the flag's value, where 0 means never.
+func syncLinger(d time.Duration) time.Duration {
+	if d == 0 {
+		return -1
+	}
+	return d
 }
 
 // inlineBytes is Config.InlineBytes for the flag's value, where 0 means never.

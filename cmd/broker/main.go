@@ -82,6 +82,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		DataDir:       cfg.DataDir,
 		NodeID:        cfg.NodeID,
 		FlushLinger:   cfg.FlushLinger,
+		SyncLinger:    syncLinger(cfg.SyncLinger),
 		MaxBatchBytes: cfg.MaxBatchBytes,
 		InlineBytes:   inlineBytes(cfg.InlineBytes),
 		Clock:         clock,

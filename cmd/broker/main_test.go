@@ -29,7 +29,7 @@ func TestParseConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := config{DataDir: "/d", Listen: ":4437", NodeID: host, MaxBatchBytes: 8 << 20, InlineBytes: core.DefaultInlineBytes, LongPollTimeout: time.Second,
+	want := config{DataDir: "/d", Listen: ":4437", NodeID: host, MaxBatchBytes: 8 << 20, InlineBytes: core.DefaultInlineBytes, SyncLinger: core.DefaultSyncLinger, LongPollTimeout: time.Second,
 		MaxBodyBytes: 16 << 20, ShutdownTimeout: 20 * time.Second, LogLevel: slog.LevelInfo, LogFormat: "json"}
 	if c != want {
 		t.Fatalf("defaults = %+v, want %+v", c, want)
@@ -40,7 +40,7 @@ func TestParseConfig(t *testing.T) {
 		"PICOMQ_DATA_DIR": "/env", "PICOMQ_LISTEN": "127.0.0.1:9000", "PICOMQ_NODE_ID": "b-1",
 		"PICOMQ_FLUSH_LINGER": "2ms", "PICOMQ_MAX_BATCH_BYTES": "4MiB", "PICOMQ_LONG_POLL_TIMEOUT": "30s",
 		"PICOMQ_LOG_LEVEL": "debug", "PICOMQ_LOG_FORMAT": "text", "PICOMQ_MAX_BODY_BYTES": "1024",
-		"PICOMQ_INLINE_BYTES": "0",
+		"PICOMQ_INLINE_BYTES": "0", "PICOMQ_SYNC_LINGER": "0",
 	}), io.Discard)
 	if err != nil {
 		t.Fatal(err)
@@ -72,6 +72,7 @@ func TestParseConfig(t *testing.T) {
 		{[]string{"--data-dir", "/d", "--inline-bytes", "2MiB"}, nil, "--inline-bytes"},
 		{[]string{"--data-dir", "/d", "--log-format", "xml"}, nil, "log-format"},
 		{[]string{"--data-dir", "/d", "--long-poll-timeout", "0s"}, nil, "long-poll-timeout"},
+		{[]string{"--data-dir", "/d", "--sync-linger", "-1ms"}, nil, "negative"},
 		{[]string{"--data-dir", "/d", "--max-body-bytes", "0"}, nil, "byte sizes"},
 		{[]string{"--nope"}, nil, "nope"},
 	} {
@@ -244,9 +245,13 @@ func TestRunExitCodes(t *testing.T) {
 }
 
 // TestInlineBytesZeroMeansNever: the flag's 0 turns inline commits off,
-// which the broker's Config spells negative (its 0 is the default).
+// which the broker's Config spells negative (its 0 is the default); the
+// same for --sync-linger.
 func TestInlineBytesZeroMeansNever(t *testing.T) {
 	if inlineBytes(0) >= 0 || inlineBytes(4096) != 4096 {
 		t.Fatalf("inlineBytes(0) = %d, inlineBytes(4096) = %d", inlineBytes(0), inlineBytes(4096))
+	}
+	if syncLinger(0) >= 0 || syncLinger(time.Millisecond) != time.Millisecond {
+		t.Fatalf("syncLinger(0) = %v, syncLinger(1ms) = %v", syncLinger(0), syncLinger(time.Millisecond))
 	}
 }
