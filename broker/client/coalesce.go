@@ -92,7 +92,10 @@ func (q *coalescer) append(ctx context.Context, name string, partition int, batc
 	}
 	q.mu.Unlock()
 	if send != nil {
-		go q.run(send)
+		// The slot is this caller's: it sends the request itself (no
+		// goroutine to hand it to and wake it back up from: a lone
+		// append's latency), and leaves what queued meanwhile to one.
+		q.sendThenHandOn(send)
 	}
 	select {
 	case ans := <-a.done:
@@ -145,6 +148,25 @@ func (q *coalescer) run(batch []*queuedAppend) {
 			return // the slot went on with the queue
 		}
 		batch = q.nextOrFree()
+	}
+}
+
+// sendThenHandOn sends batch on the caller's goroutine, then has the
+// appends that queued meanwhile sent by a goroutine of their own, or frees
+// the slot. A request out longer than slowRequest hands its slot on as in
+// run.
+func (q *coalescer) sendThenHandOn(batch []*queuedAppend) {
+	handedOn := time.AfterFunc(slowRequest, func() {
+		if next := q.nextOrFree(); len(next) > 0 {
+			go q.run(next)
+		}
+	})
+	q.send(batch)
+	if !handedOn.Stop() {
+		return
+	}
+	if next := q.nextOrFree(); len(next) > 0 {
+		go q.run(next)
 	}
 }
 
