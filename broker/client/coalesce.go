@@ -133,29 +133,31 @@ func (q *coalescer) takeLocked() []*queuedAppend {
 	return out
 }
 
-// run sends batches until the queue is empty, then frees its slot. A
-// request out longer than slowRequest hands its slot on: run then ends
-// with that request.
+// run sends batches until the queue is empty, then frees its slot (or
+// ends when a slow request handed the slot on).
 func (q *coalescer) run(batch []*queuedAppend) {
 	for len(batch) > 0 {
-		handedOn := time.AfterFunc(slowRequest, func() {
-			if next := q.nextOrFree(); len(next) > 0 {
-				go q.run(next)
-			}
-		})
-		q.send(batch)
-		if !handedOn.Stop() {
-			return // the slot went on with the queue
+		var kept bool
+		if batch, kept = q.sendOne(batch); !kept {
+			return
 		}
-		batch = q.nextOrFree()
 	}
 }
 
 // sendThenHandOn sends batch on the caller's goroutine, then has the
-// appends that queued meanwhile sent by a goroutine of their own, or frees
-// the slot. A request out longer than slowRequest hands its slot on as in
-// run.
+// appends that queued meanwhile sent by a goroutine of their own (run), or
+// frees the slot.
 func (q *coalescer) sendThenHandOn(batch []*queuedAppend) {
+	if next, kept := q.sendOne(batch); kept && len(next) > 0 {
+		go q.run(next)
+	}
+}
+
+// sendOne sends batch and returns the next request's appends, having freed
+// the slot when none wait. A request out longer than slowRequest hands the
+// slot on to the appends queued behind it, which must not wait for it:
+// kept is then false and the slot is no longer the caller's.
+func (q *coalescer) sendOne(batch []*queuedAppend) (next []*queuedAppend, kept bool) {
 	handedOn := time.AfterFunc(slowRequest, func() {
 		if next := q.nextOrFree(); len(next) > 0 {
 			go q.run(next)
@@ -163,11 +165,9 @@ func (q *coalescer) sendThenHandOn(batch []*queuedAppend) {
 	})
 	q.send(batch)
 	if !handedOn.Stop() {
-		return
+		return nil, false
 	}
-	if next := q.nextOrFree(); len(next) > 0 {
-		go q.run(next)
-	}
+	return q.nextOrFree(), true
 }
 
 // nextOrFree takes the next request's appends for the slot's holder, or,
