@@ -63,6 +63,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		return exitUsage
 	}
 	logger := newLogger(cfg, stderr)
+	logger.Info("garbage collector", applyGCSettings(getenv, os.ReadFile)...)
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

@@ -255,3 +255,42 @@ func TestInlineBytesZeroMeansNever(t *testing.T) {
 		t.Fatalf("syncLinger(0) = %v, syncLinger(1ms) = %v", syncLinger(0), syncLinger(time.Millisecond))
 	}
 }
+
+// TestGCSettings: under a memory bound — a container limit (cgroup v2,
+// else v1) or GOMEMLIMIT — GOGC 400 unless GOGC is set, and a soft memory
+// limit of 90% of the container's unless GOMEMLIMIT is set; without a
+// bound, the runtime's defaults.
+func TestGCSettings(t *testing.T) {
+	files := func(m map[string]string) func(string) ([]byte, error) {
+		return func(p string) ([]byte, error) {
+			if v, ok := m[p]; ok {
+				return []byte(v), nil
+			}
+			return nil, os.ErrNotExist
+		}
+	}
+	v2, v1 := cgroupMemoryLimits[0], cgroupMemoryLimits[1]
+	for _, c := range []struct {
+		name    string
+		env     map[string]string
+		files   map[string]string
+		percent int
+		limit   int64
+	}{
+		{"no bound", nil, nil, -1, -1},
+		{"v2 limit", nil, map[string]string{v2: "1073741824\n"}, gcPercent, 966367641},
+		{"v2 max", nil, map[string]string{v2: "max\n", v1: "1073741824"}, -1, -1},
+		{"v1 limit", nil, map[string]string{v1: "2147483648\n"}, gcPercent, 1932735283},
+		{"v1 unlimited", nil, map[string]string{v1: "9223372036854771712\n"}, -1, -1},
+		{"unreadable limit", nil, map[string]string{v2: "lots"}, -1, -1},
+		{"GOGC set", map[string]string{"GOGC": "100"}, map[string]string{v2: "1073741824"}, -1, 966367641},
+		{"GOMEMLIMIT set", map[string]string{"GOMEMLIMIT": "512MiB"}, map[string]string{v2: "1073741824"}, gcPercent, -1},
+		{"GOMEMLIMIT, no container", map[string]string{"GOMEMLIMIT": "512MiB"}, nil, gcPercent, -1},
+		{"both set", map[string]string{"GOMEMLIMIT": "512MiB", "GOGC": "50"}, map[string]string{v2: "1073741824"}, -1, -1},
+	} {
+		percent, limit := gcSettings(env(c.env), files(c.files))
+		if percent != c.percent || limit != c.limit {
+			t.Errorf("%s: percent %d, limit %d; want %d, %d", c.name, percent, limit, c.percent, c.limit)
+		}
+	}
+}
