@@ -26,8 +26,9 @@ const (
 	// set.
 	gcPercent = 400
 	// memoryLimitShare is the part of the container's memory limit the
-	// heap may use, unless GOMEMLIMIT is set: the rest is for the
-	// runtime, the stacks and the kernel's socket buffers.
+	// Go runtime may use, unless GOMEMLIMIT is set: the cgroup also
+	// charges the page cache of the files the broker writes (reclaimable,
+	// but better not squeezed to nothing).
 	memoryLimitShare = 0.9
 )
 
