@@ -101,6 +101,11 @@ func (s *Store) heldSpan(id uint64, pos, n int64) (buf []byte, k int64, ok bool)
 func (s *Store) dropHeld(id uint64) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return s.dropHeldLocked(id)
+}
+
+// dropHeldLocked is dropHeld for a caller holding s.mu.
+func (s *Store) dropHeldLocked(id uint64) bool {
 	h, ok := s.held[id]
 	if ok {
 		delete(s.held, id)

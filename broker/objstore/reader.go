@@ -234,8 +234,8 @@ func (s *Store) ReadFrame(id uint64, pos, n int64) ([]byte, error) {
 }
 
 // pread reads n bytes of object id from pos with one pread on a cached
-// handle, or slices them from a held object. An object that ends first is no error here: k < n says so, for
-// the caller to report in its own terms.
+// handle, or slices them from a held object. An object that ends first is
+// no error here: k < n says so, for the caller to report in its own terms.
 func (s *Store) pread(id uint64, pos, n int64) (buf []byte, k int64, err error) {
 	if buf, k, ok := s.heldSpan(id, pos, n); ok {
 		return buf, k, nil

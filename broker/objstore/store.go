@@ -447,9 +447,7 @@ func (s *Store) Remove(id uint64) error {
 		s.mu.Unlock()
 		return nil
 	}
-	if h, ok := s.held[id]; ok {
-		delete(s.held, id)
-		s.heldBytes -= int64(len(h.frames))
+	if s.dropHeldLocked(id) { // never a file
 		s.mu.Unlock()
 		return nil
 	}
