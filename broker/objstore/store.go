@@ -424,7 +424,7 @@ func (s *Store) List() ([]Info, error) {
 // Remove deletes object id and closes its cached read handle. Removing an
 // object that does not exist, or an unclaimed pool file (which is not an
 // object yet), is not an error. An object a Writer has open is refused with
-// ErrInUse: its writer is the one to Abort it.
+// ErrInUse: its writer is the one to Abort it. A held object is forgotten.
 //
 // The file itself is usually recycled rather than unlinked: renamed to a
 // new id, truncated to a bare header and put back in the pool. Creating a
