@@ -169,12 +169,11 @@ func (s *Store) allocate(n int) ([]uint64, error) {
 	return ids, nil
 }
 
-// createFiles creates the object files ids, writes their headers and, when
-// syncDir is set, fsyncs the directory once for all of them. The headers are
-// not synced: the writer's first fdatasync carries them along with its
-// frames. On failure nothing it created is left behind (as far as the
-// system lets it).
-func (s *Store) createFiles(ids []uint64, syncDir bool) ([]poolFile, error) {
+// createFiles creates the object files ids, writes their headers and fsyncs
+// the directory once for all of them. The headers are not synced: the
+// writer's first fdatasync carries them along with its frames. On failure
+// nothing it created is left behind (as far as the system lets it).
+func (s *Store) createFiles(ids []uint64) ([]poolFile, error) {
 	files := make([]poolFile, 0, len(ids))
 	fail := func(op string, id uint64, err error) ([]poolFile, error) {
 		for _, pf := range files {
@@ -195,9 +194,6 @@ func (s *Store) createFiles(ids []uint64, syncDir bool) ([]poolFile, error) {
 		if _, err := f.WriteAt(appendHeader(hdr[:0], id), 0); err != nil {
 			return fail("objstore.write", id, err)
 		}
-	}
-	if !syncDir {
-		return files, nil
 	}
 	if err := s.dirf.Sync(); err != nil {
 		return fail("objstore.fsyncdir", ids[0], err)
@@ -253,7 +249,7 @@ func (s *Store) refill() error {
 	// the new files' (createFiles does it), or alone.
 	if len(ids) > 0 {
 		var created []poolFile
-		created, err = s.createFiles(ids, true)
+		created, err = s.createFiles(ids)
 		files = append(files, created...)
 	} else if len(files) > 0 {
 		if err = s.dirf.Sync(); err == nil {
@@ -263,12 +259,12 @@ func (s *Store) refill() error {
 		}
 	}
 
-	return s.addToPool(&s.ready, ids, files, err)
+	return s.addToPool(ids, files, err)
 }
 
-// addToPool ends a refill: it adds the files made for ids to pool, or, when
-// the refill failed (err) or the store closed meanwhile, removes them.
-func (s *Store) addToPool(pool *[]poolFile, ids []uint64, files []poolFile, err error) error {
+// addToPool ends a refill: it adds the files made for ids to the pool, or,
+// when the refill failed (err) or the store closed meanwhile, removes them.
+func (s *Store) addToPool(ids []uint64, files []poolFile, err error) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err != nil || s.closed {
@@ -285,7 +281,7 @@ func (s *Store) addToPool(pool *[]poolFile, ids []uint64, files []poolFile, err 
 		}
 		return err
 	}
-	*pool = append(*pool, files...)
+	s.ready = append(s.ready, files...)
 	return nil
 }
 
@@ -317,7 +313,7 @@ func (s *Store) Create() (*Writer, error) {
 		s.mu.Unlock()
 		return nil, ErrClosed
 	}
-	pf, fromPool := s.takeLocked(&s.ready)
+	pf, fromPool := s.takeLocked()
 	// Refill once the pool is half empty rather than after every Create, so
 	// that each directory fsync covers several files while the other half
 	// still serves Create.
@@ -328,21 +324,21 @@ func (s *Store) Create() (*Writer, error) {
 	}
 	if !fromPool {
 		var err error
-		if pf, err = s.createOne(true); err != nil {
+		if pf, err = s.createOne(); err != nil {
 			return nil, err
 		}
 	}
 	return newWriter(s, pf.id, pf.f), nil
 }
 
-// takeLocked hands out the first of files, if any, as a file being
+// takeLocked hands out the pool's first file, if any, as a file being
 // written. The caller holds s.mu.
-func (s *Store) takeLocked(files *[]poolFile) (poolFile, bool) {
-	if len(*files) == 0 {
+func (s *Store) takeLocked() (poolFile, bool) {
+	if len(s.ready) == 0 {
 		return poolFile{}, false
 	}
-	pf := (*files)[0]
-	*files = append((*files)[:0], (*files)[1:]...)
+	pf := s.ready[0]
+	s.ready = append(s.ready[:0], s.ready[1:]...)
 	delete(s.pooled, pf.id)
 	s.writing[pf.id] = struct{}{}
 	return pf, true
@@ -356,9 +352,9 @@ func (s *Store) kickRefill() {
 	}
 }
 
-// createOne creates a file for a writer on the caller's path, when nothing
-// created ahead was left; syncDir as for createFiles.
-func (s *Store) createOne(syncDir bool) (poolFile, error) {
+// createOne creates a file for a writer on the caller's path, when the pool
+// had none left.
+func (s *Store) createOne() (poolFile, error) {
 	s.mu.Lock()
 	ids, err := s.allocate(1)
 	if err == nil {
@@ -369,7 +365,7 @@ func (s *Store) createOne(syncDir bool) (poolFile, error) {
 		return poolFile{}, err
 	}
 	s.slowCreates.Add(1)
-	files, err := s.createFiles(ids, syncDir)
+	files, err := s.createFiles(ids)
 	if err != nil {
 		s.doneWriting(ids[0])
 		return poolFile{}, err
