@@ -368,9 +368,6 @@ func (f *flusher) propose(w *written) *proposal {
 		f.fail(live, meta.BadCommand.Wrap(err, "op", "commit"))
 		return nil
 	}
-	if c.Frames != nil {
-		b.inline.proposing(c.Object)
-	}
 	return &proposal{live: live, object: c.Object, start: time.Now(), wait: b.log.Propose(raw)}
 }
 
@@ -380,7 +377,6 @@ func (f *flusher) settle(p *proposal) {
 	res, err := p.wait(context.Background())
 	b.cfg.Metrics.observeCommit(time.Since(p.start))
 	if err != nil {
-		b.inline.notProposed(p.object)
 		// Whether the commit made it into the log is unknown: a held object
 		// becomes a file, collected later as an orphan if it did not.
 		if err := b.objs.Spill([]uint64{p.object}); err != nil {

@@ -32,13 +32,12 @@ type inlineObjects struct {
 
 	mu       sync.Mutex
 	store    *objstore.Store // set once the store is open (after the replay)
-	mine     map[uint64]bool // held by this broker's flusher, commit not yet applied
 	unsynced []uint64        // committed inline, not yet fdatasynced
 	logBytes int64           // frames applied since the last snapshot began
 }
 
 func newInlineObjects(dir string) *inlineObjects {
-	return &inlineObjects{dir: dir, mine: map[uint64]bool{}}
+	return &inlineObjects{dir: dir}
 }
 
 // setStore gives the snapshots the store holding the objects.
@@ -48,36 +47,21 @@ func (o *inlineObjects) setStore(s *objstore.Store) {
 	o.mu.Unlock()
 }
 
-// proposing records that this broker holds object id itself: its commit,
-// when it applies, has nothing to write.
-func (o *inlineObjects) proposing(id uint64) {
-	o.mu.Lock()
-	o.mine[id] = true
-	o.mu.Unlock()
-}
-
-// notProposed forgets proposing(id) for a commit that never reached the log.
-func (o *inlineObjects) notProposed(id uint64) {
-	o.mu.Lock()
-	delete(o.mine, id)
-	o.mu.Unlock()
-}
-
 // applied runs on the log's apply goroutine after each command. A commit
-// carrying frames that this broker did not just write (a replay at start)
-// writes its object's file from them, unless the file already holds them.
+// carrying frames of an object this broker does not hold (a replay at
+// start) writes its object's file from them, unless the file already holds
+// them (a held object spilled before its commit applied).
 func (b *Broker) applied(c *meta.Command, _ any) {
 	if c.Op != meta.OpCommit || c.Commit == nil || len(c.Commit.Frames) == 0 {
 		return
 	}
 	o, id := b.inline, c.Commit.Object
 	o.mu.Lock()
-	mine := o.mine[id]
-	delete(o.mine, id)
 	o.unsynced = append(o.unsynced, id)
 	o.logBytes += int64(len(c.Commit.Frames))
+	store := o.store
 	o.mu.Unlock()
-	if mine {
+	if store != nil && store.Held(id) {
 		return
 	}
 	if err := objstore.EnsureObject(o.dir, id, c.Commit.Frames); err != nil {
