@@ -148,18 +148,11 @@ func (b *byteSize) Set(s string) error {
 	return nil
 }
 
-// syncLinger is Config.SyncLinger for the flag's value, where 0 means never.
-func syncLinger(d time.Duration) time.Duration {
-	if d == 0 {
+// zeroMeansNever turns a flag's 0, "never", into the broker Config's
+// negative (whose 0 is "the default"): --inline-bytes, --sync-linger.
+func zeroMeansNever[T ~int64](v T) T {
+	if v == 0 {
 		return -1
 	}
-	return d
-}
-
-// inlineBytes is Config.InlineBytes for the flag's value, where 0 means never.
-func inlineBytes(n int64) int64 {
-	if n == 0 {
-		return -1
-	}
-	return n
+	return v
 }

@@ -248,11 +248,17 @@ func TestRunExitCodes(t *testing.T) {
 // which the broker's Config spells negative (its 0 is the default); the
 // same for --sync-linger.
 func TestInlineBytesZeroMeansNever(t *testing.T) {
-	if inlineBytes(0) >= 0 || inlineBytes(4096) != 4096 {
-		t.Fatalf("inlineBytes(0) = %d, inlineBytes(4096) = %d", inlineBytes(0), inlineBytes(4096))
+	if n := zeroMeansNever(int64(0)); n >= 0 {
+		t.Fatalf("zeroMeansNever(0) = %d", n)
 	}
-	if syncLinger(0) >= 0 || syncLinger(time.Millisecond) != time.Millisecond {
-		t.Fatalf("syncLinger(0) = %v, syncLinger(1ms) = %v", syncLinger(0), syncLinger(time.Millisecond))
+	if n := zeroMeansNever(int64(4096)); n != 4096 {
+		t.Fatalf("zeroMeansNever(4096) = %d", n)
+	}
+	if d := zeroMeansNever(time.Duration(0)); d >= 0 {
+		t.Fatalf("zeroMeansNever(0s) = %v", d)
+	}
+	if d := zeroMeansNever(time.Millisecond); d != time.Millisecond {
+		t.Fatalf("zeroMeansNever(1ms) = %v", d)
 	}
 }
 
