@@ -108,7 +108,8 @@ const (
 	// DefaultInlineBytes is Config.InlineBytes unless set.
 	DefaultInlineBytes = 64 << 10
 	// MaxInlineBytes bounds Config.InlineBytes: every such object's bytes
-	// are written twice (log and file) and held by the log until a snapshot.
+	// travel in a log entry, are held in memory until merged or spilled,
+	// and stay in the log until a snapshot.
 	MaxInlineBytes = 1 << 20
 )
 

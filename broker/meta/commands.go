@@ -121,10 +121,10 @@ type Commit struct {
 	Appends []Append      `json:"appends"`
 	Groups  []GroupOffset `json:"groups,omitempty"`
 	Now     int64         `json:"now"`
-	// Frames, when set, are the object's bytes after its header: the
-	// object was written without an fdatasync, and this entry is what keeps
-	// it durable until it is synced (see core's inline commits). The state
-	// machine ignores them.
+	// Frames, when set, are the object's bytes after its header: its file
+	// is not synced, or not written yet, and this entry is what keeps it
+	// durable until it is (see core's inline commits). The state machine
+	// ignores them.
 	Frames []byte `json:"frames,omitempty"`
 }
 

@@ -21,9 +21,8 @@ import (
 // drop the entries that hold its bytes.
 
 // EnsureObject makes object id's file in dir hold header + frames, exactly
-// as the Writer that first wrote it left it, writing it (without fdatasync)
-// unless it already does. It is for the replay of a log holding the
-// object's frames, before a Store is open on dir.
+// as Spill writes it, writing it (without fdatasync) unless it already
+// does. It is for the replay of a log holding the object's frames.
 func EnsureObject(dir string, id uint64, frames []byte) error {
 	path := fileNameIn(dir, id)
 	want := make([]byte, 0, HeaderSize+len(frames))

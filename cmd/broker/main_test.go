@@ -244,10 +244,9 @@ func TestRunExitCodes(t *testing.T) {
 	}
 }
 
-// TestInlineBytesZeroMeansNever: the flag's 0 turns inline commits off,
-// which the broker's Config spells negative (its 0 is the default); the
-// same for --sync-linger.
-func TestInlineBytesZeroMeansNever(t *testing.T) {
+// TestZeroMeansNever: a flag's 0 turns inline commits or the sync linger
+// off, which the broker's Config spells negative (its 0 is the default).
+func TestZeroMeansNever(t *testing.T) {
 	if n := zeroMeansNever(int64(0)); n >= 0 {
 		t.Fatalf("zeroMeansNever(0) = %d", n)
 	}
