@@ -132,10 +132,10 @@ type Config struct {
 	// costs little and lets more concurrent proposers share one fsync.
 	MaxAppendEntries int
 
-	// SegmentBytes is the size of one WAL segment file, preallocated when
-	// the WAL rotates to it (default 16 MiB). A few old segments stay behind
-	// a snapshot (TrailingLogs), so the log's disk use is a small multiple
-	// of it.
+	// SegmentBytes is the size of one WAL segment file, written out in
+	// zeros before the WAL rotates to it (default 16 MiB; see zeroedFS). A
+	// few old segments stay behind a snapshot (TrailingLogs) and the next
+	// one waits as a spare, so the log's disk use is a small multiple of it.
 	SegmentBytes int
 
 	// OpenTimeout bounds how long Open waits for this node to become leader

@@ -15,6 +15,7 @@ import (
 	wal "github.com/hashicorp/raft-wal"
 	"github.com/hashicorp/raft-wal/metadb"
 	"github.com/hashicorp/raft-wal/migrate"
+	"github.com/hashicorp/raft-wal/segment"
 	"go.etcd.io/bbolt"
 )
 
@@ -46,24 +47,33 @@ func lockDir(dir string) (*os.File, error) {
 // locked, so the next Open in the same process would block on it.
 type walStore struct {
 	*wal.WAL
-	meta *metadb.BoltMetaDB
+	meta  *metadb.BoltMetaDB
+	files *zeroedFS
 }
 
 func (s *walStore) Close() error {
-	return errors.Join(s.WAL.Close(), s.meta.Close())
+	err := s.WAL.Close()
+	s.files.Close()
+	return errors.Join(err, s.meta.Close())
 }
 
 func openWAL(dir string, segmentBytes int, logger hclog.Logger) (*walStore, error) {
 	if err := os.MkdirAll(dir, 0o750); err != nil {
 		return nil, fmt.Errorf("metalog: create %s: %w", dir, err)
 	}
-	meta := &metadb.BoltMetaDB{}
-	w, err := wal.Open(dir, wal.WithLogger(logger.Named("wal")), wal.WithMetaStore(meta), wal.WithSegmentSize(segmentBytes))
+	files, err := newZeroedFS(dir, segmentBytes, logger.Named("wal"))
 	if err != nil {
+		return nil, err
+	}
+	meta := &metadb.BoltMetaDB{}
+	w, err := wal.Open(dir, wal.WithLogger(logger.Named("wal")), wal.WithMetaStore(meta), wal.WithSegmentSize(segmentBytes),
+		wal.WithSegmentFiler(segment.NewFiler(dir, files)))
+	if err != nil {
+		files.Close()
 		meta.Close()
 		return nil, fmt.Errorf("metalog: open the log in %s: %w", dir, err)
 	}
-	return &walStore{WAL: w, meta: meta}, nil
+	return &walStore{WAL: w, meta: meta, files: files}, nil
 }
 
 // migrateBolt moves a log kept in raft.db (raft-boltdb, before the WAL) into
