@@ -63,7 +63,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		return exitUsage
 	}
 	logger := newLogger(cfg, stderr)
-	logger.Info("garbage collector", applyGCSettings(getenv, os.ReadFile)...)
+	gcAttrs, undoGC := applyGCSettings(getenv, os.ReadFile)
+	defer undoGC()
+	logger.Info("garbage collector", gcAttrs...)
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

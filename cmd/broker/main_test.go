@@ -282,12 +282,12 @@ func TestGCSettings(t *testing.T) {
 		percent int
 		limit   int64
 	}{
-		{"no bound", nil, nil, -1, -1},
+		{"no bound", nil, nil, defaultGCPercent, -1},
 		{"v2 limit", nil, map[string]string{v2: "1073741824\n"}, gcPercent, 966367641},
-		{"v2 max", nil, map[string]string{v2: "max\n", v1: "1073741824"}, -1, -1},
+		{"v2 max", nil, map[string]string{v2: "max\n", v1: "1073741824"}, defaultGCPercent, -1},
 		{"v1 limit", nil, map[string]string{v1: "2147483648\n"}, gcPercent, 1932735283},
-		{"v1 unlimited", nil, map[string]string{v1: "9223372036854771712\n"}, -1, -1},
-		{"unreadable limit", nil, map[string]string{v2: "lots"}, -1, -1},
+		{"v1 unlimited", nil, map[string]string{v1: "9223372036854771712\n"}, defaultGCPercent, -1},
+		{"unreadable limit", nil, map[string]string{v2: "lots"}, defaultGCPercent, -1},
 		{"GOGC set", map[string]string{"GOGC": "100"}, map[string]string{v2: "1073741824"}, -1, 966367641},
 		{"GOMEMLIMIT set", map[string]string{"GOMEMLIMIT": "512MiB"}, map[string]string{v2: "1073741824"}, gcPercent, -1},
 		{"GOMEMLIMIT, no container", map[string]string{"GOMEMLIMIT": "512MiB"}, nil, gcPercent, -1},
