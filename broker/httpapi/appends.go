@@ -43,7 +43,10 @@ func (s *Server) appends(w http.ResponseWriter, r *http.Request) {
 	// (keeping each stream's items in order), and their opens share log
 	// writes.
 	pending := make([]*core.Pending, len(items))
-	release := s.b.Hold()
+	release := func() {}
+	if len(items) > 1 {
+		release = s.b.Hold() // a lone item has nothing to share its object with
+	}
 	var opening map[string][]int
 	for i, it := range items {
 		pd, res, err := s.admitItem(r, it, true)
