@@ -53,20 +53,27 @@ func WithHTTPClient(hc *http.Client) Option { return func(c *Client) { c.hc = hc
 // WithUserAgent sets the User-Agent of every request.
 func WithUserAgent(ua string) Option { return func(c *Client) { c.userAgent = ua } }
 
-// NewHTTPClient returns the http.Client New uses by default: keep-alive
-// connections (up to 64 idle per broker), a 5s dial timeout and no overall
-// timeout — an append may legitimately wait BlockTimeout for room, so
-// deadlines come from the ctx of each call.
+// NewHTTPClient returns the http.Client New uses by default: a Transport
+// keeping up to 64 idle connections per broker, a 5s dial timeout and no
+// overall timeout — an append may legitimately wait BlockTimeout for room,
+// so deadlines come from the ctx of each call. HTTPS and proxied requests
+// (HTTP_PROXY and the like) go through net/http's Transport.
 func NewHTTPClient() *http.Client {
 	dialer := &net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}
-	return &http.Client{Transport: &http.Transport{
-		Proxy:                 http.ProxyFromEnvironment,
-		DialContext:           dialer.DialContext,
-		MaxIdleConns:          256,
-		MaxIdleConnsPerHost:   64,
-		IdleConnTimeout:       90 * time.Second,
-		TLSHandshakeTimeout:   10 * time.Second,
-		ExpectContinueTimeout: time.Second,
+	return &http.Client{Transport: &Transport{
+		Proxy:          http.ProxyFromEnvironment,
+		DialContext:    dialer.DialContext,
+		MaxIdlePerHost: 64,
+		IdleTimeout:    90 * time.Second,
+		Fallback: &http.Transport{
+			Proxy:                 http.ProxyFromEnvironment,
+			DialContext:           dialer.DialContext,
+			MaxIdleConns:          256,
+			MaxIdleConnsPerHost:   64,
+			IdleConnTimeout:       90 * time.Second,
+			TLSHandshakeTimeout:   10 * time.Second,
+			ExpectContinueTimeout: time.Second,
+		},
 	}}
 }
 

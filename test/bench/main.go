@@ -91,7 +91,7 @@ func run() error {
 		return err
 	}
 	defer b.stop()
-	c, err := client.New(b.url, client.WithHTTPClient(&http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256, MaxConnsPerHost: 0}}))
+	c, err := client.New(b.url, client.WithHTTPClient(&http.Client{Transport: &client.Transport{MaxIdlePerHost: 256}}))
 	if err != nil {
 		return err
 	}
