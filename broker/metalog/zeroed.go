@@ -13,15 +13,17 @@ import (
 	"github.com/hashicorp/go-hclog"
 	walfs "github.com/hashicorp/raft-wal/fs"
 	"github.com/hashicorp/raft-wal/types"
+	"golang.org/x/sys/unix"
 )
 
 // spareSegment is the zeroed file waiting to become the WAL's next segment.
 // It lacks raft-wal's ".wal" suffix, so the WAL's listing ignores it.
 const spareSegment = "next-segment.zeroed"
 
-// zeroChunk is how much of a spare is written between two fdatasyncs, so
-// that its dirty pages never queue a long write ahead of a commit's sync.
-const zeroChunk = 1 << 20
+// zeroChunk is how much of a spare is written out at a time: a commit's
+// sync that comes meanwhile waits behind at most that much (~0.25 ms on a
+// disk of 250 MB/s).
+const zeroChunk = 64 << 10
 
 var errSpareClosed = errors.New("metalog: closed while writing a spare WAL segment")
 
@@ -140,7 +142,9 @@ func (z *zeroedFS) prepare() {
 	}()
 }
 
-// writeSpare writes size zeros to a new spare file and syncs them. What
+// writeSpare writes size zeros to a new spare file, a chunk at a time
+// (sync_file_range writes out each chunk's data and waits for it), then
+// fdatasyncs it, which also writes its size and blocks. What
 // the last run left under that name is unlinked first, never truncated: a
 // crash between Create's link and unlink leaves it naming a live segment.
 func (z *zeroedFS) writeSpare() (err error) {
@@ -169,9 +173,13 @@ func (z *zeroedFS) writeSpare() (err error) {
 		if _, err := f.WriteAt(zeros[:n], int64(off)); err != nil {
 			return fmt.Errorf("metalog: write %s: %w", path, err)
 		}
-		if err := syscall.Fdatasync(int(f.Fd())); err != nil {
-			return fmt.Errorf("metalog: sync %s: %w", path, err)
+		const flags = unix.SYNC_FILE_RANGE_WAIT_BEFORE | unix.SYNC_FILE_RANGE_WRITE | unix.SYNC_FILE_RANGE_WAIT_AFTER
+		if err := unix.SyncFileRange(int(f.Fd()), int64(off), int64(n), flags); err != nil {
+			return fmt.Errorf("metalog: write out %s: %w", path, err)
 		}
+	}
+	if err := syscall.Fdatasync(int(f.Fd())); err != nil {
+		return fmt.Errorf("metalog: sync %s: %w", path, err)
 	}
 	return nil
 }
