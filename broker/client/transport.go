@@ -25,8 +25,8 @@ import (
 //
 // A kept-alive connection is checked before use: one the broker closed
 // (idle, or restarted) is dropped, and the request goes on a new one. A
-// request that fails on a kept-alive connection before any of its answer
-// is read is sent again only if it is a GET, HEAD or OPTIONS, as net/http's
+// request that fails on a kept-alive connection before its answer arrives
+// is sent again only if it is a GET, HEAD or OPTIONS, as net/http's
 // Transport does: an append is never sent twice.
 type Transport struct {
 	// Fallback carries the requests this transport does not: https, and
@@ -98,8 +98,11 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			return resp, nil
 		}
 		var retry retryable
-		if !errors.As(err, &retry) || ctx.Err() != nil {
+		if !errors.As(err, &retry) {
 			return nil, err
+		}
+		if ctx.Err() != nil {
+			return nil, retry.error
 		}
 		// A kept-alive connection the broker had closed: again, on a
 		// new or another kept one.
@@ -174,22 +177,23 @@ type connBody struct {
 	stop func() bool
 	keep bool
 
-	mu   sync.Mutex // held by Read; Close finding it held aborts the read
-	done bool
+	mu    sync.Mutex // held by Read; Close finding it held aborts the read
+	done  bool
+	after error // what Read returns once done
 }
+
+var errBodyClosed = errors.New("client: read on a closed response body")
 
 func (b *connBody) Read(p []byte) (int, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.done {
-		return 0, errors.New("client: read on a closed response body")
+		return 0, b.after
 	}
 	n, err := b.body.Read(p)
-	switch {
-	case err == io.EOF:
-		b.finish(true)
-	case err != nil:
-		b.finish(false)
+	if err != nil {
+		b.finish(err == io.EOF)
+		b.after = err
 	}
 	return n, err
 }
@@ -202,11 +206,11 @@ func (b *connBody) Close() error {
 		b.mu.Lock()
 	}
 	defer b.mu.Unlock()
-	if b.done {
-		return nil
+	if !b.done {
+		_, err := io.CopyN(io.Discard, b.body, 64<<10)
+		b.finish(err == io.EOF)
 	}
-	_, err := io.CopyN(io.Discard, b.body, 64<<10)
-	b.finish(err == io.EOF)
+	b.after = errBodyClosed
 	return nil
 }
 

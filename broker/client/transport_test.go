@@ -236,6 +236,21 @@ func TestTransportBodyEndings(t *testing.T) {
 	}
 	get("/small", 10)
 	get("/small", 0)
+	// Read past the end keeps answering EOF; after Close, an error.
+	resp, err := hc.Get(s.URL + "/small")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, err := io.ReadAll(resp.Body); err != nil || len(b) != 1<<10 {
+		t.Fatalf("body: %d bytes, %v", len(b), err)
+	}
+	if n, err := resp.Body.Read(make([]byte, 8)); n != 0 || err != io.EOF {
+		t.Fatalf("read past the end: %d, %v; want 0, EOF", n, err)
+	}
+	resp.Body.Close()
+	if _, err := resp.Body.Read(make([]byte, 8)); err == nil || err == io.EOF {
+		t.Fatalf("read after Close: %v, want an error", err)
+	}
 	if n := s.opened.Load(); n != 1 {
 		t.Fatalf("small bodies closed unread: %d connections, want 1", n)
 	}
