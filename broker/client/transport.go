@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"slices"
 	"sync"
 	"syscall"
 	"time"
@@ -229,10 +230,7 @@ func (b *connBody) finish(reusable bool) {
 // get returns a kept-alive connection to addr that is still open, or dials
 // a new one.
 func (t *Transport) get(ctx context.Context, addr string) (*persistConn, error) {
-	timeout := t.IdleTimeout
-	if timeout <= 0 {
-		timeout = 90 * time.Second
-	}
+	timeout := t.idleTimeout()
 	for {
 		t.mu.Lock()
 		list := t.idle[addr]
@@ -289,25 +287,47 @@ func open(pc *persistConn) bool {
 	return err == nil && alive
 }
 
-// put keeps pc for the next request to addr, unless enough are kept.
+// put keeps pc for the next request to addr, unless enough are kept. The
+// connections kept longest are at the front of the list: those idle past
+// IdleTimeout are closed here (a burst of concurrent requests leaves
+// connections that fewer requests after it never take again).
 func (t *Transport) put(addr string, pc *persistConn) {
 	max := t.MaxIdlePerHost
 	if max <= 0 {
 		max = 64
 	}
-	pc.idleSince = time.Now()
+	timeout := t.idleTimeout()
+	now := time.Now()
+	pc.idleSince = now
+	var stale []*persistConn
 	t.mu.Lock()
 	if t.idle == nil {
 		t.idle = map[string][]*persistConn{}
 	}
-	if len(t.idle[addr]) < max {
-		t.idle[addr] = append(t.idle[addr], pc)
-		pc = nil
+	list := t.idle[addr]
+	i := 0
+	for i < len(list) && now.Sub(list[i].idleSince) >= timeout {
+		i++
 	}
+	stale = append(stale, list[:i]...)
+	list = slices.Delete(list, 0, i)
+	if len(list) < max {
+		list = append(list, pc)
+	} else {
+		stale = append(stale, pc)
+	}
+	t.idle[addr] = list
 	t.mu.Unlock()
-	if pc != nil {
-		pc.conn.Close()
+	for _, c := range stale {
+		c.conn.Close()
 	}
+}
+
+func (t *Transport) idleTimeout() time.Duration {
+	if t.IdleTimeout > 0 {
+		return t.IdleTimeout
+	}
+	return 90 * time.Second
 }
 
 // CloseIdleConnections closes the kept-alive connections, and the

@@ -322,3 +322,37 @@ func TestTransportConcurrentAndCloseIdle(t *testing.T) {
 		t.Fatalf("%d of %d connections closed after CloseIdleConnections", s.closed.Load(), s.opened.Load())
 	}
 }
+
+// Connections left idle past IdleTimeout are closed, not kept, even while
+// another connection keeps being used.
+func TestTransportClosesConnectionsIdleTooLong(t *testing.T) {
+	release := make(chan struct{})
+	var arrived sync.WaitGroup
+	arrived.Add(4)
+	s := newCountingServer(t, func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/together" {
+			arrived.Done()
+			<-release
+		}
+		echo(w, r)
+	})
+	hc := &http.Client{Transport: &client.Transport{IdleTimeout: 50 * time.Millisecond}}
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() { roundTrip(t, hc, "GET", s.URL+"/together", "") })
+	}
+	arrived.Wait() // four requests at once: four connections
+	close(release)
+	wg.Wait()
+	// One request at a time, each on the connection the last one used,
+	// for longer than IdleTimeout: the other three are left idle.
+	for end := time.Now().Add(200 * time.Millisecond); time.Now().Before(end); time.Sleep(5 * time.Millisecond) {
+		roundTrip(t, hc, "GET", s.URL+"/alone", "")
+	}
+	for deadline := time.Now().Add(10 * time.Second); s.closed.Load() < 3 && time.Now().Before(deadline); {
+		time.Sleep(time.Millisecond)
+	}
+	if s.closed.Load() < 3 {
+		t.Fatalf("%d connections opened, %d closed; want the 3 idle past IdleTimeout closed", s.opened.Load(), s.closed.Load())
+	}
+}
