@@ -254,7 +254,7 @@ func (b *Broker) maintainLoop() {
 	t := time.NewTicker(b.cfg.MaintenanceInterval)
 	defer t.Stop()
 	lastTouch, lastOrphanScan := time.Now(), time.Now()
-	var lastSpilled int64
+	var lastSpilled, lastUnzeroed int64
 	for {
 		select {
 		case <-b.stop:
@@ -285,6 +285,9 @@ func (b *Broker) maintainLoop() {
 		spilled := b.objs.Spilled()
 		b.cfg.Metrics.HeldSpilled.Add(float64(spilled - lastSpilled))
 		lastSpilled = spilled
+		unzeroed := b.log.UnzeroedSegments()
+		b.cfg.Metrics.WALUnzeroed.Add(float64(unzeroed - lastUnzeroed))
+		lastUnzeroed = unzeroed
 		cancel()
 	}
 }

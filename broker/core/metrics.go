@@ -16,6 +16,7 @@ type Metrics struct {
 	InlineObjects  prometheus.Counter
 	HeldBytes      prometheus.Gauge
 	HeldSpilled    prometheus.Counter
+	WALUnzeroed    prometheus.Counter
 	CommitSeconds  prometheus.Histogram
 	Rollbacks      prometheus.Counter
 	CorruptReads   prometheus.Counter
@@ -38,6 +39,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		InlineObjects:  prometheus.NewCounter(prometheus.CounterOpts{Name: "picomq_inline_objects_total", Help: "Group-commit objects whose frames were made durable by their commit in the metadata log, without an fdatasync of their own."}),
 		HeldBytes:      prometheus.NewGauge(prometheus.GaugeOpts{Name: "picomq_held_object_bytes", Help: "Frame bytes of inline-committed objects held in memory, not yet merged or written to files (measured each maintenance pass)."}),
 		HeldSpilled:    prometheus.NewCounter(prometheus.CounterOpts{Name: "picomq_held_objects_spilled_total", Help: "Inline-committed objects written to their own files because the merge had not freed them in time, too many bytes were held, or a snapshot needed them."}),
+		WALUnzeroed:    prometheus.NewCounter(prometheus.CounterOpts{Name: "picomq_wal_segments_unzeroed_total", Help: "Metadata-log segments created before a zeroed spare was ready; commits into them cost a second device write (measured each maintenance pass)."}),
 		CommitSeconds:  prometheus.NewHistogram(prometheus.HistogramOpts{Name: "picomq_metadata_commit_seconds", Help: "Proposal to application of one metadata command.", Buckets: latency}),
 		Rollbacks:      prometheus.NewCounter(prometheus.CounterOpts{Name: "picomq_rollbacks_total", Help: "Provisional state reset after the metadata log refused an append."}),
 		CorruptReads:   prometheus.NewCounter(prometheus.CounterOpts{Name: "picomq_corrupt_reads_total", Help: "Reads refused because a committed frame failed its checksum."}),
@@ -47,7 +49,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		ExpiredStreams: prometheus.NewCounter(prometheus.CounterOpts{Name: "picomq_expired_streams_total", Help: "Streams deleted by their TTL or expiry."}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.Appends, m.AppendBytes, m.FlushAppends, m.FlushBytes, m.FsyncSeconds, m.InlineObjects, m.HeldBytes, m.HeldSpilled, m.CommitSeconds,
+		reg.MustRegister(m.Appends, m.AppendBytes, m.FlushAppends, m.FlushBytes, m.FsyncSeconds, m.InlineObjects, m.HeldBytes, m.HeldSpilled, m.WALUnzeroed, m.CommitSeconds,
 			m.Rollbacks, m.CorruptReads, m.TrimmedRanges, m.MergedRanges, m.ObjectsDeleted, m.ExpiredStreams)
 	}
 	return m

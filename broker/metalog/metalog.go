@@ -720,3 +720,9 @@ func enqueueTimeout(ctx context.Context) time.Duration {
 	}
 	return d
 }
+
+// UnzeroedSegments counts the WAL segments this Log created without a
+// zeroed spare ready (see zeroedFS): each of their commits pays a second
+// device write. A count that keeps rising means the log fills segments
+// faster than spares are written.
+func (l *Log) UnzeroedSegments() int64 { return l.store.files.fallocated.Load() }

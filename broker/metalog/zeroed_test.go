@@ -78,7 +78,7 @@ func TestZeroedFSGivesSegmentsFromSpares(t *testing.T) {
 			t.Fatalf("segment %s: %d bytes (err %v), want %d with the write at 64", name, len(b), err, size)
 		}
 	}
-	if got := z.fromSpare.Load(); got != 3 {
+	if got := z.fromSpare.Load(); got != 3 || z.fallocated.Load() != 0 {
 		t.Fatalf("%d segments from spares, want 3", got)
 	}
 	waitSpare(t, z)
@@ -170,7 +170,7 @@ func TestLogRotatesIntoZeroedSegments(t *testing.T) {
 		waitSpare(t, l.store.files)
 		apply(t, l, mustCmd("add", fmt.Sprintf("%s%d", pad, i), int64(i)))
 	}
-	if l.store.files.fallocated.Load() != 0 || l.store.files.fromSpare.Load() < 4 {
+	if l.UnzeroedSegments() != 0 || l.store.files.fromSpare.Load() < 4 {
 		t.Fatalf("segments: %d from spares, %d fallocated; want every one (at least 4) from a spare",
 			l.store.files.fromSpare.Load(), l.store.files.fallocated.Load())
 	}
@@ -184,5 +184,45 @@ func TestLogRotatesIntoZeroedSegments(t *testing.T) {
 		if k := fmt.Sprintf("%s%d", pad, i); got[k] != int64(i) {
 			t.Fatalf("after reopen entry %d = %d, want %d", i, got[k], i)
 		}
+	}
+}
+
+// Without spares (here: one cannot be written) every rotation falls back
+// to a fallocated segment, counted by UnzeroedSegments, and the log works
+// as before.
+func TestLogWithoutSparesFallsBack(t *testing.T) {
+	dir := t.TempDir()
+	cfg := testConfig(t, dir)
+	cfg.SegmentBytes = 1 << 20
+	l := open(t, cfg, newToyFSM())
+	apply(t, l, mustCmd("add", "first", 1))
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// A non-empty directory where the spare goes: it can be neither
+	// removed nor created.
+	spare := filepath.Join(dir, walDir, spareSegment)
+	if err := os.Remove(spare); err != nil && !errors.Is(err, os.ErrNotExist) {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(spare, "x"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	fsm := newToyFSM()
+	l = open(t, cfg, fsm)
+	pad := strings.Repeat("k", 8<<10)
+	for i := range 300 { // ~2.4 MiB: two rotations or more
+		apply(t, l, mustCmd("add", fmt.Sprintf("%s%d", pad, i), int64(i)))
+	}
+	if n := l.UnzeroedSegments(); n < 2 {
+		t.Fatalf("UnzeroedSegments = %d after rotations with no spare, want >= 2", n)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	fsm = newToyFSM()
+	open(t, cfg, fsm)
+	if got := fsm.state(); got["first"] != 1 || got[pad+"299"] != 299 {
+		t.Fatalf("after reopen: first = %d, last = %d", got["first"], got[pad+"299"])
 	}
 }
