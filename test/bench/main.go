@@ -137,9 +137,10 @@ func run() error {
 		inline := after["picomq_inline_objects_total"] - before["picomq_inline_objects_total"]
 		// Counted each maintenance pass: a scenario's late spills land in the next.
 		spilled := after["picomq_held_objects_spilled_total"] - before["picomq_held_objects_spilled_total"]
-		fmt.Printf("%-22s   group commit: %.1f appends/object, %.0f%% of objects inline (no fsync of their own; held objects written to files meanwhile: %.0f), object write+sync %s, metadata commit %s\n", "",
+		unzeroed := after["picomq_wal_segments_unzeroed_total"] - before["picomq_wal_segments_unzeroed_total"]
+		fmt.Printf("%-22s   group commit: %.1f appends/object, %.0f%% of objects inline (no fsync of their own; held objects written to files meanwhile: %.0f), object write+sync %s, metadata commit %s; log segments without a zeroed spare: %.0f\n", "",
 			after.delta(before, "picomq_flush_appends"), 100*inline/max(objects, 1), spilled, ms(time.Duration(after.delta(before, "picomq_object_fsync_seconds")*1e9)),
-			ms(time.Duration(after.delta(before, "picomq_metadata_commit_seconds")*1e9)))
+			ms(time.Duration(after.delta(before, "picomq_metadata_commit_seconds")*1e9)), unzeroed)
 		before = after
 	}
 	if *only == "" || *only == "catch-up" {
