@@ -92,6 +92,9 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		pc, err := t.get(ctx, addr)
 		if err != nil {
 			closeBody(req)
+			if ctx.Err() != nil {
+				return nil, context.Cause(ctx) // the dial's error names a timeout, not the ctx
+			}
 			return nil, err
 		}
 		resp, err := t.send(pc, req, addr)
