@@ -214,9 +214,5 @@ func (f *zeroedFile) Sync() error {
 	if f.dirSynced.Swap(true) {
 		return nil
 	}
-	d, err := os.Open(f.dir)
-	if err != nil {
-		return err
-	}
-	return errors.Join(d.Sync(), d.Close())
+	return syncDir(f.dir)
 }
