@@ -4,6 +4,8 @@ import (
 	"context"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/picomq/picomq/broker/meta"
 	"github.com/picomq/picomq/broker/stream"
 )
@@ -282,14 +284,17 @@ func (b *Broker) maintainLoop() {
 			b.cfg.Logger.Warn("writing held objects failed", "err", err)
 		}
 		b.cfg.Metrics.HeldBytes.Set(float64(b.objs.HeldBytes()))
-		spilled := b.objs.Spilled()
-		b.cfg.Metrics.HeldSpilled.Add(float64(spilled - lastSpilled))
-		lastSpilled = spilled
-		unzeroed := b.log.UnzeroedSegments()
-		b.cfg.Metrics.WALUnzeroed.Add(float64(unzeroed - lastUnzeroed))
-		lastUnzeroed = unzeroed
+		addGrowth(b.cfg.Metrics.HeldSpilled, &lastSpilled, b.objs.Spilled())
+		addGrowth(b.cfg.Metrics.WALUnzeroed, &lastUnzeroed, b.log.UnzeroedSegments())
 		cancel()
 	}
+}
+
+// addGrowth adds to c what the running count total has grown by since
+// *last, and remembers total.
+func addGrowth(c prometheus.Counter, last *int64, total int64) {
+	c.Add(float64(total - *last))
+	*last = total
 }
 
 // orphanScanEvery is how often the maintenance loop looks for orphans: a
