@@ -94,6 +94,11 @@ type Config struct {
 	// FrameBytes is the frame size of merged segments (default 1 MiB): the
 	// unit a read fetches and retention drops.
 	FrameBytes int64
+	// PageCacheBytes is how many bytes of the objects it wrote last the
+	// broker leaves in the kernel's page cache; older objects' pages are
+	// dropped so that new writes reuse them (default 256 MiB; negative:
+	// never drop; see objstore's cached.go).
+	PageCacheBytes int64
 	// Logger receives operational logs (default: discard).
 	Logger *slog.Logger
 	// Metrics, when set, receives the broker's measurements.
@@ -107,6 +112,8 @@ const (
 	DefaultSyncLinger = 500 * time.Microsecond
 	// DefaultInlineBytes is Config.InlineBytes unless set.
 	DefaultInlineBytes = 64 << 10
+	// DefaultPageCacheBytes is Config.PageCacheBytes unless set.
+	DefaultPageCacheBytes = objstore.DefaultCachedBytes
 	// MaxInlineBytes bounds Config.InlineBytes: every such object's bytes
 	// travel in a log entry, are held in memory until merged or spilled,
 	// and stay in the log until a snapshot.
@@ -248,7 +255,7 @@ func Open(cfg Config) (*Broker, error) {
 	b.log = l
 	var maxObj uint64
 	b.fsm.View(func(s *meta.State) { maxObj = s.MaxObjectID })
-	objs, err := objstore.Open(objectsDir(cfg.DataDir), objstore.Options{MinNextID: maxObj + 1})
+	objs, err := objstore.Open(objectsDir(cfg.DataDir), objstore.Options{MinNextID: maxObj + 1, CachedBytes: cfg.PageCacheBytes})
 	if err != nil {
 		_ = l.Close()
 		return nil, err

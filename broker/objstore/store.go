@@ -44,6 +44,11 @@ type Options struct {
 	// oldest are spilled to files until half of it is left. 0 means
 	// 64 MiB; negative, no bound.
 	MaxHeldBytes int64
+
+	// CachedBytes is how many bytes of the objects it wrote last the store
+	// leaves in the page cache; older objects' pages are dropped (see
+	// cached.go). 0 means 256 MiB; negative, never drop.
+	CachedBytes int64
 }
 
 // Info describes one object file.
@@ -82,10 +87,15 @@ type Store struct {
 	maxHeld   int64
 	spillMu   sync.Mutex // one spill at a time
 
+	cachedBytes int64          // Options.CachedBytes, defaulted
+	recent      []recentObject // objects written, oldest first, whose pages may be cached
+	recentBytes int64          // their sizes' sum
+
 	dirSyncs    atomic.Int64 // directory fsyncs done, for tests
 	slowCreates atomic.Int64 // Creates that found the pool empty, for tests
 	recycled    atomic.Int64 // removed objects whose file went back to the pool
 	spilled     atomic.Int64 // held objects written to files
+	dropped     atomic.Int64 // bytes of written objects dropped from the page cache
 }
 
 // poolFile is a created, durable, not yet claimed object file.
@@ -130,6 +140,11 @@ func Open(dir string, opts Options) (*Store, error) {
 		writing:  make(map[uint64]struct{}),
 		held:     make(map[uint64]*heldObject),
 		maxHeld:  opts.MaxHeldBytes,
+
+		cachedBytes: opts.CachedBytes,
+	}
+	if s.cachedBytes == 0 {
+		s.cachedBytes = DefaultCachedBytes
 	}
 	if s.maxHeld == 0 {
 		s.maxHeld = defaultMaxHeldBytes
@@ -285,8 +300,9 @@ func (s *Store) addToPool(ids []uint64, files []poolFile, err error) error {
 	return nil
 }
 
-// refillLoop refills the pool whenever Create took it down to half, and
-// spills held objects when Hold found too many bytes held. An error
+// refillLoop refills the pool whenever Create took it down to half, spills
+// held objects when Hold found too many bytes held, and drops old objects'
+// pages when Writer.Close found too many written since. An error
 // is left for the next Create to find: it creates its file itself and
 // reports the failure to its caller.
 func (s *Store) refillLoop() {
@@ -299,6 +315,7 @@ func (s *Store) refillLoop() {
 		}
 		_ = s.refill()
 		_ = s.spillOver()
+		s.dropOld()
 	}
 }
 

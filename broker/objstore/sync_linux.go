@@ -56,3 +56,11 @@ func onDescriptor(f *os.File, op string, call func(fd int) error) error {
 	}
 	return nil
 }
+
+// dropPages asks the kernel to drop f's cached pages (POSIX_FADV_DONTNEED):
+// it frees the clean ones and leaves any dirty page alone.
+func dropPages(f *os.File) error {
+	return onDescriptor(f, "fadvise", func(fd int) error {
+		return unix.Fadvise(fd, 0, 0, unix.FADV_DONTNEED)
+	})
+}

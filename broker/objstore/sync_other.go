@@ -10,3 +10,6 @@ func fdatasync(f *os.File) error { return f.Sync() }
 
 // syncFS has no single call outside Linux: SyncObjects syncs each file.
 func syncFS(dir string) error { return errSyncFSUnsupported }
+
+// dropPages has no portable call: pages stay to the kernel's judgement.
+func dropPages(f *os.File) error { return errDropUnsupported }

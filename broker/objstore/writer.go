@@ -150,6 +150,9 @@ func (w *Writer) Close() error {
 	}
 	w.release()
 	w.kept = err == nil
+	if w.kept {
+		w.s.wrote(w.id, w.size)
+	}
 	return err
 }
 

@@ -23,6 +23,7 @@ type config struct {
 	SyncLinger      time.Duration
 	MaxBatchBytes   int64
 	InlineBytes     int64
+	PageCacheBytes  int64
 	LongPollTimeout time.Duration
 	MaxBodyBytes    int64
 	ShutdownTimeout time.Duration
@@ -48,6 +49,7 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (conf
 		NodeID:          host,
 		MaxBatchBytes:   8 << 20,
 		InlineBytes:     core.DefaultInlineBytes,
+		PageCacheBytes:  core.DefaultPageCacheBytes,
 		SyncLinger:      core.DefaultSyncLinger,
 		LongPollTimeout: time.Second,
 		MaxBodyBytes:    16 << 20,
@@ -77,6 +79,7 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (conf
 	fs.DurationVar(&c.SyncLinger, "sync-linger", c.SyncLinger, "how long a group-commit object that gets its own fdatasync (above --inline-bytes) waits for the appends other writers are sending, so that one fdatasync covers more of them (0: never)")
 	fs.Var((*byteSize)(&c.MaxBatchBytes), "max-batch-bytes", "bound of one group-commit object, in bytes (suffixes KiB, MiB, GiB)")
 	fs.Var((*byteSize)(&c.InlineBytes), "inline-bytes", "largest group-commit object whose bytes travel in its metadata-log entry, so that one fsync acknowledges it instead of two (0: never; at most 1MiB)")
+	fs.Var((*byteSize)(&c.PageCacheBytes), "page-cache-bytes", "how many bytes of the objects it wrote last the broker leaves in the kernel's page cache; older objects' pages are dropped once on disk, so that new writes reuse them and the page cache does not fill the pod's memory (0: leave them all to the kernel)")
 	fs.DurationVar(&c.LongPollTimeout, "long-poll-timeout", c.LongPollTimeout, "longest a read with wait= waits for an append")
 	fs.Var((*byteSize)(&c.MaxBodyBytes), "max-body-bytes", "largest request body accepted, in bytes (suffixes KiB, MiB, GiB)")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", c.ShutdownTimeout, "how long a SIGTERM waits for requests in flight before closing their connections")
@@ -149,7 +152,8 @@ func (b *byteSize) Set(s string) error {
 }
 
 // zeroMeansNever turns a flag's 0, "never", into the broker Config's
-// negative (whose 0 is "the default"): --inline-bytes, --sync-linger.
+// negative (whose 0 is "the default"): --inline-bytes, --sync-linger,
+// --page-cache-bytes.
 func zeroMeansNever[T ~int64](v T) T {
 	if v == 0 {
 		return -1

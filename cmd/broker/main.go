@@ -82,16 +82,17 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	}
 
 	b, err := core.Open(core.Config{
-		DataDir:       cfg.DataDir,
-		NodeID:        cfg.NodeID,
-		FlushLinger:   cfg.FlushLinger,
-		SyncLinger:    zeroMeansNever(cfg.SyncLinger),
-		MaxBatchBytes: cfg.MaxBatchBytes,
-		InlineBytes:   zeroMeansNever(cfg.InlineBytes),
-		Clock:         clock,
-		Logger:        logger,
-		Metrics:       core.NewMetrics(reg),
-		RaftLog:       raftLog,
+		DataDir:        cfg.DataDir,
+		NodeID:         cfg.NodeID,
+		FlushLinger:    cfg.FlushLinger,
+		SyncLinger:     zeroMeansNever(cfg.SyncLinger),
+		MaxBatchBytes:  cfg.MaxBatchBytes,
+		InlineBytes:    zeroMeansNever(cfg.InlineBytes),
+		PageCacheBytes: zeroMeansNever(cfg.PageCacheBytes),
+		Clock:          clock,
+		Logger:         logger,
+		Metrics:        core.NewMetrics(reg),
+		RaftLog:        raftLog,
 	})
 	if err != nil {
 		logger.Error("cannot open the broker", "dataDir", cfg.DataDir, "err", err)
