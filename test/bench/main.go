@@ -113,7 +113,12 @@ func run() error {
 	for _, s := range []scenario{
 		{"single-writer", 1, 1, one},
 		{"64-writers-1-stream", 1, 64, one},
-		{"batch-100x1KiB", 8, 8, hundred},
+		// Bandwidth: 64 writers (as for single records) keep 6.4 MiB in
+		// flight, enough for the group commit to write objects of megabytes.
+		{"batch-100x1KiB", 64, 64, hundred},
+		// The same batches from 8 writers: at most 800 KiB in flight, so
+		// bound by the round trip of each (two fsyncs), not by bandwidth.
+		{"batch-100x1KiB-8w", 8, 8, hundred},
 		{"streams-1", 1, 64, one},
 		{"streams-100", 100, 64, one},
 		{"streams-10000", 10000, 64, one},
@@ -163,13 +168,20 @@ func run() error {
 	if r, ok := results["64-writers-1-stream"]; ok {
 		fmt.Printf("  64 concurrent 1 KiB appends/s          %8.0f  [>= 20000]\n", r.appendsPerSec)
 	}
-	if r, ok := results["batch-100x1KiB"]; ok {
+	r64, ok64 := results["batch-100x1KiB"]
+	r8, ok8 := results["batch-100x1KiB-8w"]
+	if ok64 || ok8 {
 		b.stop()
 		if raw.sustainedMBs, err = measureSustained(base, *duration); err != nil {
 			return err
 		}
 		fmt.Printf("  raw sequential write sustained for %s: %.0f MB/s\n", *duration, raw.sustainedMBs)
-		fmt.Printf("  batched MB/s / raw sequential MB/s     %8.2f  [>= 0.70]  (raw sustained for -duration; against the 256 MiB burst: %.2f)\n", r.mbPerSec/raw.sustainedMBs, r.mbPerSec/raw.seqMBs)
+	}
+	if ok64 {
+		fmt.Printf("  batched MB/s / raw sequential MB/s     %8.2f  [>= 0.70]  (64 writers; raw sustained for -duration; against the 256 MiB burst: %.2f)\n", r64.mbPerSec/raw.sustainedMBs, r64.mbPerSec/raw.seqMBs)
+	}
+	if ok8 {
+		fmt.Printf("  8 writers' batched MB/s / raw          %8.2f  (no target: bound by round trips, 800 KiB in flight)\n", r8.mbPerSec/raw.sustainedMBs)
 	}
 	if r, ok := results["single-writer"]; ok {
 		fmt.Printf("  single-writer p99 / raw fdatasync p99  %8.2f  [<= 2.5]\n", float64(r.p99)/float64(raw.syncP99))
