@@ -71,7 +71,3 @@ func (s *Store) dropOld() {
 		f.Close()
 	}
 }
-
-// Dropped returns how many bytes of written objects the store has dropped
-// from the page cache.
-func (s *Store) Dropped() int64 { return s.dropped.Load() }

@@ -76,13 +76,13 @@ func TestOldObjectsLeaveThePageCache(t *testing.T) {
 	objSize := int64(HeaderSize + FrameHeaderSize + size)
 
 	want := 4 * objSize // all but the newest two
-	for deadline := time.Now().Add(10 * time.Second); s.Dropped() < want; {
+	for deadline := time.Now().Add(10 * time.Second); s.dropped.Load() < want; {
 		if time.Now().After(deadline) {
-			t.Fatalf("dropped %d bytes, want %d", s.Dropped(), want)
+			t.Fatalf("dropped %d bytes, want %d", s.dropped.Load(), want)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	if got := s.Dropped(); got != want {
+	if got := s.dropped.Load(); got != want {
 		t.Fatalf("dropped %d bytes, want %d", got, want)
 	}
 	for i, id := range ids {
@@ -106,8 +106,8 @@ func TestNegativeCachedBytesKeepsPages(t *testing.T) {
 	s := openInternal(t, Options{CachedBytes: -1})
 	ids, _ := writeObjects(t, s, 3, 256<<10)
 	s.dropOld() // what the refill loop would do
-	if s.Dropped() != 0 {
-		t.Fatalf("dropped %d bytes, want none", s.Dropped())
+	if s.dropped.Load() != 0 {
+		t.Fatalf("dropped %d bytes, want none", s.dropped.Load())
 	}
 	for i, id := range ids {
 		if resident, pages := residentPages(t, s.path(id)); resident != pages {
@@ -130,7 +130,7 @@ func TestDropOldSkipsRemovedObjects(t *testing.T) {
 	s.recentBytes = 300
 	s.mu.Unlock()
 	s.dropOld()
-	if got := s.Dropped(); got != 100 {
+	if got := s.dropped.Load(); got != 100 {
 		t.Fatalf("dropped %d bytes, want 100 (object 2's; object 1 was removed)", got)
 	}
 	s.mu.Lock()

@@ -95,7 +95,7 @@ type Store struct {
 	slowCreates atomic.Int64 // Creates that found the pool empty, for tests
 	recycled    atomic.Int64 // removed objects whose file went back to the pool
 	spilled     atomic.Int64 // held objects written to files
-	dropped     atomic.Int64 // bytes of written objects dropped from the page cache
+	dropped     atomic.Int64 // bytes of written objects dropped from the page cache, for tests
 }
 
 // poolFile is a created, durable, not yet claimed object file.
