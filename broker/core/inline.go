@@ -71,15 +71,27 @@ func (b *Broker) applied(c *meta.Command, _ any) {
 	}
 }
 
-// snapshotting runs as the log takes a snapshot: the objects committed
-// inline so far must be durable before the snapshot lets the log drop their
-// entries.
-func (b *Broker) snapshotting() func() error {
+// snapshotting runs as the log takes a snapshot of state st: the objects
+// committed inline so far that st still references must be durable before
+// the snapshot lets the log drop their entries.
+func (b *Broker) snapshotting(st *meta.State) func() error {
 	o := b.inline
 	o.mu.Lock()
 	ids, store := o.unsynced, o.store
 	o.unsynced, o.logBytes = nil, 0
 	o.mu.Unlock()
+	// An object no range references in st — merged into a segment or
+	// deleted, its memory waiting out GarbageGrace — is never read from
+	// this snapshot on (no command references an object again), so it needs
+	// no file: writing one would create, write and delete a file for
+	// nothing, and under small appends most held objects are such.
+	live := ids[:0]
+	for _, id := range ids {
+		if _, ok := st.Objects[id]; ok {
+			live = append(live, id)
+		}
+	}
+	ids = live
 	if len(ids) == 0 {
 		return nil
 	}

@@ -282,6 +282,87 @@ func TestSnapshotSyncsInlineObjectsFirst(t *testing.T) {
 	checkNumbered(t, b, "s", 6)
 }
 
+// TestSnapshotSkipsMergedHeldObjects: a snapshot writes and syncs only the
+// held objects its state still references; those a merge left without
+// ranges stay in memory, no file made, until collected — and after a
+// restart from that snapshot every record still reads back.
+func TestSnapshotSkipsMergedHeldObjects(t *testing.T) {
+	var mu sync.Mutex
+	var synced []uint64
+	real := syncObjects
+	syncObjects = func(dir string, ids []uint64) error {
+		mu.Lock()
+		synced = append(synced, ids...)
+		mu.Unlock()
+		return real(dir, ids)
+	}
+	defer func() { syncObjects = real }()
+
+	ctx := context.Background()
+	dir := t.TempDir()
+	b := openTest(t, dir, func(c *Config) {
+		c.MergeMinRanges = 8
+		c.GarbageGrace = time.Hour
+		c.HoldFor = time.Hour
+	})
+	defer func() { b.Close() }()
+	mustCreate(t, b, "a", CreateOptions{})
+	mustCreate(t, b, "b", CreateOptions{})
+	appendNumbered(t, b, "a", 0, 10)
+	appendNumbered(t, b, "b", 0, 3) // too few to merge
+	merged, kept := objectsOf(t, b, "a"), objectsOf(t, b, "b")
+	b.maintain(ctx) // merges a; its old objects wait out the grace, held
+	for _, id := range merged {
+		if !b.objs.Held(id) || !b.fsm.State().Garbage[id] {
+			t.Fatalf("merged object %d: held %v, garbage %v; want both", id, b.objs.Held(id), b.fsm.State().Garbage[id])
+		}
+	}
+
+	if err := b.Snapshot(); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range merged {
+		if !b.objs.Held(id) {
+			t.Fatalf("merged object %d was spilled by the snapshot", id)
+		}
+		if _, err := os.Stat(filepath.Join(dir, "objects", objName(id))); !errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("merged object %d has a file: %v", id, err)
+		}
+	}
+	for _, id := range kept {
+		if b.objs.Held(id) {
+			t.Fatalf("object %d, still referenced, is held after the snapshot", id)
+		}
+		if _, err := os.Stat(filepath.Join(dir, "objects", objName(id))); err != nil {
+			t.Fatalf("object %d, still referenced, has no file: %v", id, err)
+		}
+	}
+	mu.Lock()
+	if !slices.Equal(synced, kept) {
+		mu.Unlock()
+		t.Fatalf("the snapshot synced %v, want exactly b's objects %v", synced, kept)
+	}
+	mu.Unlock()
+
+	// More appends after the snapshot, then a restart: the log's replay
+	// starts from the snapshot, which needs none of the merged objects.
+	appendNumbered(t, b, "a", 10, 2)
+	appendNumbered(t, b, "b", 3, 2)
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	b = openTest(t, dir)
+	checkNumbered(t, b, "a", 12)
+	checkNumbered(t, b, "b", 5)
+	if err := b.collectGarbage(ctx, 0, true); err != nil {
+		t.Fatal(err)
+	}
+	if g := b.fsm.State().Garbage; len(g) != 0 {
+		t.Fatalf("garbage left after the restart's collection: %v", g)
+	}
+	checkNumbered(t, b, "a", 12)
+}
+
 // TestInlineOff: with InlineBytes negative every object is synced on its
 // own and no commit carries frames.
 func TestInlineOff(t *testing.T) {

@@ -26,11 +26,12 @@ type Hooks struct {
 	// Applied is called after each decoded command is applied, with its
 	// result.
 	Applied func(c *Command, result any)
-	// Snapshot is called as a snapshot of the state is taken. The function
-	// it returns, if any, runs before the snapshot is persisted, off the
-	// FSM goroutine; its error cancels the snapshot (and with it the
+	// Snapshot is called as a snapshot of the state is taken, with the
+	// state it holds, which the hook must not modify. The function it
+	// returns, if any, runs before the snapshot is persisted, off the FSM
+	// goroutine; its error cancels the snapshot (and with it the
 	// compaction of the log entries it covers).
-	Snapshot func() (beforePersist func() error)
+	Snapshot func(s *State) (beforePersist func() error)
 }
 
 // SetHooks installs hooks; call it before the FSM is given to the log.
@@ -66,7 +67,7 @@ func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
 	s := &snapshot{state: f.state.Clone()}
 	f.mu.RUnlock()
 	if f.hooks.Snapshot != nil {
-		s.before = f.hooks.Snapshot()
+		s.before = f.hooks.Snapshot(s.state)
 	}
 	return s, nil
 }

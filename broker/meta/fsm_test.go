@@ -85,7 +85,10 @@ func TestHooks(t *testing.T) {
 	ran := 0
 	f.SetHooks(Hooks{
 		Applied: func(c *Command, res any) { seen = append(seen, c.Op); results = append(results, res) },
-		Snapshot: func() func() error {
+		Snapshot: func(s *State) func() error {
+			if s.Names["a"] == nil {
+				t.Error("the Snapshot hook was not given the snapshot's state")
+			}
 			return func() error { ran++; return beforeErr }
 		},
 	})
