@@ -52,13 +52,19 @@ func (s *Store) wrote(id uint64, size int64) {
 // CachedBytes. An object removed meanwhile has nothing left to drop.
 func (s *Store) dropOld() {
 	s.mu.Lock()
-	k := 0
+	k := s.recentHead
 	for k < len(s.recent) && s.recentBytes > s.cachedBytes {
 		s.recentBytes -= s.recent[k].size
 		k++
 	}
-	old := append([]recentObject(nil), s.recent[:k]...)
-	s.recent = append(s.recent[:0], s.recent[k:]...)
+	old := append([]recentObject(nil), s.recent[s.recentHead:k]...)
+	s.recentHead = k
+	// Called after each object past the window, dropOld takes one or two
+	// from the front: the list moves down only once half of it is spent.
+	if s.recentHead > len(s.recent)/2 {
+		s.recent = append(s.recent[:0], s.recent[s.recentHead:]...)
+		s.recentHead = 0
+	}
 	s.mu.Unlock()
 	for _, o := range old {
 		f, err := os.Open(s.path(o.id))

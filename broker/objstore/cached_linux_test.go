@@ -5,6 +5,7 @@ package objstore
 import (
 	"bytes"
 	"os"
+	"slices"
 	"testing"
 	"time"
 	"unsafe"
@@ -135,7 +136,42 @@ func TestDropOldSkipsRemovedObjects(t *testing.T) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if len(s.recent) != 1 || s.recent[0].id != ids[2] || s.recentBytes != 100 {
-		t.Fatalf("left %v (%d bytes), want only the newest", s.recent, s.recentBytes)
+	if left := s.recent[s.recentHead:]; len(left) != 1 || left[0].id != ids[2] || s.recentBytes != 100 {
+		t.Fatalf("left %v (%d bytes), want only the newest", left, s.recentBytes)
+	}
+}
+
+// TestDropOldKeepsTheNewestWithinTheWindow checks the bookkeeping over
+// many objects: after each one, exactly the newest that fit in CachedBytes
+// are left to drop later, in order, and their sizes add up.
+func TestDropOldKeepsTheNewestWithinTheWindow(t *testing.T) {
+	s := openInternal(t, Options{})
+	s.mu.Lock()
+	s.cachedBytes = 250
+	s.mu.Unlock()
+	var sizes []int64
+	for i := range 200 {
+		size := int64(10 + i%7*15) // 10 to 100 bytes
+		sizes = append(sizes, size)
+		s.wrote(1<<40+uint64(i), size) // no such files: nothing to drop but the record
+		s.dropOld()
+
+		// The newest objects whose sizes fit in the window.
+		var want []uint64
+		var sum int64
+		for j := len(sizes) - 1; j >= 0 && sum+sizes[j] <= 250; j-- {
+			sum += sizes[j]
+			want = append([]uint64{1<<40 + uint64(j)}, want...)
+		}
+		s.mu.Lock()
+		left, bytes := append([]recentObject(nil), s.recent[s.recentHead:]...), s.recentBytes
+		s.mu.Unlock()
+		var got []uint64
+		for _, o := range left {
+			got = append(got, o.id)
+		}
+		if !slices.Equal(got, want) || bytes != sum {
+			t.Fatalf("after object %d: left %v (%d bytes), want %v (%d bytes)", i, got, bytes, want, sum)
+		}
 	}
 }

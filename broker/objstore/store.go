@@ -89,7 +89,8 @@ type Store struct {
 
 	cachedBytes int64          // Options.CachedBytes, defaulted
 	recent      []recentObject // objects written, oldest first, whose pages may be cached
-	recentBytes int64          // their sizes' sum
+	recentHead  int            // recent[:recentHead] are dropped already
+	recentBytes int64          // the sizes' sum of recent[recentHead:]
 
 	dirSyncs    atomic.Int64 // directory fsyncs done, for tests
 	slowCreates atomic.Int64 // Creates that found the pool empty, for tests
