@@ -115,6 +115,24 @@ func TestInlineObjectsRewrittenFromTheLog(t *testing.T) {
 	checkNumbered(t, b, "s", 15)
 }
 
+// heldInTwoStreams opens a broker on dir that merges a stream's small
+// ranges once it has 8 and keeps garbage and held objects for an hour, and
+// appends 10 records to stream "a" (enough to merge) and 3 to "b" (too few):
+// every object held in memory.
+func heldInTwoStreams(t *testing.T, dir string) *Broker {
+	t.Helper()
+	b := openTest(t, dir, func(c *Config) {
+		c.MergeMinRanges = 8
+		c.GarbageGrace = time.Hour
+		c.HoldFor = time.Hour
+	})
+	mustCreate(t, b, "a", CreateOptions{})
+	mustCreate(t, b, "b", CreateOptions{})
+	appendNumbered(t, b, "a", 0, 10)
+	appendNumbered(t, b, "b", 0, 3)
+	return b
+}
+
 // TestHeldObjectsAreMergedWithoutFiles: the objects of small appends are
 // held in memory; the merge reads them from there, and the collection
 // removes them at once (no file, no grace). Those the merge leaves become
@@ -122,16 +140,8 @@ func TestInlineObjectsRewrittenFromTheLog(t *testing.T) {
 func TestHeldObjectsAreMergedWithoutFiles(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
-	b := openTest(t, dir, func(c *Config) {
-		c.MergeMinRanges = 8
-		c.GarbageGrace = time.Hour
-		c.HoldFor = time.Hour
-	})
+	b := heldInTwoStreams(t, dir)
 	defer func() { b.Close() }()
-	mustCreate(t, b, "a", CreateOptions{})
-	mustCreate(t, b, "b", CreateOptions{})
-	appendNumbered(t, b, "a", 0, 10)
-	appendNumbered(t, b, "b", 0, 3) // too few to merge
 	held := append(objectsOf(t, b, "a"), objectsOf(t, b, "b")...)
 	for _, id := range held {
 		if !b.objs.Held(id) {
@@ -300,16 +310,8 @@ func TestSnapshotSkipsMergedHeldObjects(t *testing.T) {
 
 	ctx := context.Background()
 	dir := t.TempDir()
-	b := openTest(t, dir, func(c *Config) {
-		c.MergeMinRanges = 8
-		c.GarbageGrace = time.Hour
-		c.HoldFor = time.Hour
-	})
+	b := heldInTwoStreams(t, dir)
 	defer func() { b.Close() }()
-	mustCreate(t, b, "a", CreateOptions{})
-	mustCreate(t, b, "b", CreateOptions{})
-	appendNumbered(t, b, "a", 0, 10)
-	appendNumbered(t, b, "b", 0, 3) // too few to merge
 	merged, kept := objectsOf(t, b, "a"), objectsOf(t, b, "b")
 	b.maintain(ctx) // merges a; its old objects wait out the grace, held
 	for _, id := range merged {
