@@ -272,7 +272,8 @@ func (f *flusher) write(batch []*pendingAppend) *written {
 			if p.payload == nil {
 				continue
 			}
-			pos, ln, err := w.AppendFrame(p.payload)
+			// The encoded batch stays as it is until answered.
+			pos, ln, err := w.AppendFrameRef(p.payload)
 			if err != nil {
 				w.Abort()
 				f.fail(live, err)

@@ -140,6 +140,70 @@ func TestFramesRoundTrip(t *testing.T) {
 	check(s2)
 }
 
+// TestAppendFrameRef: frames appended by reference, alone or between copied
+// ones, land where their positions say and read back — across the pwritev
+// limit of 1,024 pieces and the 4 MiB write threshold — and the file holds
+// exactly header plus frames.
+func TestAppendFrameRef(t *testing.T) {
+	s, dir := openStore(t, objstore.Options{})
+	w, err := s.Create()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Abort()
+	var frames []frame
+	add := func(p []byte, byRef bool) {
+		t.Helper()
+		var pos, n int64
+		var err error
+		if byRef {
+			pos, n, err = w.AppendFrameRef(p)
+		} else {
+			pos, n, err = w.AppendFrame(p)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if pos != w.Size()-n || n != int64(objstore.FrameHeaderSize+len(p)) {
+			t.Fatalf("frame %d at %d len %d, size now %d", len(frames), pos, n, w.Size())
+		}
+		frames = append(frames, frame{pos, n, p})
+	}
+	for i := range 1500 { // 3,000 pieces: pwritev in batches
+		add(payload(uint64(i), 1+i%300), i%500 != 499)
+	}
+	add(payload(7, 5<<20), true) // past the write threshold alone
+	add(payload(8, 100), false)
+	add(payload(9, 3<<20), true)
+	if _, _, err := w.AppendFrameRef(nil); !errors.Is(err, objstore.ErrFrameSize) {
+		t.Fatalf("empty payload by reference: %v, want ErrFrameSize", err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := w.AppendFrameRef([]byte("late")); !errors.Is(err, objstore.ErrClosed) {
+		t.Fatalf("AppendFrameRef after Close = %v, want ErrClosed", err)
+	}
+	raw, err := os.ReadFile(objPath(dir, w.ID()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if int64(len(raw)) != w.Size() {
+		t.Fatalf("file is %d bytes, want %d", len(raw), w.Size())
+	}
+	for i, f := range frames {
+		got, err := s.ReadFrame(w.ID(), f.pos, f.n)
+		if err != nil || !bytes.Equal(got, f.payload) {
+			t.Fatalf("frame %d at %d: %v, same bytes %v", i, f.pos, err, bytes.Equal(got, f.payload))
+		}
+	}
+	count := 0
+	end, err := s.Scan(w.ID(), func(pos, n int64, p []byte) error { count++; return nil })
+	if err != nil || count != len(frames) || end != w.Size() {
+		t.Fatalf("Scan: %d frames ending at %d, %v; want %d ending at %d", count, end, err, len(frames), w.Size())
+	}
+}
+
 func TestAppendFrameRefusesBadSizes(t *testing.T) {
 	s, _ := openStore(t, objstore.Options{})
 	w, err := s.Create()

@@ -18,6 +18,10 @@ const (
 	// maxPooledBuffer is the largest buffer returned to bufPool, so that one
 	// huge frame does not pin its buffer for good.
 	maxPooledBuffer = 8 << 20
+
+	// maxRefs is how many pieces (headers and payloads) AppendFrameRef lets
+	// wait before writing them: one pwritev takes at most 1,024.
+	maxRefs = 1024
 )
 
 // bufPool recycles writers' buffers: the flusher makes one object per batch,
@@ -40,11 +44,19 @@ type Writer struct {
 	id uint64
 	f  *os.File
 
-	bufp    *[]byte // buffer from bufPool, given back at Close or Abort
-	buf     []byte  // frames not yet written to the file
-	size    int64   // end of the object: written plus buffered
-	written int64   // bytes handed to the file
-	dirty   bool    // written bytes not yet fdatasynced
+	bufp *[]byte // buffer from bufPool, given back at Close or Abort
+	buf  []byte  // frames not yet written to the file
+
+	// Frames appended by AppendFrameRef, not yet written: each frame's
+	// header (in hdrs) and its caller's payload, written with one pwritev.
+	// Either buf or refs is empty: each is written before the other grows.
+	refs     [][]byte
+	refBytes int64
+	hdrs     []byte
+
+	size    int64 // end of the object: written plus buffered
+	written int64 // bytes handed to the file
+	dirty   bool  // written bytes not yet fdatasynced
 
 	err     error // the first write or sync failure, returned from then on
 	closed  bool  // Close or Abort ran
@@ -83,6 +95,11 @@ func (w *Writer) AppendFrame(payload []byte) (pos int64, n int64, err error) {
 	if len(payload) == 0 || len(payload) > MaxPayload {
 		return 0, 0, fmt.Errorf("objstore: payload of %d bytes: %w", len(payload), ErrFrameSize)
 	}
+	if len(w.refs) > 0 { // frames appended by reference go first
+		if err := w.flush(); err != nil {
+			return 0, 0, err
+		}
+	}
 	pos, n = w.size, int64(FrameHeaderSize+len(payload))
 	w.buf = appendFrameHeader(w.buf, payload)
 	w.buf = append(w.buf, payload...)
@@ -95,8 +112,55 @@ func (w *Writer) AppendFrame(payload []byte) (pos int64, n int64, err error) {
 	return pos, n, nil
 }
 
-// flush hands the buffered frames to the file, with one pwrite.
+// AppendFrameRef is AppendFrame without copying payload: the writer
+// writes it from the caller's memory, which must not change until Sync (or
+// Close) returns. The group commit's batches are encoded once and kept until
+// answered; copying megabytes of them into one buffer cost more than
+// writing them.
+func (w *Writer) AppendFrameRef(payload []byte) (pos int64, n int64, err error) {
+	if w.closed {
+		return 0, 0, ErrClosed
+	}
+	if w.err != nil {
+		return 0, 0, w.err
+	}
+	if len(payload) == 0 || len(payload) > MaxPayload {
+		return 0, 0, fmt.Errorf("objstore: payload of %d bytes: %w", len(payload), ErrFrameSize)
+	}
+	if len(w.buf) > 0 { // copied frames go first, as they came
+		if err := w.flush(); err != nil {
+			return 0, 0, err
+		}
+	}
+	pos, n = w.size, int64(FrameHeaderSize+len(payload))
+	// Appending may move hdrs to a new array: the headers already in refs
+	// keep the old one, unchanged.
+	at := len(w.hdrs)
+	w.hdrs = appendFrameHeader(w.hdrs, payload)
+	w.refs = append(w.refs, w.hdrs[at:len(w.hdrs):len(w.hdrs)], payload)
+	w.refBytes += n
+	w.size += n
+	if len(w.refs) >= maxRefs || w.refBytes >= flushThreshold {
+		if err := w.flush(); err != nil {
+			return 0, 0, err
+		}
+	}
+	return pos, n, nil
+}
+
+// flush hands the waiting frames to the file: the copied ones with one
+// pwrite, those appended by reference with pwritev.
 func (w *Writer) flush() error {
+	if len(w.refs) > 0 {
+		if err := pwritev(w.f, w.refs, w.written); err != nil {
+			w.err = stream.StreamBackendFailed.Wrap(err, "op", "objstore.write", "object", w.id)
+			return w.err
+		}
+		w.written += w.refBytes
+		w.dropRefs()
+		w.dirty = true
+		return nil
+	}
 	if len(w.buf) == 0 {
 		return nil
 	}
@@ -182,5 +246,13 @@ func (w *Writer) release() {
 		bufPool.Put(w.bufp)
 	}
 	w.buf, w.bufp = nil, nil
+	w.dropRefs()
 	w.s.doneWriting(w.id)
+}
+
+// dropRefs forgets the frames appended by reference, written or not, so
+// that the writer no longer keeps its callers' payloads.
+func (w *Writer) dropRefs() {
+	clear(w.refs)
+	w.refs, w.refBytes, w.hdrs = w.refs[:0], 0, w.hdrs[:0]
 }
