@@ -56,9 +56,10 @@ func TestMain(m *testing.M) {
 
 // broker is one run of the binary.
 type broker struct {
-	cmd  *exec.Cmd
-	url  string
-	logs *os.File
+	cmd    *exec.Cmd
+	url    string
+	logs   *os.File
+	exited <-chan error // cmd.Wait's result; nil once received
 }
 
 func start(t *testing.T, dataDir string) *broker {
@@ -79,6 +80,9 @@ func start(t *testing.T, dataDir string) *broker {
 		t.Fatal(err)
 	}
 	b := &broker{cmd: cmd, url: "http://" + addr, logs: logs}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	b.exited = exited
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		resp, err := http.Get(b.url + "/readyz")
@@ -88,17 +92,35 @@ func start(t *testing.T, dataDir string) *broker {
 				return b
 			}
 		}
+		select {
+		case err := <-exited:
+			b.exited = nil
+			t.Fatalf("broker exited before it was ready (%v); its log ends:\n%s", err, logTail(logs.Name()))
+		default:
+		}
 		if time.Now().After(deadline) {
 			b.kill()
-			t.Fatalf("broker not ready after 30s (log: %s)", logs.Name())
+			t.Fatalf("broker not ready after 30s; its log ends:\n%s", logTail(logs.Name()))
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
 }
 
+// logTail returns the last 4 KiB of the broker's log, for a failure
+// message: the log itself goes with the test's temporary directory.
+func logTail(path string) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err.Error()
+	}
+	return string(b[max(0, len(b)-4096):])
+}
+
 func (b *broker) kill() {
 	_ = b.cmd.Process.Kill() // SIGKILL: no flush, no close, no goodbye
-	_, _ = b.cmd.Process.Wait()
+	if b.exited != nil {
+		<-b.exited
+	}
 	b.logs.Close()
 }
 
