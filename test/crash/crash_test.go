@@ -161,8 +161,15 @@ func TestKill9KeepsEveryAcknowledgedRecord(t *testing.T) {
 		producers[i] = &producer{id: fmt.Sprintf("p%d", i), epoch: 1}
 	}
 	var counter int64
+	var slowest time.Duration // the longest a restart took to be ready
+	slowestTrial := 0
+	defer func() { t.Logf("slowest restart: %v (trial %d)", slowest.Round(time.Millisecond), slowestTrial) }()
 	for trial := 0; trial < *trials; trial++ {
+		began := time.Now()
 		b := start(t, dataDir)
+		if d := time.Since(began); d > slowest {
+			slowest, slowestTrial = d, trial
+		}
 		ctx := context.Background()
 		c, err := client.New(b.url)
 		if err != nil {
