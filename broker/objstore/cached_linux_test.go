@@ -52,17 +52,8 @@ func writeObjects(t *testing.T, s *Store, n, size int) ([]uint64, [][]byte) {
 	var payloads [][]byte
 	for i := range n {
 		p := bytes.Repeat([]byte{byte('a' + i)}, size)
-		w, err := s.Create()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, _, err := w.AppendFrame(p); err != nil {
-			t.Fatal(err)
-		}
-		if err := w.Close(); err != nil {
-			t.Fatal(err)
-		}
-		ids, payloads = append(ids, w.ID()), append(payloads, p)
+		id, _, _ := writeOne(t, s, p)
+		ids, payloads = append(ids, id), append(payloads, p)
 	}
 	return ids, payloads
 }

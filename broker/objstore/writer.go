@@ -86,19 +86,8 @@ func (w *Writer) Size() int64 { return w.size }
 // copied; it is durable once Sync returns nil. An empty payload or one above
 // MaxPayload is refused with ErrFrameSize and leaves the writer usable.
 func (w *Writer) AppendFrame(payload []byte) (pos int64, n int64, err error) {
-	if w.closed {
-		return 0, 0, ErrClosed
-	}
-	if w.err != nil {
-		return 0, 0, w.err
-	}
-	if len(payload) == 0 || len(payload) > MaxPayload {
-		return 0, 0, fmt.Errorf("objstore: payload of %d bytes: %w", len(payload), ErrFrameSize)
-	}
-	if len(w.refs) > 0 { // frames appended by reference go first
-		if err := w.flush(); err != nil {
-			return 0, 0, err
-		}
+	if err := w.admit(payload, len(w.refs) > 0); err != nil {
+		return 0, 0, err
 	}
 	pos, n = w.size, int64(FrameHeaderSize+len(payload))
 	w.buf = appendFrameHeader(w.buf, payload)
@@ -112,25 +101,34 @@ func (w *Writer) AppendFrame(payload []byte) (pos int64, n int64, err error) {
 	return pos, n, nil
 }
 
+// admit checks that the writer can take payload as a frame and, when
+// frames of the other kind are waiting (copied ones for AppendFrameRef,
+// referenced ones for AppendFrame), writes them first, so the file keeps
+// the frames in the order they came.
+func (w *Writer) admit(payload []byte, otherWaiting bool) error {
+	if w.closed {
+		return ErrClosed
+	}
+	if w.err != nil {
+		return w.err
+	}
+	if len(payload) == 0 || len(payload) > MaxPayload {
+		return fmt.Errorf("objstore: payload of %d bytes: %w", len(payload), ErrFrameSize)
+	}
+	if otherWaiting {
+		return w.flush()
+	}
+	return nil
+}
+
 // AppendFrameRef is AppendFrame without copying payload: the writer
 // writes it from the caller's memory, which must not change until Sync (or
 // Close) returns. The group commit's batches are encoded once and kept until
 // answered; copying megabytes of them into one buffer cost more than
 // writing them.
 func (w *Writer) AppendFrameRef(payload []byte) (pos int64, n int64, err error) {
-	if w.closed {
-		return 0, 0, ErrClosed
-	}
-	if w.err != nil {
-		return 0, 0, w.err
-	}
-	if len(payload) == 0 || len(payload) > MaxPayload {
-		return 0, 0, fmt.Errorf("objstore: payload of %d bytes: %w", len(payload), ErrFrameSize)
-	}
-	if len(w.buf) > 0 { // copied frames go first, as they came
-		if err := w.flush(); err != nil {
-			return 0, 0, err
-		}
+	if err := w.admit(payload, len(w.buf) > 0); err != nil {
+		return 0, 0, err
 	}
 	pos, n = w.size, int64(FrameHeaderSize+len(payload))
 	// Appending may move hdrs to a new array: the headers already in refs
