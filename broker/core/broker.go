@@ -261,7 +261,13 @@ func Open(cfg Config) (*Broker, error) {
 		return nil, err
 	}
 	b.objs = objs
-	b.inline.setStore(objs)
+	var restored error
+	b.fsm.View(func(s *meta.State) { restored = b.inline.restore(objs, s) })
+	if restored != nil {
+		_ = objs.Close()
+		_ = l.Close()
+		return nil, restored
+	}
 	// Nothing is in flight yet: every object the log never committed is a
 	// torn or abandoned write, and goes now.
 	if err := b.collectGarbage(context.Background(), 0, true); err != nil {

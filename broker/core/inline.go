@@ -1,6 +1,8 @@
 package core
 
 import (
+	"bytes"
+	"errors"
 	"path/filepath"
 	"sync"
 
@@ -25,8 +27,13 @@ import (
 // last snapshot that is still held, then syncs them all, names included
 // (objstore.SyncObjects), and raft compacts the log only after a snapshot
 // is persisted. When the log is replayed at start — after a crash such an
-// object's file may be torn, gone or never written — each is written again
-// from its entry. A read never sees the difference.
+// object's file may be torn, gone or never written — each object still
+// referenced once the replay is done is held in memory again from its
+// entry (objstore.Restore), as if just committed; those the log merged or
+// deleted since are never written at all. (Writing a file for each during
+// the replay made a start after a crash take seconds per ten thousand
+// small objects, all before the broker could answer.) A read never sees
+// the difference.
 type inlineObjects struct {
 	dir string // the objects directory
 
@@ -34,23 +41,49 @@ type inlineObjects struct {
 	store    *objstore.Store // set once the store is open (after the replay)
 	unsynced []uint64        // committed inline, not yet fdatasynced
 	logBytes int64           // frames applied since the last snapshot began
+
+	// replayed holds the frames of the objects the replay met, in log
+	// order, until restore holds them in the store.
+	replayed []replayedObject
+}
+
+type replayedObject struct {
+	id     uint64
+	frames []byte
 }
 
 func newInlineObjects(dir string) *inlineObjects {
 	return &inlineObjects{dir: dir}
 }
 
-// setStore gives the snapshots the store holding the objects.
-func (o *inlineObjects) setStore(s *objstore.Store) {
+// restore gives the snapshots the store holding the objects, once the
+// replay is done, and holds in it again every replayed object that st, the
+// state the replay left, still references.
+func (o *inlineObjects) restore(s *objstore.Store, st *meta.State) error {
 	o.mu.Lock()
-	o.store = s
+	replayed := o.replayed
 	o.mu.Unlock()
+	for _, r := range replayed {
+		if _, ok := st.Objects[r.id]; !ok {
+			continue // merged, trimmed or deleted later in the log
+		}
+		if _, err := s.Restore(r.id, r.frames); err != nil {
+			return err
+		}
+	}
+	// Only now may a snapshot let the log drop the entries: every object
+	// is held (a snapshot spills it) or in its file.
+	o.mu.Lock()
+	o.store, o.replayed = s, nil
+	o.mu.Unlock()
+	return nil
 }
 
 // applied runs on the log's apply goroutine after each command. A commit
-// carrying frames of an object this broker does not hold (a replay at
-// start) writes its object's file from them, unless the file already holds
-// them (a held object spilled before its commit applied).
+// carrying frames of an object this broker does not hold is one the
+// replay at start meets: its frames wait for restore. (Once the store is
+// open, such an object is held, or was spilled before its commit applied;
+// EnsureObject checks its file.)
 func (b *Broker) applied(c *meta.Command, _ any) {
 	if c.Op != meta.OpCommit || c.Commit == nil || len(c.Commit.Frames) == 0 {
 		return
@@ -60,8 +93,14 @@ func (b *Broker) applied(c *meta.Command, _ any) {
 	o.unsynced = append(o.unsynced, id)
 	o.logBytes += int64(len(c.Commit.Frames))
 	store := o.store
+	if store == nil {
+		// The log may reuse the entry's buffer once Apply returns.
+		o.replayed = append(o.replayed, replayedObject{id, bytes.Clone(c.Commit.Frames)})
+		o.mu.Unlock()
+		return
+	}
 	o.mu.Unlock()
-	if store != nil && store.Held(id) {
+	if store.Held(id) {
 		return
 	}
 	if err := objstore.EnsureObject(o.dir, id, c.Commit.Frames); err != nil {
@@ -77,6 +116,12 @@ func (b *Broker) applied(c *meta.Command, _ any) {
 func (b *Broker) snapshotting(st *meta.State) func() error {
 	o := b.inline
 	o.mu.Lock()
+	if o.store == nil && len(o.replayed) > 0 {
+		// A snapshot taken by raft while the log replays: the objects met
+		// so far are in memory only, and the log must keep them.
+		o.mu.Unlock()
+		return func() error { return errReplaying }
+	}
 	ids, store := o.unsynced, o.store
 	o.unsynced, o.logBytes = nil, 0
 	o.mu.Unlock()
@@ -97,7 +142,7 @@ func (b *Broker) snapshotting(st *meta.State) func() error {
 	}
 	return func() error {
 		var err error
-		if store != nil { // nil while the log replays: nothing is held then
+		if store != nil { // nil while the log replays an empty log
 			err = store.Spill(ids)
 		}
 		if err == nil {
@@ -113,6 +158,9 @@ func (b *Broker) snapshotting(st *meta.State) func() error {
 		return nil
 	}
 }
+
+// errReplaying refuses a snapshot while the log replays objects' frames.
+var errReplaying = errors.New("broker/core: the metadata log is replaying inline-committed objects; the snapshot waits")
 
 // syncObjects is objstore.SyncObjects; tests replace it.
 var syncObjects = objstore.SyncObjects

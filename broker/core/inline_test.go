@@ -15,6 +15,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/picomq/picomq/broker/meta"
+	"github.com/picomq/picomq/broker/objstore"
 	"github.com/picomq/picomq/broker/stream"
 )
 
@@ -43,21 +45,22 @@ func checkNumbered(t *testing.T, b *Broker, s string, n int) {
 	}
 }
 
-// TestInlineObjectsRewrittenFromTheLog: small appends are acknowledged
+// TestInlineObjectsRestoredFromTheLog: small appends are acknowledged
 // without an fdatasync of their object — without a file even, the object
 // held in memory —, their bytes durable in the metadata log. After a close
-// (or a crash) the next start writes each object from its log entry; a
-// power loss can also leave those files torn, empty, corrupt or gone, and
-// the start after that writes them again. Every acknowledged record reads
-// back.
-func TestInlineObjectsRewrittenFromTheLog(t *testing.T) {
+// (or a crash) the next start holds each object again from its log entry
+// and writes no file. A power loss can also leave the files of objects
+// spilled before it torn, empty, corrupt or gone: the start after that
+// removes those and holds their objects again, and keeps the intact ones.
+// Every acknowledged record reads back.
+func TestInlineObjectsRestoredFromTheLog(t *testing.T) {
 	dir := t.TempDir()
 	m := NewMetrics(nil)
 	b := openTest(t, dir, func(c *Config) { c.Metrics = m })
 	mustCreate(t, b, "s", CreateOptions{})
-	appendNumbered(t, b, "s", 0, 12)
-	if n := testutil.ToFloat64(m.InlineObjects); n < 12 {
-		t.Fatalf("%v objects committed inline, want 12 (one per append)", n)
+	appendNumbered(t, b, "s", 0, 15)
+	if n := testutil.ToFloat64(m.InlineObjects); n < 15 {
+		t.Fatalf("%v objects committed inline, want 15 (one per append)", n)
 	}
 	if n := sampleCount(m.FsyncSeconds); n != 0 {
 		t.Fatalf("objects synced on their own: %d, want none", n)
@@ -79,17 +82,31 @@ func TestInlineObjectsRewrittenFromTheLog(t *testing.T) {
 	}
 
 	b = openTest(t, dir)
-	checkNumbered(t, b, "s", 12)
+	checkNumbered(t, b, "s", 15)
+	ids := objectsOf(t, b, "s")
+	if len(ids) != 15 {
+		t.Fatalf("objects %v, want 15", ids)
+	}
+	for _, id := range ids {
+		if !b.objs.Held(id) {
+			t.Fatalf("object %d is not held again after the replay", id)
+		}
+	}
+	if infos, err := b.objs.List(); err != nil || len(infos) != 0 { // the pool's files aside
+		t.Fatalf("object files %v, %v: the replay wrote files", infos, err)
+	}
+	// Spilled before the next crash, not yet synced.
+	if err := b.objs.Spill(ids); err != nil {
+		t.Fatal(err)
+	}
 	if err := b.Close(); err != nil {
 		t.Fatal(err)
 	}
-	objs := objectFiles()
-	if len(objs) < 12 {
-		t.Fatalf("object files after the replay: %v", objs)
-	}
-	for i, p := range objs {
+	intact := map[uint64]os.FileInfo{}
+	for i, id := range ids {
+		p := filepath.Join(dir, "objects", objName(id))
 		var err error
-		switch i % 4 {
+		switch i % 5 {
 		case 0:
 			err = os.Remove(p)
 		case 1:
@@ -102,6 +119,8 @@ func TestInlineObjectsRewrittenFromTheLog(t *testing.T) {
 				raw[len(raw)-1] ^= 0xff
 			}
 			err = errors.Join(rerr, os.WriteFile(p, raw, 0o600))
+		case 4:
+			intact[id], err = os.Stat(p)
 		}
 		if err != nil {
 			t.Fatal(err)
@@ -110,9 +129,124 @@ func TestInlineObjectsRewrittenFromTheLog(t *testing.T) {
 
 	b = openTest(t, dir)
 	defer b.Close()
-	checkNumbered(t, b, "s", 12)
-	appendNumbered(t, b, "s", 12, 3) // and the stream goes on
+	for _, id := range ids {
+		info, err := os.Stat(filepath.Join(dir, "objects", objName(id)))
+		if was, ok := intact[id]; ok {
+			if b.objs.Held(id) || err != nil || !info.ModTime().Equal(was.ModTime()) {
+				t.Fatalf("intact object %d: held %v, file %v: want its file kept as it was", id, b.objs.Held(id), err)
+			}
+			continue
+		}
+		if !b.objs.Held(id) || !errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("damaged object %d: held %v, file %v: want held again and the file removed", id, b.objs.Held(id), err)
+		}
+	}
 	checkNumbered(t, b, "s", 15)
+	appendNumbered(t, b, "s", 15, 3) // and the stream goes on
+	checkNumbered(t, b, "s", 18)
+	// The next snapshot makes the restored objects files, durable.
+	if err := b.Snapshot(); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range ids {
+		if _, err := os.Stat(filepath.Join(dir, "objects", objName(id))); err != nil || b.objs.Held(id) {
+			t.Fatalf("object %d after a snapshot: held %v, file %v", id, b.objs.Held(id), err)
+		}
+	}
+	checkNumbered(t, b, "s", 18)
+}
+
+// TestReplaySkipsMergedObjects: objects the log merged into a segment
+// after committing them inline are neither held nor written when the log
+// is replayed; those still referenced are held.
+func TestReplaySkipsMergedObjects(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	b := heldInTwoStreams(t, dir)
+	merged, kept := objectsOf(t, b, "a"), objectsOf(t, b, "b")
+	b.maintain(ctx) // merges a
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	b = openTest(t, dir)
+	defer b.Close()
+	for _, id := range merged {
+		if _, err := os.Stat(filepath.Join(dir, "objects", objName(id))); b.objs.Held(id) || !errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("merged object %d: held %v, file %v: want neither", id, b.objs.Held(id), err)
+		}
+	}
+	for _, id := range kept {
+		if !b.objs.Held(id) {
+			t.Fatalf("object %d, still referenced, is not held", id)
+		}
+	}
+	checkNumbered(t, b, "a", 10)
+	checkNumbered(t, b, "b", 3)
+}
+
+// TestNoSnapshotWhileReplaying: a snapshot raft takes while the log
+// replays must not let it drop entries whose objects are held nowhere
+// else yet; once they are restored, the next snapshot writes them.
+func TestNoSnapshotWhileReplaying(t *testing.T) {
+	dir := t.TempDir()
+	b := &Broker{cfg: Config{DataDir: dir}.withDefaults(), inline: newInlineObjects(objectsDir(dir))}
+	frames := objstore.AppendFrame(nil, []byte("replayed"))
+	b.applied(&meta.Command{Op: meta.OpCommit, Commit: &meta.Commit{Object: 7, Frames: frames}}, nil)
+	st := meta.NewState()
+	st.Objects[7] = &meta.Object{ID: 7, Size: int64(objstore.HeaderSize + len(frames)), Refs: 1}
+	if err := b.snapshotting(st)(); !errors.Is(err, errReplaying) {
+		t.Fatalf("snapshot during the replay: %v, want errReplaying", err)
+	}
+	s, err := objstore.Open(objectsDir(dir), objstore.Options{MinNextID: 8, PoolSize: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := b.inline.restore(s, st); err != nil {
+		t.Fatal(err)
+	}
+	if !s.Held(7) {
+		t.Fatal("object 7 not held after the restore")
+	}
+	if err := b.snapshotting(st)(); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.ReadFrame(7, objstore.HeaderSize, int64(len(frames)))
+	if err != nil || string(got) != "replayed" || s.Held(7) {
+		t.Fatalf("object 7 after the snapshot: %q, %v, held %v; want its file", got, err, s.Held(7))
+	}
+}
+
+// TestSnapshotAtStartWhenTheLogIsLong: a log replayed at start that holds
+// more than InlineLogBytes of frames past its snapshot gets one at once,
+// not after the first maintenance pass: a broker that keeps crashing
+// early would otherwise let it grow.
+func TestSnapshotAtStartWhenTheLogIsLong(t *testing.T) {
+	dir := t.TempDir()
+	small := func(c *Config) { c.InlineLogBytes = 1 << 10 }
+	b := openTest(t, dir, small) // no maintenance pass within the test
+	mustCreate(t, b, "s", CreateOptions{})
+	appendNumbered(t, b, "s", 0, 100)
+	snapshots := func() []string {
+		snaps, _ := filepath.Glob(filepath.Join(dir, "meta", "snapshots", "*", "state.bin"))
+		return snaps
+	}
+	if len(snapshots()) != 0 {
+		t.Fatalf("snapshots before the restart: %v", snapshots())
+	}
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	b = openTest(t, dir, small)
+	defer b.Close()
+	deadline := time.Now().Add(20 * time.Second)
+	for len(snapshots()) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("no snapshot after a start replaying more than InlineLogBytes")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	checkNumbered(t, b, "s", 100)
 }
 
 // heldInTwoStreams opens a broker on dir that merges a stream's small

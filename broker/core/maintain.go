@@ -257,6 +257,10 @@ func (b *Broker) maintainLoop() {
 	defer t.Stop()
 	lastTouch, lastOrphanScan := time.Now(), time.Now()
 	var lastSpilled, lastUnzeroed int64
+	// A log replayed at start may be past its snapshot threshold already: a
+	// broker that keeps crashing within its first pass would otherwise let
+	// it grow, and each start replay more.
+	b.snapshotIfDue()
 	for {
 		select {
 		case <-b.stop:

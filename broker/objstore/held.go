@@ -1,6 +1,7 @@
 package objstore
 
 import (
+	"bytes"
 	"errors"
 	"io/fs"
 	"os"
@@ -20,7 +21,7 @@ import (
 // files (without fdatasync) by Spill, before the metadata log may drop the
 // entries that hold them, once they are held for long, or when more than
 // Options.MaxHeldBytes are held (oldest first). Close forgets what is held:
-// the metadata log still has it, and its replay writes it (EnsureObject).
+// the metadata log still has it, and its replay holds it again (Restore).
 
 // heldObject is one object kept in memory.
 type heldObject struct {
@@ -59,6 +60,67 @@ func (s *Store) Hold(frames []byte) (uint64, error) {
 		s.kickRefill() // the refill goroutine spills too
 	}
 	return id, nil
+}
+
+// Restore holds frames again as object id, an object committed earlier
+// whose bytes the caller replayed from where they are durable (the
+// metadata log). A file of id left by an earlier spill is kept when it
+// holds exactly header + frames, and the object is not held then; any
+// other file of id (torn, truncated or corrupted by a crash before it was
+// synced) is removed first, so that a later Spill writes the object whole.
+// It reports whether the object is held.
+func (s *Store) Restore(id uint64, frames []byte) (bool, error) {
+	s.mu.Lock()
+	switch {
+	case s.closed:
+		s.mu.Unlock()
+		return false, ErrClosed
+	case id == 0 || id >= s.nextID || s.pooled[id]:
+		s.mu.Unlock()
+		return false, stream.StreamBackendFailed.With("op", "objstore.restore", "object", id, "reason", "not an id of a committed object")
+	}
+	if _, ok := s.held[id]; ok {
+		s.mu.Unlock()
+		return true, nil
+	}
+	s.mu.Unlock()
+	path := s.path(id)
+	if fi, err := os.Stat(path); err == nil {
+		if fi.Size() == int64(HeaderSize+len(frames)) && sameObject(path, id, frames) {
+			return false, nil
+		}
+		s.cache.evict(id)
+		if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return false, stream.StreamBackendFailed.Wrap(err, "op", "objstore.restore", "object", id)
+		}
+	}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return false, ErrClosed
+	}
+	if _, ok := s.held[id]; !ok {
+		s.held[id] = &heldObject{frames: frames, since: time.Now()}
+		s.heldOrder = append(s.heldOrder, id)
+		s.heldBytes += int64(len(frames))
+	}
+	over := s.maxHeld > 0 && s.heldBytes > s.maxHeld
+	s.mu.Unlock()
+	if over {
+		s.kickRefill()
+	}
+	return true, nil
+}
+
+// sameObject reports whether the file at path holds exactly object id's
+// header followed by frames.
+func sameObject(path string, id uint64, frames []byte) bool {
+	have, err := os.ReadFile(path)
+	if err != nil || len(have) != HeaderSize+len(frames) {
+		return false
+	}
+	var hdr [HeaderSize]byte
+	return bytes.Equal(have[:HeaderSize], appendHeader(hdr[:0], id)) && bytes.Equal(have[HeaderSize:], frames)
 }
 
 // Held reports whether object id is held in memory (not yet a file).

@@ -188,3 +188,73 @@ func TestCloseForgetsHeldObjects(t *testing.T) {
 		t.Fatalf("Hold after Close: %v, want ErrClosed", err)
 	}
 }
+
+// TestRestoreHoldsReplayedObjects: Restore holds a replayed object again
+// under its own id; an intact file of it is kept (not held), a damaged one
+// removed (held, and a later Spill writes it whole); ids the store never
+// handed out, or pool files, are refused.
+func TestRestoreHoldsReplayedObjects(t *testing.T) {
+	dir := t.TempDir() + "/objects"
+	frames, pos, n := heldFrames("one", "two")
+	// Objects 1-3 were committed before the store opens on MinNextID 4.
+	if err := PrepareDir(dir); err != nil {
+		t.Fatal(err)
+	}
+	if err := writeObjectFile(fileNameIn(dir, 2), 2, frames, os.O_EXCL, "test"); err != nil {
+		t.Fatal(err)
+	}
+	if err := writeObjectFile(fileNameIn(dir, 3), 3, frames, os.O_EXCL, "test"); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(fileNameIn(dir, 3), HeaderSize+3); err != nil { // torn
+		t.Fatal(err)
+	}
+	intact, err := os.Stat(fileNameIn(dir, 2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := Open(dir, Options{MinNextID: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	for id, wantHeld := range map[uint64]bool{1: true, 2: false, 3: true} {
+		held, err := s.Restore(id, frames)
+		if err != nil || held != wantHeld || s.Held(id) != wantHeld {
+			t.Fatalf("restore %d: held %v (%v), %v; want held %v", id, held, s.Held(id), err, wantHeld)
+		}
+		got, err := s.ReadFrames(id, pos[0], n)
+		if err != nil || string(got[0]) != "one" || string(got[1]) != "two" {
+			t.Fatalf("object %d reads %q, %v", id, got, err)
+		}
+	}
+	if again, err := os.Stat(fileNameIn(dir, 2)); err != nil || !again.ModTime().Equal(intact.ModTime()) {
+		t.Fatalf("intact file of object 2 rewritten or gone: %v", err)
+	}
+	if _, err := os.Stat(fileNameIn(dir, 3)); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("torn file of object 3 kept: %v", err)
+	}
+	if s.HeldBytes() != int64(2*len(frames)) {
+		t.Fatalf("%d bytes held, want %d", s.HeldBytes(), 2*len(frames))
+	}
+	if err := s.Spill([]uint64{1, 3}); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []uint64{1, 3} {
+		if !sameObject(fileNameIn(dir, id), id, frames) || s.Held(id) {
+			t.Fatalf("object %d after the spill: held %v, file whole %v", id, s.Held(id), sameObject(fileNameIn(dir, id), id, frames))
+		}
+	}
+	s.mu.Lock()
+	var pooled uint64
+	for id := range s.pooled {
+		pooled = id
+	}
+	next := s.nextID
+	s.mu.Unlock()
+	for _, id := range []uint64{0, next, pooled} {
+		if _, err := s.Restore(id, frames); err == nil {
+			t.Fatalf("restore of object %d (next id %d, pooled %d) accepted", id, next, pooled)
+		}
+	}
+}
