@@ -72,11 +72,13 @@ type pendingAppend struct {
 	app     meta.Append
 	group   *meta.GroupOffset
 	payload []byte
-	count   int
-	bytes   int64
-	at      int64
-	res     AppendResult
-	done    chan error
+	// recycled: payload came from getPayload and goes back once answered.
+	recycled bool
+	count    int
+	bytes    int64
+	at       int64
+	res      AppendResult
+	done     chan error
 }
 
 // Append validates records against the stream's policy and its provisional
@@ -266,7 +268,9 @@ func (b *Broker) admit(ctx context.Context, n *named, partition int, records []s
 		done: make(chan error, 1),
 	}
 	if len(records) > 0 {
-		p.payload = encodeBatch(make([]byte, 0, batchBytes+int64(len(records))*24), pt.next, now, records)
+		var buf []byte
+		buf, p.recycled = getPayload(int(batchBytes) + len(records)*24)
+		p.payload = encodeBatch(buf, pt.next, now, records)
 	}
 	p.res = AppendResult{Partition: partition, First: pt.next, Next: pt.next + uint64(len(records)), Closed: o.Close}
 	if len(records) > 0 {

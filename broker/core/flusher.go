@@ -410,9 +410,13 @@ func (f *flusher) settle(p *proposal) {
 		pa.n.pendingBytes -= pa.bytes
 		pa.n.mu.Unlock()
 		// Live readers read what was just appended: serve it from memory,
-		// without a system call.
-		if r := pa.app.Range; r != nil && pa.payload != nil {
+		// without a system call. A recycled buffer is not kept: a large
+		// batch's object is a file whose pages are cached anyway.
+		if r := pa.app.Range; r != nil && pa.payload != nil && !pa.recycled {
 			b.frames.put(frameKey{r.Object, r.Pos}, pa.payload)
+		}
+		if pa.recycled {
+			putPayload(pa.payload)
 		}
 		pa.payload = nil
 		touched[pa.n] = true
