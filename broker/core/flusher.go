@@ -416,7 +416,7 @@ func (f *flusher) settle(p *proposal) {
 			b.frames.put(frameKey{r.Object, r.Pos}, pa.payload)
 		}
 		if pa.recycled {
-			putPayload(pa.payload)
+			batchBuffers.Put(pa.payload)
 		}
 		pa.payload = nil
 		touched[pa.n] = true

@@ -25,7 +25,8 @@ func (s *Server) appends(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, wire.UnsupportedMediaType.With("contentType", ct, "accepted", wire.AppendsContentType))
 		return
 	}
-	body, err := readBody(w, r, s.opts.MaxBodyBytes)
+	body, releaseBody, err := readAppendBody(w, r, s.opts.MaxBodyBytes)
+	defer releaseBody() // the items' records are copied once each is admitted
 	if err != nil {
 		s.fail(w, r, err)
 		return

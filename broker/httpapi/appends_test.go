@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -172,4 +173,54 @@ func postAppends(t *testing.T, f *fixture, body []byte) (wire.AppendsResult, []b
 		t.Fatal(err)
 	}
 	return out, data
+}
+
+// TestLargeBodiesAreRecycled: the buffers of large append bodies are
+// recycled once their appends are answered — single appends, raw
+// payloads and shared requests alike —, so the next request may overwrite
+// them: every record still reads back as it was sent.
+func TestLargeBodiesAreRecycled(t *testing.T) {
+	f := newFixture(t, Options{})
+	f.create("s", stream.PolicyValue{})
+	filled := func(fill byte, n int) string { return string(bytes.Repeat([]byte{fill}, n)) }
+	var want []string
+	for i := range 12 {
+		fill := byte('a' + i)
+		switch i % 3 {
+		case 0: // a batch of 80 x 1 KiB
+			var rs []stream.RecordValue
+			for range 80 {
+				rs = append(rs, rec("", filled(fill, 1024)))
+				want = append(want, filled(fill, 1024))
+			}
+			f.appendBatch("s", "", rs...)
+		case 1: // one raw payload of 70 KiB
+			resp, data := f.do("POST", "/v1/log/s", hdr{"Content-Type": wire.RawContentType}, []byte(filled(fill, 70<<10)))
+			if resp.StatusCode != http.StatusOK {
+				t.Fatalf("raw append: %d %s", resp.StatusCode, data)
+			}
+			want = append(want, filled(fill, 70<<10))
+		case 2: // a shared request of 8 appends of 10 KiB
+			var body []byte
+			for range 8 {
+				body = wire.AppendItemTo(body, "s", 0, wire.EncodeRecords([]stream.RecordValue{rec("", filled(fill, 10<<10))}))
+				want = append(want, filled(fill, 10<<10))
+			}
+			if out, data := postAppends(t, f, body); len(out.Results) != 8 || out.Results[7].AppendResult == nil {
+				t.Fatalf("shared request: %s", data)
+			}
+		}
+	}
+	es, _, err := f.b.Read(t.Context(), "s", 0, 0, 10000, core.ReadOptions{MaxBytes: 64 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(es) != len(want) {
+		t.Fatalf("%d records, want %d", len(es), len(want))
+	}
+	for i, e := range es {
+		if string(e.Record.Payload) != want[i] {
+			t.Fatalf("record %d reads %.8q... (%d bytes), want %.8q... (%d bytes)", i, e.Record.Payload, len(e.Record.Payload), want[i], len(want[i]))
+		}
+	}
 }

@@ -96,7 +96,8 @@ func (s *Server) append(w http.ResponseWriter, r *http.Request, name string) {
 		s.fail(w, r, badParam("key", q.Get("key"), "key applies to "+wire.RawContentType+" bodies only"))
 		return
 	}
-	body, err := readBody(w, r, s.opts.MaxBodyBytes)
+	body, release, err := readAppendBody(w, r, s.opts.MaxBodyBytes)
+	defer release() // the records are copied once the append is admitted
 	if err != nil {
 		s.fail(w, r, err)
 		return

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/picomq/picomq/broker/bufpool"
 	"github.com/picomq/picomq/broker/core"
 	"github.com/picomq/picomq/broker/errs"
 	"github.com/picomq/picomq/broker/httpapi/wire"
@@ -183,8 +184,36 @@ func mediaType(v string) string {
 // readBody reads a body of at most limit bytes, refusing a larger one as
 // BODY_TOO_LARGE.
 func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, error) {
+	body, _, err := readBodyInto(w, r, limit, nil)
+	if err != nil {
+		return nil, err
+	}
+	return body, nil
+}
+
+// appendBodies recycles the bodies of large appends: an append's records
+// are copied into its encoded batch when the broker admits it, so the body
+// is dead once the append is answered (see core's batchBuffers for what
+// allocating them cost).
+var appendBodies bufpool.Pool
+
+// readAppendBody is readBody for an append: release gives the body's
+// buffer back once nothing uses the body any more (the handler's appends
+// are answered); it may be called once, on every path.
+func readAppendBody(w http.ResponseWriter, r *http.Request, limit int64) (body []byte, release func(), err error) {
+	body, recycled, err := readBodyInto(w, r, limit, &appendBodies)
+	if !recycled {
+		return body, func() {}, err
+	}
+	return body, func() { appendBodies.Put(body) }, err
+}
+
+// readBodyInto reads a body of at most limit bytes into a buffer from pool
+// (nil: allocated), and reports whether the buffer returned is one pool
+// recycles (then it is returned even with an error, to be given back).
+func readBodyInto(w http.ResponseWriter, r *http.Request, limit int64, pool *bufpool.Pool) (buf []byte, recycled bool, err error) {
 	if r.ContentLength > limit {
-		return nil, wire.BodyTooLarge.With("maxBytes", limit, "contentLength", r.ContentLength)
+		return nil, false, wire.BodyTooLarge.With("maxBytes", limit, "contentLength", r.ContentLength)
 	}
 	// Sized by Content-Length, up to 1 MiB: a client that announces a
 	// large body and sends it slowly does not get the whole buffer at once.
@@ -192,7 +221,11 @@ func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, erro
 	if r.ContentLength >= 0 {
 		size = int(min(r.ContentLength, 1<<20))
 	}
-	buf := make([]byte, 0, size+1)
+	if pool != nil {
+		buf, recycled = pool.Get(size + 1)
+	} else {
+		buf = make([]byte, 0, size+1)
+	}
 	body := http.MaxBytesReader(w, r.Body, limit)
 	for {
 		if len(buf) == cap(buf) {
@@ -203,12 +236,12 @@ func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, erro
 		if err != nil {
 			var tooBig *http.MaxBytesError
 			if errors.As(err, &tooBig) {
-				return nil, wire.BodyTooLarge.With("maxBytes", limit)
+				return buf[:0], recycled, wire.BodyTooLarge.With("maxBytes", limit)
 			}
 			if errors.Is(err, io.EOF) {
-				return buf, nil
+				return buf, recycled, nil
 			}
-			return nil, err
+			return buf[:0], recycled, err
 		}
 	}
 }
