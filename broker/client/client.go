@@ -25,6 +25,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/picomq/picomq/broker/errs"
@@ -109,6 +110,40 @@ type request struct {
 	body        []byte
 	contentType string
 	accept      string
+	// recycle, when set, receives body once the transport is done with it
+	// (it closed the request's body): body came from a pool.
+	recycle func([]byte)
+}
+
+// recycledBody is a request body whose buffer goes back to its pool once
+// the transport closes it: every RoundTripper closes a request's body when
+// it has written it or given up (net/http's may do so after RoundTrip
+// returns), and reads it no more.
+type recycledBody struct {
+	mu      sync.Mutex
+	r       *bytes.Reader // nil once closed
+	buf     []byte
+	recycle func([]byte)
+}
+
+func (b *recycledBody) Read(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.r == nil {
+		return 0, http.ErrBodyReadAfterClose
+	}
+	return b.r.Read(p)
+}
+
+func (b *recycledBody) Close() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.r != nil {
+		b.r = nil
+		b.recycle(b.buf)
+		b.buf = nil
+	}
+	return nil
 }
 
 // response is a 2xx answer.
@@ -129,9 +164,20 @@ func (c *Client) do(ctx context.Context, r request) (*response, error) {
 	if r.body != nil || r.method == http.MethodPost || r.method == http.MethodPut || r.method == http.MethodPatch {
 		body = bytes.NewReader(r.body)
 	}
+	if r.recycle != nil {
+		body = &recycledBody{r: bytes.NewReader(r.body), buf: r.body, recycle: r.recycle}
+	}
 	req, err := http.NewRequestWithContext(ctx, r.method, u, body)
 	if err != nil {
+		if r.recycle != nil {
+			r.recycle(r.body)
+		}
 		return nil, stream.StreamMisconfigured.Wrap(err, "field", "request", "op", r.op)
+	}
+	if r.recycle != nil {
+		// Not a type NewRequest knows: its length is set here, and no
+		// GetBody, so no transport reads the buffer again after Close.
+		req.ContentLength = int64(len(r.body))
 	}
 	for k, vs := range r.header {
 		req.Header[k] = vs

@@ -383,3 +383,58 @@ func TestReadWaitAcrossClients(t *testing.T) {
 		t.Fatalf("ReadWait on a quiet stream = %v, %v after %v", es, err, time.Since(start))
 	}
 }
+
+// TestLargeAppendsRecycleTheirEncoding: a large batch's encoding goes back
+// to a pool once its request is sent, and the next batch is encoded into
+// it; with this package's transport and with net/http's (which may close a
+// request's body after answering), from concurrent writers, every record
+// reads back as it was appended.
+func TestLargeAppendsRecycleTheirEncoding(t *testing.T) {
+	ctx := t.Context()
+	for name, hc := range map[string]*http.Client{"own transport": {Transport: transport}, "net/http": {Transport: http.DefaultTransport}} {
+		t.Run(name, func(t *testing.T) {
+			c, err := client.New(broker.url(), client.WithHTTPClient(hc))
+			if err != nil {
+				t.Fatal(err)
+			}
+			s, err := c.Open(ctx, uniqueName(t), client.StreamConfig{Policy: stream.PolicyValue{Partitions: 4}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var wg sync.WaitGroup
+			for w := range 4 {
+				wg.Go(func() {
+					for i := range 10 {
+						fill := fmt.Sprintf("w%d-i%d-", w, i)
+						var batch []stream.RecordValue
+						for range 100 {
+							batch = append(batch, stream.RecordValue{Payload: []byte(strings.Repeat(fill, 1024/len(fill)))})
+						}
+						p := w
+						if _, err := s.AppendWith(ctx, batch, client.AppendOptions{Partition: &p}); err != nil {
+							t.Error(err)
+							return
+						}
+					}
+				})
+			}
+			wg.Wait()
+			for w := range 4 {
+				var got []stream.EntryValue
+				for len(got) < 1000 {
+					es, err := s.Read(ctx, w, stream.Offset(len(got)), 1000)
+					if err != nil || len(es) == 0 {
+						t.Fatalf("partition %d: %d records, %v", w, len(got), err)
+					}
+					got = append(got, es...)
+				}
+				for j, e := range got {
+					fill := fmt.Sprintf("w%d-i%d-", w, j/100)
+					if want := strings.Repeat(fill, 1024/len(fill)); string(e.Record.Payload) != want {
+						t.Fatalf("partition %d record %d reads %.12q..., want %.12q...", w, j, e.Record.Payload, want)
+					}
+				}
+			}
+		})
+	}
+}

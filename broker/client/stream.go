@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/picomq/picomq/broker/bufpool"
 	"github.com/picomq/picomq/broker/httpapi/wire"
 	"github.com/picomq/picomq/broker/stream"
 )
@@ -24,6 +25,9 @@ type Stream struct {
 	mu   sync.Mutex
 	wake chan struct{}
 }
+
+// appendBodies recycles the encodings of large appends.
+var appendBodies bufpool.Pool
 
 var (
 	_ stream.Stream    = (*Stream)(nil)
@@ -83,7 +87,14 @@ func (s *Stream) Append(ctx context.Context, records []stream.RecordValue) (stre
 // AppendWith appends records as Append does, to a given partition and
 // idempotently when asked.
 func (s *Stream) AppendWith(ctx context.Context, records []stream.RecordValue, o AppendOptions) (AppendResult, error) {
-	body := wire.EncodeRecords(records)
+	// A large batch's encoding is recycled once sent (see bufpool); small
+	// ones may be queued to share a request, and are allocated.
+	buf, recycled := appendBodies.Get(wire.EncodedRecordsSize(records))
+	body := wire.AppendRecords(buf, records)
+	var recycle func([]byte)
+	if recycled {
+		recycle = appendBodies.Put
+	}
 	// A plain append may share a request with other goroutines' (see
 	// WithAppendsInFlight); an idempotent one carries headers and goes alone.
 	if s.c.coalesce != nil && o.Producer == nil && o.StreamSeq == "" {
@@ -121,7 +132,7 @@ func (s *Stream) AppendWith(ctx context.Context, records []stream.RecordValue, o
 	}
 	resp, err := s.c.do(ctx, request{
 		op: "append", method: http.MethodPost, path: s.path, query: q, header: h,
-		body: body, contentType: wire.BatchContentType,
+		body: body, contentType: wire.BatchContentType, recycle: recycle,
 	})
 	if err != nil {
 		return AppendResult{}, err

@@ -42,11 +42,20 @@ func AppendRecord(b []byte, r stream.RecordValue) []byte {
 
 // EncodeRecords frames records as an append body.
 func EncodeRecords(records []stream.RecordValue) []byte {
+	return AppendRecords(make([]byte, 0, EncodedRecordsSize(records)), records)
+}
+
+// EncodedRecordsSize bounds the length of records' append framing.
+func EncodedRecordsSize(records []stream.RecordValue) int {
 	n := 0
 	for _, r := range records {
-		n += len(r.Key) + len(r.Payload) + 2*binary.MaxVarintLen32
+		n += len(r.Key) + len(r.Payload) + 2*binary.MaxVarintLen64
 	}
-	b := make([]byte, 0, n)
+	return n
+}
+
+// AppendRecords appends records' append framing to b.
+func AppendRecords(b []byte, records []stream.RecordValue) []byte {
 	for _, r := range records {
 		b = AppendRecord(b, r)
 	}
