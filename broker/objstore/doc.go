@@ -72,9 +72,9 @@
 // An object whose bytes a log keeps durable (the broker's small group
 // commits carry their frames in their metadata-log entry) needs no file
 // before it is acknowledged: Hold keeps it in memory and the reads serve it
-// from there; Spill writes it to its file, unsynced, EnsureObject writes it
-// back from the log on replay, and SyncObjects makes it durable before the
-// log drops the entry (see held.go and logged.go).
+// from there; Spill writes it to its file, unsynced, Restore holds it again
+// from the log on replay (replacing a torn file), and SyncObjects makes it
+// durable before the log drops the entry (see held.go and logged.go).
 //
 // Remove and Abort do not fsync the directory: if a crash brings a removed
 // file back, it is an orphan, collected again, and its id is not reused.

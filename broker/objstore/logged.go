@@ -15,14 +15,15 @@ import (
 // commits it: the metadata log's fsync then makes them durable, and the
 // object's own fdatasync, a second one on the append's path, can wait. Such
 // an object is held in memory at first (held.go), written to its file
-// without fdatasync by Spill, written again from the log by EnsureObject
-// when the log is replayed (after a power loss its file may be torn, gone
-// or never written), and made durable by SyncObjects before the log may
-// drop the entries that hold its bytes.
+// without fdatasync by Spill, held again from the log by Restore when the
+// log is replayed (after a power loss its file may be torn, gone or never
+// written), and made durable by SyncObjects before the log may drop the
+// entries that hold its bytes.
 
 // EnsureObject makes object id's file in dir hold header + frames, exactly
 // as Spill writes it, writing it (without fdatasync) unless it already
-// does. It is for the replay of a log holding the object's frames.
+// does. It is for a log's entry holding the frames of an object the store
+// does not hold (Restore is for a replay at start).
 func EnsureObject(dir string, id uint64, frames []byte) error {
 	path := fileNameIn(dir, id)
 	want := make([]byte, 0, HeaderSize+len(frames))
