@@ -51,15 +51,24 @@ func (s *Store) Hold(frames []byte) (uint64, error) {
 		return 0, err
 	}
 	id := ids[0]
-	s.held[id] = &heldObject{frames: frames, since: time.Now()}
-	s.heldOrder = append(s.heldOrder, id)
-	s.heldBytes += int64(len(frames))
+	s.holdLocked(id, frames)
+	return id, nil
+}
+
+// holdLocked keeps frames as object id, unless it is held already, and
+// unlocks s.mu; past MaxHeldBytes it has the refill goroutine spill the
+// oldest.
+func (s *Store) holdLocked(id uint64, frames []byte) {
+	if _, ok := s.held[id]; !ok {
+		s.held[id] = &heldObject{frames: frames, since: time.Now()}
+		s.heldOrder = append(s.heldOrder, id)
+		s.heldBytes += int64(len(frames))
+	}
 	over := s.maxHeld > 0 && s.heldBytes > s.maxHeld
 	s.mu.Unlock()
 	if over {
 		s.kickRefill() // the refill goroutine spills too
 	}
-	return id, nil
 }
 
 // Restore holds frames again as object id, an object committed earlier
@@ -99,16 +108,7 @@ func (s *Store) Restore(id uint64, frames []byte) (bool, error) {
 		s.mu.Unlock()
 		return false, ErrClosed
 	}
-	if _, ok := s.held[id]; !ok {
-		s.held[id] = &heldObject{frames: frames, since: time.Now()}
-		s.heldOrder = append(s.heldOrder, id)
-		s.heldBytes += int64(len(frames))
-	}
-	over := s.maxHeld > 0 && s.heldBytes > s.maxHeld
-	s.mu.Unlock()
-	if over {
-		s.kickRefill()
-	}
+	s.holdLocked(id, frames)
 	return true, nil
 }
 
