@@ -49,7 +49,7 @@ func EncodeRecords(records []stream.RecordValue) []byte {
 func EncodedRecordsSize(records []stream.RecordValue) int {
 	n := 0
 	for _, r := range records {
-		n += len(r.Key) + len(r.Payload) + 2*binary.MaxVarintLen64
+		n += len(r.Key) + len(r.Payload) + 2*binary.MaxVarintLen32
 	}
 	return n
 }
