@@ -161,11 +161,11 @@ func (c *Client) do(ctx context.Context, r request) (*response, error) {
 		u += "?" + r.query.Encode()
 	}
 	var body io.Reader
-	if r.body != nil || r.method == http.MethodPost || r.method == http.MethodPut || r.method == http.MethodPatch {
-		body = bytes.NewReader(r.body)
-	}
-	if r.recycle != nil {
+	switch {
+	case r.recycle != nil:
 		body = &recycledBody{r: bytes.NewReader(r.body), buf: r.body, recycle: r.recycle}
+	case r.body != nil || r.method == http.MethodPost || r.method == http.MethodPut || r.method == http.MethodPatch:
+		body = bytes.NewReader(r.body)
 	}
 	req, err := http.NewRequestWithContext(ctx, r.method, u, body)
 	if err != nil {

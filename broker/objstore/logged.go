@@ -1,7 +1,6 @@
 package objstore
 
 import (
-	"bytes"
 	"errors"
 	"io/fs"
 	"os"
@@ -26,9 +25,7 @@ import (
 // does not hold (Restore is for a replay at start).
 func EnsureObject(dir string, id uint64, frames []byte) error {
 	path := fileNameIn(dir, id)
-	want := make([]byte, 0, HeaderSize+len(frames))
-	want = append(appendHeader(want, id), frames...)
-	if have, err := os.ReadFile(path); err == nil && bytes.Equal(have, want) {
+	if sameObject(path, id, frames) {
 		return nil
 	}
 	if err := PrepareDir(dir); err != nil {
