@@ -2,7 +2,9 @@
 // and starts the real broker binary on loopback with a fresh data
 // directory, drives it over HTTP, and reports appends/s, MB/s and latency
 // percentiles, next to this machine's raw fdatasync latency and sequential
-// write bandwidth measured in the same run, in the same directory.
+// write bandwidth measured in the same run, in the same directory. Each
+// scenario also says how much CPU the broker and the bench's own clients
+// used, and how busy the machine was: here they share its processors.
 //
 //	go run ./test/bench                 # every scenario
 //	go run ./test/bench -duration 10s   # longer runs
@@ -132,10 +134,12 @@ func run() error {
 		if err != nil {
 			return err
 		}
+		cpu0, t0 := sampleCPU(b.cmd.Process.Pid), time.Now()
 		r, err := appendLoad(ctx, c, names, s.writer, s.batch, *duration)
 		if err != nil {
 			return fmt.Errorf("%s: %w", s.name, err)
 		}
+		use, cpuOK := sampleCPU(b.cmd.Process.Pid).since(cpu0, time.Since(t0))
 		results[s.name] = r
 		after := scrape(b.url)
 		fmt.Printf("%-22s %3d writers %5d streams: %9.0f appends/s %9.0f records/s %7.1f MB/s  p50 %s p99 %s p999 %s\n",
@@ -148,6 +152,9 @@ func run() error {
 		fmt.Printf("%-22s   group commit: %.1f appends/object, %.0f%% of objects inline (no fsync of their own; held objects written to files meanwhile: %.0f), object write+sync %s, metadata commit %s; log segments without a zeroed spare: %.0f\n", "",
 			after.delta(before, "picomq_flush_appends"), 100*inline/max(objects, 1), spilled, ms(time.Duration(after.delta(before, "picomq_object_fsync_seconds")*1e9)),
 			ms(time.Duration(after.delta(before, "picomq_metadata_commit_seconds")*1e9)), unzeroed)
+		if cpuOK {
+			fmt.Printf("%-22s   %s\n", "", use.describe(r))
+		}
 		before = after
 	}
 	if *only == "" || *only == "catch-up" {
