@@ -135,6 +135,26 @@ func (b *recycledBody) Read(p []byte) (int, error) {
 	return b.r.Read(p)
 }
 
+// Len and WriteTo make it a wholeBody: Transport writes the buffer with
+// the request's head, from where it is.
+func (b *recycledBody) Len() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.r == nil {
+		return 0
+	}
+	return b.r.Len()
+}
+
+func (b *recycledBody) WriteTo(w io.Writer) (int64, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.r == nil {
+		return 0, http.ErrBodyReadAfterClose
+	}
+	return b.r.WriteTo(w)
+}
+
 func (b *recycledBody) Close() error {
 	b.mu.Lock()
 	defer b.mu.Unlock()

@@ -50,7 +50,7 @@ type Transport struct {
 type persistConn struct {
 	conn      net.Conn
 	br        *bufio.Reader
-	bw        *bufio.Writer
+	w         *requestWriter
 	idleSince time.Time
 	reused    bool
 }
@@ -145,9 +145,9 @@ func (t *Transport) send(pc *persistConn, req *http.Request, addr string) (*http
 		}
 		return err
 	}
-	err := req.Write(pc.bw)
+	err := req.Write(pc.w)
 	if err == nil {
-		err = pc.bw.Flush()
+		err = pc.w.Flush()
 	}
 	var resp *http.Response
 	if err == nil {
@@ -261,7 +261,7 @@ func (t *Transport) get(ctx context.Context, addr string) (*persistConn, error) 
 	if err != nil {
 		return nil, err
 	}
-	return &persistConn{conn: conn, br: bufio.NewReaderSize(conn, 16<<10), bw: bufio.NewWriterSize(conn, 16<<10)}, nil
+	return &persistConn{conn: conn, br: bufio.NewReaderSize(conn, 16<<10), w: &requestWriter{conn: conn, buf: make([]byte, 0, 4<<10)}}, nil
 }
 
 // open reports whether an idle connection is still open: no end of stream
