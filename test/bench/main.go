@@ -4,7 +4,9 @@
 // percentiles, next to this machine's raw fdatasync latency and sequential
 // write bandwidth measured in the same run, in the same directory. Each
 // scenario also says how much CPU the broker and the bench's own clients
-// used, and how busy the machine was: here they share its processors.
+// used, and how busy the machine was: here they share its processors. After
+// the batched scenario it measures the durability contract alone (see
+// groupCommitAlone), for what any broker keeping it could reach here.
 //
 //	go run ./test/bench                 # every scenario
 //	go run ./test/bench -duration 10s   # longer runs
@@ -35,6 +37,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/picomq/picomq/broker/client"
+	"github.com/picomq/picomq/broker/httpapi/wire"
 	"github.com/picomq/picomq/broker/stream"
 )
 
@@ -191,6 +194,12 @@ func run() error {
 	}
 	if ok64 {
 		fmt.Printf("  batched MB/s / raw sequential MB/s     %8.2f  [>= 0.70]  (64 writers; against the writer that keeps its pages: %.2f; the 256 MiB burst: %.2f)\n", r64.mbPerSec/raw.sustainedMBs, r64.mbPerSec/raw.plainMBs, r64.mbPerSec/raw.seqMBs)
+		perSec, err := groupCommitAlone(base, 64, wire.AppendRecords(nil, hundred), *duration)
+		if err != nil {
+			return err
+		}
+		alone := perSec * float64(len(hundred)*len(kib)) / 1e6
+		fmt.Printf("  the group commit alone / raw           %8.2f  (no target: %.0f MB/s from 64 writers for the contract alone — frames fdatasynced in a new file, then a log fsync, over HTTP — with no broker behind it; the broker reached %.2f of it)\n", alone/raw.sustainedMBs, alone, r64.mbPerSec/alone)
 	}
 	if ok8 {
 		fmt.Printf("  8 writers' batched MB/s / raw          %8.2f  (no target: bound by round trips, 800 KiB in flight)\n", r8.mbPerSec/raw.sustainedMBs)
