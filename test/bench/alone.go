@@ -42,9 +42,12 @@ func groupCommitAlone(dir string, writers int, body []byte, d time.Duration) (fl
 	}
 	defer log.Close()
 	q := &aloneQueue{signal: make(chan struct{}, 1)}
-	var failed atomic.Value
+	failed := make(chan error, 1) // the first failure; the others are dropped
 	fail := func(err error) {
-		failed.CompareAndSwap(nil, err)
+		select {
+		case failed <- err:
+		default:
+		}
 	}
 	committed := make(chan []*aloneItem, 16)
 	stop := make(chan struct{})
@@ -117,7 +120,7 @@ func groupCommitAlone(dir string, writers int, body []byte, d time.Duration) (fl
 			}
 			defer conn.Close()
 			br := bufio.NewReader(conn)
-			for time.Now().Before(deadline) && failed.Load() == nil {
+			for time.Now().Before(deadline) && len(failed) == 0 {
 				req := net.Buffers{head, body}
 				if _, err := req.WriteTo(conn); err != nil {
 					fail(err)
@@ -142,8 +145,10 @@ func groupCommitAlone(dir string, writers int, body []byte, d time.Duration) (fl
 	elapsed := time.Since(start)
 	close(stop)
 	stages.Wait()
-	if err, ok := failed.Load().(error); ok {
+	select {
+	case err := <-failed:
 		return 0, err
+	default:
 	}
 	return float64(count.Load()) / elapsed.Seconds(), nil
 }
@@ -235,6 +240,9 @@ func writeObject(path string, batch []*aloneItem) error {
 		n, err := unix.Pwritev(int(f.Fd()), iov[:k], off)
 		if err != nil {
 			return err
+		}
+		if n == 0 {
+			return io.ErrShortWrite // as objstore's pwritev: never spin on a write that writes nothing
 		}
 		off += int64(n)
 		// A short write leaves the rest of the pieces to the next call.
