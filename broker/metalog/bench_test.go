@@ -47,14 +47,12 @@ func BenchmarkApply(b *testing.B) {
 	for _, proposers := range []int{1, 64} {
 		b.Run(fmt.Sprintf("proposers=%d", proposers), func(b *testing.B) {
 			var store *countingStore
-			testHookLogStore = func(s raft.LogStore) raft.LogStore {
+			cfg := testConfig(b, b.TempDir())
+			cfg.LogLevel = "warn"
+			cfg.wrapLogStore = func(s raft.LogStore) raft.LogStore {
 				store = &countingStore{LogStore: s}
 				return store
 			}
-			defer func() { testHookLogStore = nil }()
-
-			cfg := testConfig(b, b.TempDir())
-			cfg.LogLevel = "warn"
 			l := open(b, cfg, newToyFSM())
 			cmd := mustCmd("add", "k", 1)
 			commits0, entries0 := store.commits.Load(), store.entries.Load()

@@ -57,10 +57,6 @@ const (
 	tcpTimeout = 10 * time.Second
 )
 
-// testHookLogStore, when set by a test, wraps the log store raft writes to
-// (to count StoreLogs calls, i.e. WAL fsyncs). Nil otherwise.
-var testHookLogStore func(raft.LogStore) raft.LogStore
-
 // ErrNotLeader is returned (wrapped) by Apply, Barrier and the membership
 // calls when this node is not the leader, or is handing leadership over. The
 // command was NOT appended to the log, so proposing it again to the leader
@@ -72,8 +68,13 @@ var ErrNotLeader = errors.New("metalog: not the leader")
 // applied: it depends on whether it was committed before the shutdown.
 var ErrClosed = errors.New("metalog: closed")
 
-// Config configures Open. Dir and NodeID are required; every other zero field
-// takes its default.
+// Config configures Open. Dir and NodeID are required. For every other
+// field, zero means its default (the Default* constants); a negative
+// duration or size is refused, and so is a value out of the range raft
+// accepts (HeartbeatTimeout, ElectionTimeout and SnapshotInterval below 5ms,
+// ElectionTimeout below HeartbeatTimeout, MaxAppendEntries above 1024,
+// SegmentBytes below 1 MiB): Open names the field and the value instead of
+// adjusting it.
 type Config struct {
 	// Dir is the folder holding wal/ and snapshots/. It is created if
 	// missing. One Log at a time may use it: Open locks Dir/LOCK.
@@ -115,7 +116,10 @@ type Config struct {
 	TrailingLogs      uint64
 
 	// HeartbeatTimeout and ElectionTimeout are how long a follower (or a
-	// candidate) goes without a leader before it starts an election. On a
+	// candidate) goes without a leader before it starts an election;
+	// ElectionTimeout must not be below HeartbeatTimeout (raft's rule), so
+	// a HeartbeatTimeout above the 500ms default needs an ElectionTimeout
+	// set too. On a
 	// one-voter cluster they only decide how long Open waits before the node
 	// elects itself (between 1x and 2x HeartbeatTimeout, raft randomises it)
 	// — once leader, a lone node never loses leadership. The 500ms default
@@ -150,10 +154,24 @@ type Config struct {
 	Logger    hclog.Logger
 	LogOutput io.Writer
 	LogLevel  string
+
+	// wrapLogStore, set only by tests, wraps the log store raft writes to
+	// (to count StoreLogs calls, i.e. WAL fsyncs). Being a field of the
+	// Config of the Log under test, not a package variable, it lets tests
+	// run in parallel.
+	wrapLogStore func(raft.LogStore) raft.LogStore
 }
 
+// minTimeout is the shortest HeartbeatTimeout, ElectionTimeout and
+// SnapshotInterval raft accepts (raft.ValidateConfig).
+const minTimeout = 5 * time.Millisecond
+
+// maxAppendEntries is the largest MaxAppendEntries raft accepts.
+const maxAppendEntries = 1024
+
 // withDefaults returns cfg with its zero fields set, or an error naming the
-// first field that cannot work.
+// first field that cannot work: a required one missing, a negative one, or
+// one out of the range raft accepts. Nothing is adjusted silently.
 func (cfg Config) withDefaults() (Config, error) {
 	if cfg.Dir == "" {
 		return cfg, errors.New("metalog: Config.Dir is required")
@@ -164,6 +182,30 @@ func (cfg Config) withDefaults() (Config, error) {
 	if cfg.BindAddr == "" && cfg.Advertise != "" {
 		return cfg, errors.New("metalog: Config.Advertise is set without Config.BindAddr")
 	}
+	for _, d := range []struct {
+		field string
+		value time.Duration
+	}{
+		{"SnapshotInterval", cfg.SnapshotInterval},
+		{"HeartbeatTimeout", cfg.HeartbeatTimeout},
+		{"ElectionTimeout", cfg.ElectionTimeout},
+		{"OpenTimeout", cfg.OpenTimeout},
+	} {
+		if d.value < 0 {
+			return cfg, fmt.Errorf("metalog: Config.%s %v is negative (zero means the default)", d.field, d.value)
+		}
+	}
+	for _, n := range []struct {
+		field string
+		value int
+	}{
+		{"MaxAppendEntries", cfg.MaxAppendEntries},
+		{"SegmentBytes", cfg.SegmentBytes},
+	} {
+		if n.value < 0 {
+			return cfg, fmt.Errorf("metalog: Config.%s %d is negative (zero means the default)", n.field, n.value)
+		}
+	}
 	if cfg.SnapshotThreshold == 0 {
 		cfg.SnapshotThreshold = DefaultSnapshotThreshold
 	}
@@ -173,19 +215,40 @@ func (cfg Config) withDefaults() (Config, error) {
 	if cfg.TrailingLogs == 0 {
 		cfg.TrailingLogs = DefaultTrailingLogs
 	}
+	electionDefaulted := cfg.ElectionTimeout == 0
 	if cfg.HeartbeatTimeout == 0 {
 		cfg.HeartbeatTimeout = DefaultHeartbeatTimeout
 	}
 	if cfg.ElectionTimeout == 0 {
 		cfg.ElectionTimeout = DefaultElectionTimeout
 	}
+	for _, d := range []struct {
+		field string
+		value time.Duration
+	}{
+		{"SnapshotInterval", cfg.SnapshotInterval},
+		{"HeartbeatTimeout", cfg.HeartbeatTimeout},
+		{"ElectionTimeout", cfg.ElectionTimeout},
+	} {
+		if d.value < minTimeout {
+			return cfg, fmt.Errorf("metalog: Config.%s %v is below raft's minimum of %v", d.field, d.value, minTimeout)
+		}
+	}
 	if cfg.ElectionTimeout < cfg.HeartbeatTimeout {
-		// raft refuses it; the only sensible reading of a lone
-		// HeartbeatTimeout is "both".
-		cfg.ElectionTimeout = cfg.HeartbeatTimeout
+		// raft refuses it too, naming raft's fields; say which of ours, and
+		// whether the lower one is a default the caller never set.
+		how := ""
+		if electionDefaulted {
+			how = " (the default, Config.ElectionTimeout being zero)"
+		}
+		return cfg, fmt.Errorf("metalog: Config.ElectionTimeout %v%s is below Config.HeartbeatTimeout %v: set ElectionTimeout to at least HeartbeatTimeout",
+			cfg.ElectionTimeout, how, cfg.HeartbeatTimeout)
 	}
 	if cfg.MaxAppendEntries == 0 {
 		cfg.MaxAppendEntries = DefaultMaxAppendEntries
+	}
+	if cfg.MaxAppendEntries > maxAppendEntries {
+		return cfg, fmt.Errorf("metalog: Config.MaxAppendEntries %d is above raft's maximum of %d", cfg.MaxAppendEntries, maxAppendEntries)
 	}
 	if cfg.SegmentBytes == 0 {
 		cfg.SegmentBytes = DefaultSegmentBytes
@@ -335,8 +398,8 @@ func Open(cfg Config, fsm raft.FSM) (*Log, error) {
 	}()
 
 	var logStore raft.LogStore = store
-	if testHookLogStore != nil {
-		logStore = testHookLogStore(logStore)
+	if cfg.wrapLogStore != nil {
+		logStore = cfg.wrapLogStore(logStore)
 	}
 	logs, err := raft.NewLogCache(logCacheSize, logStore)
 	if err != nil {

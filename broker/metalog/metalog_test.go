@@ -74,17 +74,36 @@ func apply(t testing.TB, l *Log, cmd []byte) any {
 	return resp
 }
 
+// poll reports whether cond holds within timeout, checking it every
+// millisecond.
+func poll(timeout time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(timeout)
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		if time.Now().After(deadline) {
+			return cond()
+		}
+		<-tick.C
+	}
+	return true
+}
+
+// eventually fails t unless cond holds within timeout; what says what was
+// waited for.
+func eventually(t testing.TB, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	if !poll(timeout, cond) {
+		t.Fatalf("timed out after %v waiting until %s", timeout, what)
+	}
+}
+
 // appliedCatchesUp reports whether AppliedIndex reaches LastIndex within a
 // second. raft's main loop sets the applied index just after it hands a batch
 // to the FSM goroutine, which may answer the futures first: right after an
 // Apply or a Barrier returns, AppliedIndex can trail by that batch.
 func appliedCatchesUp(l *Log) bool {
-	for deadline := time.Now().Add(time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
-		if l.AppliedIndex() == l.LastIndex() {
-			return true
-		}
-	}
-	return false
+	return poll(time.Second, func() bool { return l.AppliedIndex() == l.LastIndex() })
 }
 
 // within fails the test if fn does not return within d.
@@ -100,6 +119,7 @@ func within(t *testing.T, d time.Duration, what string, fn func()) {
 }
 
 func TestOpenBootstrapsOneVoterLeader(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	l := open(t, testConfig(t, dir), newToyFSM())
 
@@ -125,6 +145,7 @@ func TestOpenBootstrapsOneVoterLeader(t *testing.T) {
 }
 
 func TestApplyReturnsFSMResponse(t *testing.T) {
+	t.Parallel()
 	l := open(t, testConfig(t, t.TempDir()), newToyFSM())
 
 	if got := apply(t, l, mustCmd("add", "a", 5)); got != int64(5) {
@@ -142,6 +163,7 @@ func TestApplyReturnsFSMResponse(t *testing.T) {
 }
 
 func TestConcurrentApply(t *testing.T) {
+	t.Parallel()
 	const proposers, each, keys = 64, 50, 8
 	fsm := newToyFSM()
 	l := open(t, testConfig(t, t.TempDir()), fsm)
@@ -209,6 +231,7 @@ func TestConcurrentApply(t *testing.T) {
 }
 
 func TestReopenReplaysLog(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	cfg := testConfig(t, dir)
 
@@ -245,6 +268,7 @@ func TestReopenReplaysLog(t *testing.T) {
 }
 
 func TestSnapshotThenReopen(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	cfg := testConfig(t, dir)
 	// Keep few entries behind a snapshot so compaction really removes some:
@@ -341,6 +365,7 @@ func TestApplyHonoursContext(t *testing.T) {
 }
 
 func TestApplyAfterClose(t *testing.T) {
+	t.Parallel()
 	l := open(t, testConfig(t, t.TempDir()), newToyFSM())
 	apply(t, l, mustCmd("add", "a", 1))
 	if err := l.Close(); err != nil {
@@ -368,7 +393,9 @@ func TestApplyAfterClose(t *testing.T) {
 // Close while proposers are busy: every Apply must return — none may hang on
 // a proposal raft dropped during the shutdown (hashicorp/raft#498).
 func TestCloseWithAppliesInFlight(t *testing.T) {
-	l := open(t, testConfig(t, t.TempDir()), newToyFSM())
+	t.Parallel()
+	fsm := newToyFSM()
+	l := open(t, testConfig(t, t.TempDir()), fsm)
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	var unexpected []error
@@ -390,7 +417,9 @@ func TestCloseWithAppliesInFlight(t *testing.T) {
 			}
 		}()
 	}
-	time.Sleep(50 * time.Millisecond)
+	// Close once the proposers are busy: some of their commands applied,
+	// more in flight.
+	eventually(t, 10*time.Second, "the proposers' commands apply", func() bool { return fsm.applies.Load() >= 64 })
 	within(t, 5*time.Second, "Close and the in-flight Applies", func() {
 		if err := l.Close(); err != nil {
 			t.Errorf("Close: %v", err)
@@ -403,6 +432,7 @@ func TestCloseWithAppliesInFlight(t *testing.T) {
 }
 
 func TestNotBootstrappedNodeIsFollower(t *testing.T) {
+	t.Parallel()
 	cfg := testConfig(t, t.TempDir())
 	cfg.Bootstrap = false
 	var l *Log
@@ -422,6 +452,7 @@ func TestNotBootstrappedNodeIsFollower(t *testing.T) {
 }
 
 func TestTCPTransport(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	cfg := testConfig(t, dir)
 	cfg.BindAddr = "127.0.0.1:0"
@@ -448,6 +479,7 @@ func TestTCPTransport(t *testing.T) {
 }
 
 func TestSecondOpenOfSameDirFails(t *testing.T) {
+	t.Parallel()
 	cfg := testConfig(t, t.TempDir())
 	open(t, cfg, newToyFSM())
 	if l, err := Open(cfg, newToyFSM()); err == nil {
@@ -457,15 +489,14 @@ func TestSecondOpenOfSameDirFails(t *testing.T) {
 }
 
 func TestOpenRejectsBadConfig(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	for name, cfg := range map[string]Config{
-		"no dir":                  {NodeID: "n"},
-		"no node id":              {Dir: dir},
-		"advertise without bind":  {Dir: dir, NodeID: "n", Advertise: "127.0.0.1:7000"},
-		"unadvertisable bind":     {Dir: dir, NodeID: "n", BindAddr: "0.0.0.0:0"},
-		"too many append entries": {Dir: dir, NodeID: "n", MaxAppendEntries: 5000},
-		"unknown log level":       {Dir: dir, NodeID: "n", LogLevel: "loud"},
-		"tiny WAL segments":       {Dir: dir, NodeID: "n", SegmentBytes: 4096},
+		"no dir":                 {NodeID: "n"},
+		"no node id":             {Dir: dir},
+		"advertise without bind": {Dir: dir, NodeID: "n", Advertise: "127.0.0.1:7000"},
+		"unadvertisable bind":    {Dir: dir, NodeID: "n", BindAddr: "0.0.0.0:0"},
+		"unknown log level":      {Dir: dir, NodeID: "n", LogLevel: "loud"},
 	} {
 		cfg.LogOutput = &syncBuffer{}
 		if l, err := Open(cfg, newToyFSM()); err == nil {
@@ -475,6 +506,58 @@ func TestOpenRejectsBadConfig(t *testing.T) {
 	}
 	if _, err := Open(Config{Dir: dir, NodeID: "n"}, nil); err == nil {
 		t.Error("nil FSM: Open succeeded")
+	}
+}
+
+// A value out of range is refused, naming the field and the values, never
+// adjusted: zero means the default, negative is refused, for every field.
+func TestConfigRefusedByField(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	ms := time.Millisecond
+	for _, c := range []struct {
+		name string
+		cfg  Config
+		want []string // in the error
+	}{
+		{"election below heartbeat", Config{HeartbeatTimeout: 200 * ms, ElectionTimeout: 100 * ms},
+			[]string{"Config.ElectionTimeout 100ms", "Config.HeartbeatTimeout 200ms"}},
+		{"default election below heartbeat", Config{HeartbeatTimeout: 2 * time.Second},
+			[]string{"Config.ElectionTimeout 500ms (the default", "Config.HeartbeatTimeout 2s"}},
+		{"negative heartbeat", Config{HeartbeatTimeout: -ms}, []string{"Config.HeartbeatTimeout -1ms is negative"}},
+		{"negative election", Config{ElectionTimeout: -ms}, []string{"Config.ElectionTimeout -1ms is negative"}},
+		{"negative snapshot interval", Config{SnapshotInterval: -time.Second}, []string{"Config.SnapshotInterval -1s is negative"}},
+		{"negative open timeout", Config{OpenTimeout: -time.Second}, []string{"Config.OpenTimeout -1s is negative"}},
+		{"negative append entries", Config{MaxAppendEntries: -1}, []string{"Config.MaxAppendEntries -1 is negative"}},
+		{"negative segment", Config{SegmentBytes: -1}, []string{"Config.SegmentBytes -1 is negative"}},
+		{"heartbeat too short", Config{HeartbeatTimeout: ms, ElectionTimeout: ms}, []string{"Config.HeartbeatTimeout 1ms", "5ms"}},
+		{"snapshot interval too short", Config{SnapshotInterval: ms}, []string{"Config.SnapshotInterval 1ms", "5ms"}},
+		{"too many append entries", Config{MaxAppendEntries: 5000}, []string{"Config.MaxAppendEntries 5000", "1024"}},
+		{"tiny WAL segments", Config{SegmentBytes: 4096}, []string{"Config.SegmentBytes 4096", "1 MiB"}},
+	} {
+		c.cfg.Dir, c.cfg.NodeID, c.cfg.LogOutput = dir, "n", &syncBuffer{}
+		l, err := Open(c.cfg, newToyFSM())
+		if err == nil {
+			_ = l.Close()
+			t.Errorf("%s: Open succeeded", c.name)
+			continue
+		}
+		for _, w := range c.want {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("%s: %v; want it to say %q", c.name, err, w)
+			}
+		}
+	}
+	// What was clamped before is now refused, and what is consistent is
+	// kept as given.
+	got, err := Config{Dir: dir, NodeID: "n", HeartbeatTimeout: 2 * time.Second, ElectionTimeout: 3 * time.Second}.withDefaults()
+	if err != nil || got.HeartbeatTimeout != 2*time.Second || got.ElectionTimeout != 3*time.Second {
+		t.Fatalf("withDefaults = %v, %v; want the timeouts as given", got, err)
+	}
+	got, err = Config{Dir: dir, NodeID: "n"}.withDefaults()
+	if err != nil || got.HeartbeatTimeout != DefaultHeartbeatTimeout || got.ElectionTimeout != DefaultElectionTimeout ||
+		got.MaxAppendEntries != DefaultMaxAppendEntries || got.SegmentBytes != DefaultSegmentBytes || got.OpenTimeout != DefaultOpenTimeout {
+		t.Fatalf("withDefaults of zeros = %+v, %v; want the defaults", got, err)
 	}
 }
 
@@ -494,6 +577,7 @@ func TestOpenWithDefaults(t *testing.T) {
 }
 
 func TestProposeKeepsOrderWithSeveralInFlight(t *testing.T) {
+	t.Parallel()
 	l := open(t, testConfig(t, t.TempDir()), newToyFSM())
 	var waits []func(context.Context) (any, error)
 	for i := 0; i < 50; i++ {

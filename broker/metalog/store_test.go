@@ -15,6 +15,7 @@ import (
 // A second Open of a directory whose Log is open is refused at once, naming
 // the lock, instead of blocking or sharing the WAL; after Close it works.
 func TestOpenRefusesADirectoryInUse(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	cfg := testConfig(t, dir)
 	l := open(t, cfg, newToyFSM())
@@ -40,6 +41,7 @@ func TestOpenRefusesADirectoryInUse(t *testing.T) {
 // Open: every entry is replayed, the term is kept, and raft.db is renamed
 // so the next Open does not copy it again.
 func TestOpenMigratesRaftDB(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	cfg := testConfig(t, dir)
 	want := writeBoltLog(t, cfg, 40)
@@ -75,6 +77,7 @@ func TestOpenMigratesRaftDB(t *testing.T) {
 // A crash between the migration's two renames leaves the complete wal and
 // raft.db side by side; Open finishes the migration from the WAL.
 func TestOpenFinishesAnInterruptedMigration(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	cfg := testConfig(t, dir)
 	want := writeBoltLog(t, cfg, 10)

@@ -16,15 +16,11 @@ import (
 // waitSpare waits until z has a spare ready.
 func waitSpare(t *testing.T, z *zeroedFS) {
 	t.Helper()
-	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+	eventually(t, 30*time.Second, "a spare WAL segment is ready", func() bool {
 		z.mu.Lock()
-		ready := z.ready
-		z.mu.Unlock()
-		if ready {
-			return
-		}
-	}
-	t.Fatal("no spare WAL segment became ready in 30s")
+		defer z.mu.Unlock()
+		return z.ready
+	})
 }
 
 // checkZeros fails unless path holds exactly size zero bytes.
@@ -43,6 +39,7 @@ func checkZeros(t *testing.T, path string, size int) {
 // returns; each Create takes the spare (as the segment asked for, synced
 // with fdatasync) and the next spare is written behind it.
 func TestZeroedFSGivesSegmentsFromSpares(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	const size = 2 << 20
 	z, err := newZeroedFS(dir, size, hclog.NewNullLogger())
@@ -94,6 +91,7 @@ func TestZeroedFSGivesSegmentsFromSpares(t *testing.T) {
 // Without a spare of the size asked for, Create falls back to raft-wal's
 // fallocated file.
 func TestZeroedFSFallsBackWithoutASpare(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	z, err := newZeroedFS(dir, 1<<20, hclog.NewNullLogger())
 	if err != nil {
@@ -117,6 +115,7 @@ func TestZeroedFSFallsBackWithoutASpare(t *testing.T) {
 // segment: the next start unlinks that name and writes a new spare without
 // touching the segment.
 func TestZeroedFSLeavesASegmentSharingTheSpareName(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	seg := filepath.Join(dir, "00000000000000000001-00000000000000000001.wal")
 	want := bytes.Repeat([]byte("committed"), 1000)
@@ -140,6 +139,7 @@ func TestZeroedFSLeavesASegmentSharingTheSpareName(t *testing.T) {
 
 // Close stops a spare being written and leaves no half-written spare.
 func TestZeroedFSCloseStopsTheSpare(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	if err := os.WriteFile(filepath.Join(dir, "00000000000000000001-00000000000000000001.wal"), nil, 0o644); err != nil {
 		t.Fatal(err)
@@ -160,6 +160,7 @@ func TestZeroedFSCloseStopsTheSpare(t *testing.T) {
 // Through the log: segments rotated into are the spares, and what was
 // written into them is all there after a reopen.
 func TestLogRotatesIntoZeroedSegments(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	cfg := testConfig(t, dir)
 	cfg.SegmentBytes = 1 << 20
@@ -191,6 +192,7 @@ func TestLogRotatesIntoZeroedSegments(t *testing.T) {
 // to a fallocated segment, counted by UnzeroedSegments, and the log works
 // as before.
 func TestLogWithoutSparesFallsBack(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	cfg := testConfig(t, dir)
 	cfg.SegmentBytes = 1 << 20
