@@ -9,12 +9,22 @@
 //
 // A single broker is a one-voter cluster. It goes through exactly the code
 // path a multi-node cluster does — bootstrap, election, commit, apply —,
-// only the quorum is itself, so a later cluster can grow from it by AddVoter
-// without a migration.
+// only the quorum is itself, so a later cluster can grow from it by
+// membership changes (AddNonvoter, then Promote) without a migration.
 //
 //	l, err := metalog.Open(metalog.Config{Dir: dir, NodeID: "broker-0", Bootstrap: true}, fsm)
 //	resp, err := l.Apply(ctx, cmd)
 //	defer l.Close()
+//
+// # Membership
+//
+// The configuration — which servers there are, at which address, and which
+// of them vote — is itself replicated in the log. On the leader,
+// AddNonvoter, AddVoter, Promote, DemoteVoter, RemoveServer and
+// TransferLeadership change it (elsewhere they fail with ErrNotLeader);
+// Configuration reads it, with the index of the entry that set it, on any
+// node. These are the seam the cluster code builds on; nothing in metalog
+// decides when to call them.
 //
 // # Files
 //

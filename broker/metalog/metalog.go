@@ -328,6 +328,20 @@ type Log struct {
 	store *walStore // closed by Close; raft closes the transport
 	lock  *os.File  // the directory lock, released by Close
 
+	// What Configuration reads the configuration's index from (raft v1.7's
+	// GetConfiguration answers index 0): the log raft writes (through its
+	// cache) and the snapshot store. self and addr are this node's ID and
+	// the address the transport is known by.
+	logs  raft.LogStore
+	snaps raft.SnapshotStore
+	self  raft.ServerID
+	addr  raft.ServerAddress
+
+	// lastConfig is the newest configuration entry Configuration found in
+	// the log, so that the next call reads only the entries after it.
+	configMu   sync.Mutex
+	lastConfig configEntry
+
 	// closed is closed by Close once raft has shut down. Waiters select on
 	// it because raft does not always answer a proposal it received just
 	// before shutting down (hashicorp/raft#498): without it such an Apply
@@ -439,7 +453,8 @@ func Open(cfg Config, fsm raft.FSM) (*Log, error) {
 	if err != nil {
 		return nil, fmt.Errorf("metalog: start raft: %w", err)
 	}
-	l := &Log{raft: r, store: store, lock: lock, closed: make(chan struct{})}
+	l := &Log{raft: r, store: store, lock: lock, closed: make(chan struct{}),
+		logs: logs, snaps: snaps, self: rc.LocalID, addr: trans.LocalAddr()}
 	ok = true // from here on, l.Close releases everything
 
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.OpenTimeout)
@@ -617,32 +632,6 @@ func (l *Log) Snapshot() error {
 	}
 	if err != nil {
 		return l.wrap("snapshot", err)
-	}
-	return nil
-}
-
-// AddVoter adds (or, for a known id, re-addresses) a voting member. Leader
-// only. A thin wrapper for the cluster code to come.
-func (l *Log) AddVoter(ctx context.Context, id, addr string) error {
-	if err := l.usable(ctx); err != nil {
-		return l.wrap("add voter", err)
-	}
-	f := l.raft.AddVoter(raft.ServerID(id), raft.ServerAddress(addr), 0, enqueueTimeout(ctx))
-	if err := l.wait(ctx, f); err != nil {
-		return l.wrap("add voter", err)
-	}
-	return nil
-}
-
-// RemoveServer removes a member. Leader only. A thin wrapper for the cluster
-// code to come.
-func (l *Log) RemoveServer(ctx context.Context, id string) error {
-	if err := l.usable(ctx); err != nil {
-		return l.wrap("remove server", err)
-	}
-	f := l.raft.RemoveServer(raft.ServerID(id), 0, enqueueTimeout(ctx))
-	if err := l.wait(ctx, f); err != nil {
-		return l.wrap("remove server", err)
 	}
 	return nil
 }
