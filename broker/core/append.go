@@ -2,49 +2,11 @@ package core
 
 import (
 	"context"
-	"errors"
 
-	"github.com/picomq/picomq/broker/bufpool"
 	"github.com/picomq/picomq/broker/meta"
+	"github.com/picomq/picomq/broker/node"
 	"github.com/picomq/picomq/broker/stream"
 )
-
-// AppendOptions carry what an append asks beyond its records.
-type AppendOptions struct {
-	// Partition is the partition to append to, or -1 to place the batch by
-	// its keys (PartitionOf) or round-robin when it has none.
-	Partition int
-	// Producer makes the append idempotent: a repeat of an accepted
-	// sequence is acknowledged without writing.
-	Producer *meta.ProducerTuple
-	// StreamSeq, when set, must be byte-wise above the last one accepted.
-	StreamSeq string
-	// Close closes the stream for good with this append (records may be
-	// empty: a close-only append).
-	Close bool
-	// Group, when set, commits a consumer-group offset atomically with the
-	// records (exactly-once in effect for a consume-transform-produce loop).
-	Group *meta.GroupOffset
-	// NoRoomWait makes an append that would wait for room under MaxBytes
-	// return ErrWouldWait at once, having written nothing, instead of
-	// waiting up to BlockTimeout: an append sharing a request with others
-	// must not make them wait (the client sends it again on its own).
-	NoRoomWait bool
-	// NoOpen makes Admit return ErrNotOpen at once, having admitted
-	// nothing, when the append's partition must first be opened (a write
-	// of the metadata log): a caller admitting appends one after another
-	// admits those concurrently instead, so that their opens share log
-	// writes rather than queue behind one another.
-	NoOpen bool
-}
-
-// ErrWouldWait is what an append with NoRoomWait returns when it would
-// have waited for room.
-var ErrWouldWait = errors.New("core: the append would wait for room")
-
-// ErrNotOpen is what an append with NoOpen returns when its partition is
-// not open yet.
-var ErrNotOpen = errors.New("core: the append's partition is not open yet")
 
 // Hold makes the next group commit wait, at most Config.MaxHold (1 ms),
 // until release is called: a caller about to admit several appends at once
@@ -52,41 +14,23 @@ var ErrNotOpen = errors.New("core: the append's partition is not open yet")
 // rather than the flusher taking the first of them alone.
 func (b *Broker) Hold() (release func()) { return b.flush.hold() }
 
-// AppendResult says where an append landed.
-type AppendResult struct {
-	Partition int
-	// First and Last are the batch's offsets; Next is the partition's next
-	// offset after it. A close-only append has First == Next and Last unset.
-	First, Last, Next uint64
-	// Duplicate: an idempotent repeat, acknowledged without writing.
-	Duplicate bool
-	// Producer is the producer's highest accepted state after the append.
-	Producer meta.Producer
-	// Closed: the stream is closed after the append.
-	Closed bool
-}
-
-// batchBuffers recycles large appends' encoded batches. Such a batch lives
-// from admission until its commit is answered: the flusher writes it from
-// where it is (objstore's AppendFrameRef) and nothing keeps it after (it
-// is not put in the frame cache: its object is a file whose pages are
-// cached). Allocating one per append, zeroed, was a tenth of the broker's
-// CPU under 100 KiB batches, and most of its garbage.
-var batchBuffers bufpool.Pool
-
-// pendingAppend is an append waiting for the flusher.
+// pendingAppend is an append waiting for the flusher. It is the
+// node.Pending Admit returns.
 type pendingAppend struct {
-	n       *named
-	gen     uint64
-	app     meta.Append
-	group   *meta.GroupOffset
-	payload []byte
-	// recycled: payload came from batchBuffers and goes back once answered.
+	b     *Broker
+	n     *named
+	pt    *part
+	gen   uint64
+	app   meta.Append
+	group *meta.GroupOffset
+	// payload is the encoded batch; recycled: it came from b.batchBuffers
+	// and goes back once answered.
+	payload  []byte
 	recycled bool
 	count    int
 	bytes    int64
 	at       int64
-	res      AppendResult
+	res      node.AppendResult
 	done     chan error
 }
 
@@ -95,58 +39,74 @@ type pendingAppend struct {
 // an object, made it durable and committed it through the metadata log.
 // Nothing is acknowledged before that commit applies; a refusal writes
 // nothing.
-func (b *Broker) Append(ctx context.Context, name string, records []stream.RecordValue, o AppendOptions) (AppendResult, error) {
-	pd, err := b.Admit(ctx, name, records, o)
-	if err != nil {
-		return pd.res, err
+func (b *Broker) Append(ctx context.Context, name string, records []stream.RecordValue, o node.AppendOptions) (node.AppendResult, error) {
+	p, res, err := b.admitAppend(ctx, name, records, o)
+	if err != nil || p == nil {
+		return res, err
 	}
-	return pd.Wait(ctx)
-}
-
-// Pending is an append Admit accepted: its offsets are given and it is
-// queued for the flusher (or, a duplicate, answered already).
-type Pending struct {
-	b     *Broker
-	p     *pendingAppend // nil when answered at admission
-	res   AppendResult
-	bytes int64
-}
-
-// Wait waits for the append's commit and returns where it landed, as
-// Append does; call it once. When ctx ends first the append may still
-// commit, and the caller learns nothing more.
-func (pd *Pending) Wait(ctx context.Context) (AppendResult, error) {
-	if pd.p == nil {
-		return pd.res, nil
-	}
-	select {
-	case err := <-pd.p.done:
-		if err != nil {
-			return AppendResult{}, err
-		}
-		pd.b.cfg.Metrics.Appends.Inc()
-		pd.b.cfg.Metrics.AppendBytes.Add(float64(pd.bytes))
-		return pd.p.res, nil
-	case <-ctx.Done():
-		return AppendResult{}, context.Cause(ctx)
-	}
+	return p.Wait(ctx)
 }
 
 // Admit is Append without the wait for the commit: it checks the append,
 // gives it offsets and queues it, and returns once it is queued, refused or
 // answered — so that one goroutine can admit several appends that share an
 // object (see Hold), then wait for them. Without NoRoomWait it may wait for
-// room under MaxBytes first, as Append does. It returns a Pending in every
-// case; on a refusal, Wait must not be called, and the error comes with
-// what Append would return beside it.
-func (b *Broker) Admit(ctx context.Context, name string, records []stream.RecordValue, o AppendOptions) (*Pending, error) {
-	refused := &Pending{}
+// room under MaxBytes first, as Append does.
+func (b *Broker) Admit(ctx context.Context, name string, records []stream.RecordValue, o node.AppendOptions) (node.Pending, error) {
+	p, res, err := b.admitAppend(ctx, name, records, o)
+	switch {
+	case err != nil:
+		return nil, err
+	case p == nil:
+		return node.Answered(res), nil // a duplicate, answered without writing
+	}
+	return p, nil
+}
+
+// Wait waits for the append's commit and returns where it landed, as
+// Append does; call it once. When ctx ends first the append may still
+// commit, and the caller learns nothing more.
+func (p *pendingAppend) Wait(ctx context.Context) (node.AppendResult, error) {
+	select {
+	case err := <-p.done:
+		if err != nil {
+			return node.AppendResult{}, err
+		}
+		p.b.cfg.Metrics.Appends.Inc()
+		p.b.cfg.Metrics.AppendBytes.Add(float64(p.bytes))
+		return p.res, nil
+	case <-ctx.Done():
+		return node.AppendResult{}, context.Cause(ctx)
+	}
+}
+
+// answer delivers the append's outcome and counts it answered on its
+// partition. committed: its commit applied (its bytes are no longer
+// pending).
+func (p *pendingAppend) answer(err error, committed bool) {
+	n := p.n
+	n.mu.Lock()
+	p.pt.inflight--
+	if committed && p.gen == n.gen {
+		n.pendingBytes -= p.bytes
+	}
+	if p.pt.inflight == 0 && n.releasing > 0 {
+		n.signal()
+	}
+	n.mu.Unlock()
+	p.done <- err
+}
+
+// admitAppend checks an append and queues it. It returns the queued
+// append, or none and the answer: a duplicate's result, or a refusal with
+// what Append returns beside it.
+func (b *Broker) admitAppend(ctx context.Context, name string, records []stream.RecordValue, o node.AppendOptions) (*pendingAppend, node.AppendResult, error) {
 	if err := context.Cause(ctx); err != nil {
-		return refused, err
+		return nil, node.AppendResult{}, err
 	}
 	n, err := b.stream(name)
 	if err != nil {
-		return refused, err
+		return nil, node.AppendResult{}, err
 	}
 	n.mu.Lock()
 	policy := n.policy
@@ -156,168 +116,215 @@ func (b *Broker) Admit(ctx context.Context, name string, records []stream.Record
 	if len(records) > 0 || !o.Close {
 		keyed, err := stream.CheckBatch(policy, records)
 		if err != nil {
-			return refused, err
+			return nil, node.AppendResult{}, err
 		}
 		if partition < 0 {
 			partition = keyed
 		} else if keyed >= 0 && keyed != partition {
-			return refused, stream.PartitionsMixed.With("index", 0, "partition", partition, "key_partition", keyed)
+			return nil, node.AppendResult{}, stream.PartitionsMixed.With("index", 0, "partition", partition, "key_partition", keyed)
 		}
 	}
 	if partition >= 0 {
 		if err := stream.CheckPartition(partition, policy.Partitions); err != nil {
-			return refused, err
+			return nil, node.AppendResult{}, err
 		}
 	}
-	batchBytes := stream.BatchBytes(records)
+	var group *meta.GroupOffset
+	if o.Group != nil {
+		if group, err = b.groupOffset(o.Group); err != nil {
+			return nil, node.AppendResult{}, err
+		}
+	}
+	a := admission{n: n, partition: partition, records: records, batchBytes: stream.BatchBytes(records), o: o, group: group}
 	n.lastAccess.Store(max(n.lastAccess.Load(), b.now().UnixNano()))
 
 	// Room under MaxBytes is signalled by trims, retention and commits of
 	// this stream; nothing else makes it, so there is no poll.
-	rw := stream.NewRoomWait(policy, 0)
-	defer rw.Stop()
+	a.rw = stream.NewRoomWait(policy, 0)
+	defer a.rw.Stop()
 	for {
-		p, wait, err := b.admit(ctx, n, partition, records, batchBytes, o, rw)
+		p, next, err := b.admit(ctx, &a)
 		if err != nil {
-			return &Pending{res: wait.res}, err
+			return nil, next.res, err
 		}
-		if wait.room != nil {
+		switch {
+		case next.room != nil:
 			if o.NoRoomWait && policy.BlockTimeout > 0 {
-				return refused, ErrWouldWait
+				return nil, node.AppendResult{}, node.ErrWouldWait
 			}
-			if err := rw.Wait(ctx, wait.room); err != nil {
-				return refused, err
+			if err := a.rw.Wait(ctx, next.room); err != nil {
+				return nil, node.AppendResult{}, err
 			}
-			continue
+		case next.open != nil:
+			if err := b.openPart(ctx, n, next.open); err != nil {
+				return nil, node.AppendResult{}, err
+			}
+		case p == nil:
+			return nil, next.res, nil // a duplicate, answered without writing
+		default:
+			return p, node.AppendResult{}, nil
 		}
-		if p == nil {
-			return &Pending{res: wait.res}, nil // a duplicate, answered without writing
-		}
-		return &Pending{b: b, p: p, bytes: batchBytes}, nil
 	}
 }
 
-// admitWait tells Append what to answer at once, or, when room is set, that
-// it must wait for room under MaxBytes.
-type admitWait struct {
+// groupOffset resolves a group offset riding with an append to the
+// internal stream it names (0: the append's own partition).
+func (b *Broker) groupOffset(g *node.GroupOffset) (*meta.GroupOffset, error) {
+	if err := stream.CheckGroup(g.Group); err != nil {
+		return nil, err
+	}
+	out := &meta.GroupOffset{Group: g.Group, Next: g.Next}
+	if g.Stream != "" {
+		_, id, err := b.partitionOf(g.Stream, g.Partition)
+		if err != nil {
+			return nil, err
+		}
+		out.Stream = id
+	}
+	return out, nil
+}
+
+// admission is one append on its way in: what admit checks, and what it
+// decided on earlier passes.
+type admission struct {
+	n          *named
+	partition  int // -1: the next round-robin turn, taken on the first pass
+	records    []stream.RecordValue
+	batchBytes int64
+	o          node.AppendOptions
+	group      *meta.GroupOffset
+	rw         *stream.RoomWait
+}
+
+// admitNext tells admitAppend what to do when admit queued nothing: answer
+// (res, a duplicate or a refusal's details), wait for room under MaxBytes,
+// or open a partition first — each without the stream's lock — and then
+// check the append again.
+type admitNext struct {
+	res  node.AppendResult
 	room <-chan struct{}
-	res  AppendResult
+	open *part
 }
 
 // admit runs the provisional checks under the stream's lock and, when they
 // pass, assigns offsets and queues the append, which it returns. Otherwise
-// it returns no append and says why in admitWait: an answer (a duplicate or
-// a refusal's details) or room to wait for.
-func (b *Broker) admit(ctx context.Context, n *named, partition int, records []stream.RecordValue, batchBytes int64, o AppendOptions, rw *stream.RoomWait) (*pendingAppend, admitWait, error) {
+// it returns no append and what to do next.
+func (b *Broker) admit(ctx context.Context, a *admission) (*pendingAppend, admitNext, error) {
+	n, o := a.n, a.o
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	turn := partition < 0
-	if turn {
-		partition = n.rr % len(n.parts)
+	if a.partition < 0 {
+		pt := n.parts[n.rr%len(n.parts)]
+		if !pt.opened && o.NoOpen {
+			// Refused before anything changed: the turn stays this partition's.
+			return nil, admitNext{}, node.ErrNotOpen
+		}
+		a.partition = n.rr % len(n.parts)
+		n.rr++
 	}
+	partition := a.partition
 	pt := n.parts[partition]
 	if !pt.opened && o.NoOpen {
-		// Refused before anything changed: the turn stays this partition's.
-		return nil, admitWait{}, ErrNotOpen
-	}
-	if turn {
-		n.rr++
+		return nil, admitNext{}, node.ErrNotOpen
 	}
 
 	// Closed first: only the exact retry of the closing append is answered,
 	// as the duplicate it is.
 	if n.closed {
-		if o.Producer != nil && n.closedBy != nil && *o.Producer == *n.closedBy {
-			return nil, admitWait{res: AppendResult{Partition: partition, First: pt.next, Next: pt.next, Duplicate: true, Closed: true,
-				Producer: n.producers[o.Producer.ID]}}, nil
+		if o.Producer != nil && n.closedBy != nil && tupleOf(o.Producer) == *n.closedBy {
+			return nil, admitNext{res: node.AppendResult{Partition: partition, First: pt.next, Next: pt.next, Duplicate: true, Closed: true,
+				Producer: producerOf(n.producers[o.Producer.ID])}}, nil
 		}
-		return nil, admitWait{res: AppendResult{Partition: partition, Next: b.committedEnd(pt), Closed: true}},
-			meta.StreamClosed.With("name", n.name, "end", b.committedEnd(pt))
+		end := b.committedEnd(pt)
+		return nil, admitNext{res: node.AppendResult{Partition: partition, Next: end, Closed: true}},
+			meta.StreamClosed.With("name", n.name, "end", end)
 	}
 	if o.Producer != nil {
 		cur, known := n.producers[o.Producer.ID]
+		refused := admitNext{res: node.AppendResult{Producer: producerOf(cur)}}
 		switch {
 		case known && o.Producer.Epoch < cur.Epoch:
-			return nil, admitWait{res: AppendResult{Producer: cur}}, meta.ProducerFenced.With("producer", o.Producer.ID, "epoch", o.Producer.Epoch, "current", cur.Epoch)
+			return nil, refused, meta.ProducerFenced.With("producer", o.Producer.ID, "epoch", o.Producer.Epoch, "current", cur.Epoch)
 		case known && o.Producer.Epoch == cur.Epoch && o.Producer.Seq <= cur.LastSeq:
 			// A repeat: acknowledge once the original is committed.
 			n.mu.Unlock()
-			err := b.awaitProducer(ctx, n, o.Producer)
+			err := b.awaitProducer(ctx, n, tupleOf(o.Producer))
 			n.mu.Lock()
-			return nil, admitWait{res: AppendResult{Partition: partition, Duplicate: true, Producer: cur, Next: b.committedEnd(pt)}}, err
+			return nil, admitNext{res: node.AppendResult{Partition: partition, Duplicate: true, Producer: producerOf(cur), Next: b.committedEnd(pt)}}, err
 		case !known && o.Producer.Seq != 0:
-			return nil, admitWait{res: AppendResult{Producer: cur}}, meta.ProducerSeqGap.With("producer", o.Producer.ID, "expected", 0, "received", o.Producer.Seq)
+			return nil, refused, meta.ProducerSeqGap.With("producer", o.Producer.ID, "expected", 0, "received", o.Producer.Seq)
 		case known && o.Producer.Epoch > cur.Epoch && o.Producer.Seq != 0:
-			return nil, admitWait{res: AppendResult{Producer: cur}}, meta.ProducerEpochSeq.With("producer", o.Producer.ID, "epoch", o.Producer.Epoch, "seq", o.Producer.Seq)
+			return nil, refused, meta.ProducerEpochSeq.With("producer", o.Producer.ID, "epoch", o.Producer.Epoch, "seq", o.Producer.Seq)
 		case known && o.Producer.Epoch == cur.Epoch && o.Producer.Seq != cur.LastSeq+1:
-			return nil, admitWait{res: AppendResult{Producer: cur}}, meta.ProducerSeqGap.With("producer", o.Producer.ID, "expected", cur.LastSeq+1, "received", o.Producer.Seq)
+			return nil, refused, meta.ProducerSeqGap.With("producer", o.Producer.ID, "expected", cur.LastSeq+1, "received", o.Producer.Seq)
 		}
 	}
 	if o.StreamSeq != "" && o.StreamSeq <= n.lastSeq {
-		return nil, admitWait{}, meta.StreamSeqOrder.With("name", n.name, "last", n.lastSeq, "received", o.StreamSeq)
+		return nil, admitNext{}, meta.StreamSeqOrder.With("name", n.name, "last", n.lastSeq, "received", o.StreamSeq)
 	}
-	if n.policy.MaxBytes > 0 && len(records) > 0 {
-		if wait, err := rw.Check(b.heldBytesLocked(n), batchBytes); err != nil {
-			return nil, admitWait{}, err
+	if n.policy.MaxBytes > 0 && len(a.records) > 0 {
+		if wait, err := a.rw.Check(b.heldBytesLocked(n), a.batchBytes); err != nil {
+			return nil, admitNext{}, err
 		} else if wait {
-			return nil, admitWait{room: n.room}, nil
+			return nil, admitNext{room: n.room}, nil
 		}
 	}
 	if !pt.opened {
-		if err := n.open(ctx, b, pt); err != nil {
-			return nil, admitWait{}, err
-		}
+		return nil, admitNext{open: pt}, nil
 	}
 
 	// Admitted: hand out offsets and advance the provisional state.
 	now := b.now()
+	var producer *meta.ProducerTuple
+	if o.Producer != nil {
+		t := tupleOf(o.Producer)
+		producer = &t
+	}
 	p := &pendingAppend{
-		n: n, gen: n.gen, count: len(records), bytes: batchBytes, at: now.UnixNano(),
-		app:  meta.Append{Stream: pt.id, Epoch: pt.epoch, First: pt.next, Producer: o.Producer, StreamSeq: o.StreamSeq, Close: o.Close},
+		b: b, n: n, pt: pt, gen: n.gen, count: len(a.records), bytes: a.batchBytes, at: now.UnixNano(),
+		app:  meta.Append{Stream: pt.id, Epoch: pt.epoch, First: pt.next, Producer: producer, StreamSeq: o.StreamSeq, Close: o.Close},
 		done: make(chan error, 1),
 	}
-	if len(records) > 0 {
+	if len(a.records) > 0 {
 		var buf []byte
-		buf, p.recycled = batchBuffers.Get(int(batchBytes) + len(records)*24)
-		p.payload = encodeBatch(buf, pt.next, now, records)
+		buf, p.recycled = b.batchBuffers.Get(int(a.batchBytes) + len(a.records)*24)
+		p.payload = encodeBatch(buf, pt.next, now, a.records)
 	}
-	p.res = AppendResult{Partition: partition, First: pt.next, Next: pt.next + uint64(len(records)), Closed: o.Close}
-	if len(records) > 0 {
+	p.res = node.AppendResult{Partition: partition, First: pt.next, Next: pt.next + uint64(len(a.records)), Closed: o.Close}
+	if len(a.records) > 0 {
 		p.res.Last = p.res.Next - 1
 	}
-	if o.Group != nil {
-		g := *o.Group
+	if a.group != nil {
+		g := *a.group
 		if g.Stream == 0 { // no stream named: the append's own partition
 			g.Stream = pt.id
 		}
 		p.group = &g
 	}
 	if err := b.flush.enqueue(p); err != nil {
-		return nil, admitWait{}, err
+		return nil, admitNext{}, err
 	}
-	pt.next += uint64(len(records))
-	n.pendingBytes += batchBytes
-	if o.Producer != nil {
-		n.producers[o.Producer.ID] = meta.Producer{Epoch: o.Producer.Epoch, LastSeq: o.Producer.Seq}
-		p.res.Producer = n.producers[o.Producer.ID]
+	pt.inflight++
+	pt.next += uint64(len(a.records))
+	n.pendingBytes += a.batchBytes
+	if producer != nil {
+		n.producers[producer.ID] = meta.Producer{Epoch: producer.Epoch, LastSeq: producer.Seq}
+		p.res.Producer = node.Producer{Epoch: producer.Epoch, LastSeq: producer.Seq}
 	}
 	if o.StreamSeq != "" {
 		n.lastSeq = o.StreamSeq
 	}
 	if o.Close {
 		n.closed = true
-		if o.Producer != nil {
-			t := *o.Producer
-			n.closedBy = &t
-		}
+		n.closedBy = producer
 	}
-	return p, admitWait{}, nil
+	return p, admitNext{}, nil
 }
 
 // awaitProducer waits until the committed state of the stream holds the
 // producer's tuple (the original append of a repeat), or the provisional
 // state is rolled back (Aborted: the original never committed).
-func (b *Broker) awaitProducer(ctx context.Context, n *named, t *meta.ProducerTuple) error {
+func (b *Broker) awaitProducer(ctx context.Context, n *named, t meta.ProducerTuple) error {
 	for {
 		n.mu.Lock()
 		wake, gen := n.wake, n.gen
@@ -334,7 +341,7 @@ func (b *Broker) awaitProducer(ctx context.Context, n *named, t *meta.ProducerTu
 				if b.producerCommitted(n.name, t) {
 					return nil
 				}
-				return Aborted.With("name", n.name, "producer", t.ID, "seq", t.Seq)
+				return node.Aborted.With("name", n.name, "producer", t.ID, "seq", t.Seq)
 			}
 		case <-ctx.Done():
 			return context.Cause(ctx)
@@ -344,7 +351,7 @@ func (b *Broker) awaitProducer(ctx context.Context, n *named, t *meta.ProducerTu
 
 // producerCommitted reports whether the committed state of name holds the
 // producer at t or past it. It reads in place: no copy of the entry.
-func (b *Broker) producerCommitted(name string, t *meta.ProducerTuple) bool {
+func (b *Broker) producerCommitted(name string, t meta.ProducerTuple) bool {
 	done := false
 	b.fsm.View(func(s *meta.State) {
 		if e, ok := s.Names[name]; ok {

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/picomq/picomq/broker/node"
 	"github.com/picomq/picomq/broker/stream"
 )
 
@@ -27,7 +28,7 @@ func BenchmarkAppend(b *testing.B) {
 			defer br.Close()
 			ctx := context.Background()
 			for s := 0; s < c.streams; s++ {
-				if _, _, err := br.Create(ctx, fmt.Sprintf("s%d", s), CreateOptions{}); err != nil {
+				if _, _, err := br.Create(ctx, fmt.Sprintf("s%d", s), node.CreateOptions{}); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -45,7 +46,7 @@ func BenchmarkAppend(b *testing.B) {
 					defer wg.Done()
 					name := fmt.Sprintf("s%d", w%c.streams)
 					for i := 0; i < per; i++ {
-						if _, err := br.Append(ctx, name, batch, AppendOptions{Partition: -1}); err != nil {
+						if _, err := br.Append(ctx, name, batch, node.AppendOptions{Partition: -1}); err != nil {
 							b.Error(err)
 							return
 						}

@@ -17,6 +17,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/picomq/picomq/broker/meta"
+	"github.com/picomq/picomq/broker/node"
 	"github.com/picomq/picomq/broker/stream"
 )
 
@@ -54,7 +55,7 @@ func recs(vals ...string) []stream.RecordValue {
 	return out
 }
 
-func mustCreate(t *testing.T, b *Broker, name string, o CreateOptions) {
+func mustCreate(t *testing.T, b *Broker, name string, o node.CreateOptions) {
 	t.Helper()
 	if _, _, err := b.Create(context.Background(), name, o); err != nil {
 		t.Fatal(err)
@@ -63,7 +64,7 @@ func mustCreate(t *testing.T, b *Broker, name string, o CreateOptions) {
 
 func readAll(t *testing.T, b *Broker, name string, partition int) []stream.EntryValue {
 	t.Helper()
-	out, _, err := b.Read(context.Background(), name, partition, 0, 1<<20, ReadOptions{})
+	out, _, err := b.Read(context.Background(), name, partition, 0, 1<<20, node.ReadOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,7 +94,7 @@ func TestNamesRefused(t *testing.T) {
 	b := openTest(t, t.TempDir())
 	defer b.Close()
 	for _, n := range []string{"", "/a", "a/", "a//b", "a/../b", "..", "a b", "a%2Fb", string(make([]byte, 256))} {
-		if _, _, err := b.Create(context.Background(), n, CreateOptions{}); !errors.Is(err, stream.StreamMisconfigured) {
+		if _, _, err := b.Create(context.Background(), n, node.CreateOptions{}); !errors.Is(err, stream.StreamMisconfigured) {
 			t.Errorf("Create(%q) = %v, want STREAM_MISCONFIGURED", n, err)
 		}
 	}
@@ -108,14 +109,14 @@ func TestRestartKeepsOffsetsProducersAndClosed(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
 	b := openTest(t, dir)
-	mustCreate(t, b, "s", CreateOptions{ContentType: "text/plain"})
+	mustCreate(t, b, "s", node.CreateOptions{ContentType: "text/plain"})
 	for seq := int64(0); seq < 3; seq++ {
-		if _, err := b.Append(ctx, "s", recs("r"), AppendOptions{Partition: -1, Producer: &meta.ProducerTuple{ID: "p", Epoch: 1, Seq: seq}, StreamSeq: string(rune('a' + seq))}); err != nil {
+		if _, err := b.Append(ctx, "s", recs("r"), node.AppendOptions{Partition: -1, Producer: &node.ProducerTuple{ID: "p", Epoch: 1, Seq: seq}, StreamSeq: string(rune('a' + seq))}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	e, _ := b.Get("s")
-	in, _ := b.Internal(e.Streams[0])
+	in, _ := b.fsm.Internal(e.Partitions[0])
 	epoch := in.Epoch
 	if err := b.Close(); err != nil {
 		t.Fatal(err)
@@ -126,21 +127,21 @@ func TestRestartKeepsOffsetsProducersAndClosed(t *testing.T) {
 	if got := readAll(t, b, "s", 0); len(got) != 3 {
 		t.Fatalf("after restart read %d records, want 3", len(got))
 	}
-	res, err := b.Append(ctx, "s", recs("dup"), AppendOptions{Partition: -1, Producer: &meta.ProducerTuple{ID: "p", Epoch: 1, Seq: 1}})
+	res, err := b.Append(ctx, "s", recs("dup"), node.AppendOptions{Partition: -1, Producer: &node.ProducerTuple{ID: "p", Epoch: 1, Seq: 1}})
 	if err != nil || !res.Duplicate {
 		t.Fatalf("repeat after restart = %+v, %v; want a duplicate", res, err)
 	}
-	if _, err := b.Append(ctx, "s", recs("gap"), AppendOptions{Partition: -1, Producer: &meta.ProducerTuple{ID: "p", Epoch: 1, Seq: 5}}); !errors.Is(err, meta.ProducerSeqGap) {
+	if _, err := b.Append(ctx, "s", recs("gap"), node.AppendOptions{Partition: -1, Producer: &node.ProducerTuple{ID: "p", Epoch: 1, Seq: 5}}); !errors.Is(err, meta.ProducerSeqGap) {
 		t.Fatalf("gap after restart: %v", err)
 	}
-	if _, err := b.Append(ctx, "s", recs("old"), AppendOptions{Partition: -1, StreamSeq: "b"}); !errors.Is(err, meta.StreamSeqOrder) {
+	if _, err := b.Append(ctx, "s", recs("old"), node.AppendOptions{Partition: -1, StreamSeq: "b"}); !errors.Is(err, meta.StreamSeqOrder) {
 		t.Fatalf("Stream-Seq after restart: %v", err)
 	}
-	res, err = b.Append(ctx, "s", recs("last"), AppendOptions{Partition: -1, Producer: &meta.ProducerTuple{ID: "p", Epoch: 1, Seq: 3}, Close: true})
+	res, err = b.Append(ctx, "s", recs("last"), node.AppendOptions{Partition: -1, Producer: &node.ProducerTuple{ID: "p", Epoch: 1, Seq: 3}, Close: true})
 	if err != nil || res.First != 3 || !res.Closed {
 		t.Fatalf("append-and-close = %+v, %v", res, err)
 	}
-	in, _ = b.Internal(e.Streams[0])
+	in, _ = b.fsm.Internal(e.Partitions[0])
 	if in.Epoch != epoch+1 {
 		t.Fatalf("epoch after restart = %d, want %d", in.Epoch, epoch+1)
 	}
@@ -153,10 +154,10 @@ func TestRestartKeepsOffsetsProducersAndClosed(t *testing.T) {
 	}
 	b = openTest(t, dir)
 	defer b.Close()
-	if _, err := b.Append(ctx, "s", recs("x"), AppendOptions{Partition: -1}); !errors.Is(err, meta.StreamClosed) {
+	if _, err := b.Append(ctx, "s", recs("x"), node.AppendOptions{Partition: -1}); !errors.Is(err, meta.StreamClosed) {
 		t.Fatalf("append to a closed stream: %v", err)
 	}
-	res, err = b.Append(ctx, "s", recs("last"), AppendOptions{Partition: -1, Producer: &meta.ProducerTuple{ID: "p", Epoch: 1, Seq: 3}, Close: true})
+	res, err = b.Append(ctx, "s", recs("last"), node.AppendOptions{Partition: -1, Producer: &node.ProducerTuple{ID: "p", Epoch: 1, Seq: 3}, Close: true})
 	if err != nil || !res.Duplicate || !res.Closed {
 		t.Fatalf("closing tuple retry = %+v, %v", res, err)
 	}
@@ -168,8 +169,8 @@ func TestTornUncommittedObjectIsDiscarded(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
 	b := openTest(t, dir)
-	mustCreate(t, b, "s", CreateOptions{})
-	if _, err := b.Append(ctx, "s", recs("a", "b"), AppendOptions{Partition: -1}); err != nil {
+	mustCreate(t, b, "s", node.CreateOptions{})
+	if _, err := b.Append(ctx, "s", recs("a", "b"), node.AppendOptions{Partition: -1}); err != nil {
 		t.Fatal(err)
 	}
 	if err := b.Close(); err != nil {
@@ -187,7 +188,7 @@ func TestTornUncommittedObjectIsDiscarded(t *testing.T) {
 	if got := readAll(t, b, "s", 0); len(got) != 2 {
 		t.Fatalf("read %d records, want 2", len(got))
 	}
-	if res, err := b.Append(ctx, "s", recs("c"), AppendOptions{Partition: -1}); err != nil || res.First != 2 {
+	if res, err := b.Append(ctx, "s", recs("c"), node.AppendOptions{Partition: -1}); err != nil || res.First != 2 {
 		t.Fatalf("append after recovery = %+v, %v", res, err)
 	}
 }
@@ -201,12 +202,12 @@ func TestCorruptCommittedObjectIsNeverServed(t *testing.T) {
 	// An object synced on its own: one committed inline is written again
 	// from the log at start (TestInlineObjectsRewrittenFromTheLog).
 	b := openTest(t, dir, func(c *Config) { c.InlineBytes = -1 })
-	mustCreate(t, b, "s", CreateOptions{})
-	if _, err := b.Append(ctx, "s", recs("payload-one", "payload-two"), AppendOptions{Partition: -1}); err != nil {
+	mustCreate(t, b, "s", node.CreateOptions{})
+	if _, err := b.Append(ctx, "s", recs("payload-one", "payload-two"), node.AppendOptions{Partition: -1}); err != nil {
 		t.Fatal(err)
 	}
 	e, _ := b.Get("s")
-	in, _ := b.Internal(e.Streams[0])
+	in, _ := b.fsm.Internal(e.Partitions[0])
 	r := in.Ranges[0]
 	if err := b.Close(); err != nil {
 		t.Fatal(err)
@@ -223,8 +224,8 @@ func TestCorruptCommittedObjectIsNeverServed(t *testing.T) {
 	m := NewMetrics(nil)
 	b = openTest(t, dir, func(c *Config) { c.Metrics = m; c.InlineBytes = -1 })
 	defer b.Close()
-	_, _, err = b.Read(ctx, "s", 0, 0, 10, ReadOptions{})
-	if !errors.Is(err, Corrupt) {
+	_, _, err = b.Read(ctx, "s", 0, 0, 10, node.ReadOptions{})
+	if !errors.Is(err, node.Corrupt) {
 		t.Fatalf("read of a corrupt object = %v, want OBJECT_CORRUPT", err)
 	}
 	if got := testutil.ToFloat64(m.CorruptReads); got != 1 {
@@ -249,8 +250,8 @@ func TestSlidingTTLAndExpiry(t *testing.T) {
 	clock := &fakeClock{t: time.Unix(1_800_000_000, 0)}
 	dir := t.TempDir()
 	b := openTest(t, dir, func(c *Config) { c.Clock = clock.Now })
-	mustCreate(t, b, "ttl", CreateOptions{TTL: 10 * time.Second})
-	mustCreate(t, b, "abs", CreateOptions{ExpiresAt: clock.Now().Add(15 * time.Second)})
+	mustCreate(t, b, "ttl", node.CreateOptions{TTL: 10 * time.Second})
+	mustCreate(t, b, "abs", node.CreateOptions{ExpiresAt: clock.Now().Add(15 * time.Second)})
 	clock.Add(8 * time.Second)
 	readAll(t, b, "ttl", 0) // touch
 	readAll(t, b, "abs", 0) // no effect on an absolute expiry
@@ -278,7 +279,7 @@ func TestSlidingTTLAndExpiry(t *testing.T) {
 	if len(b.fsm.State().Names) != 0 {
 		t.Fatalf("maintenance left expired streams: %v", b.fsm.State().Names)
 	}
-	if _, created, err := b.Create(ctx, "ttl", CreateOptions{}); err != nil || !created {
+	if _, created, err := b.Create(ctx, "ttl", node.CreateOptions{}); err != nil || !created {
 		t.Fatalf("recreate after expiry: %v %v", created, err)
 	}
 }
@@ -297,9 +298,9 @@ func TestMergeAndGarbageCollection(t *testing.T) {
 		c.InlineBytes = -1
 	})
 	defer b.Close()
-	mustCreate(t, b, "a", CreateOptions{})
+	mustCreate(t, b, "a", node.CreateOptions{})
 	for i := 0; i < 20; i++ {
-		if _, err := b.Append(ctx, "a", recs("x", "yy"), AppendOptions{Partition: -1}); err != nil {
+		if _, err := b.Append(ctx, "a", recs("x", "yy"), node.AppendOptions{Partition: -1}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -316,7 +317,7 @@ func TestMergeAndGarbageCollection(t *testing.T) {
 	filesBefore := objects()
 	b.maintain(ctx)
 	e, _ := b.Get("a")
-	in, _ := b.Internal(e.Streams[0])
+	in, _ := b.fsm.Internal(e.Partitions[0])
 	if len(in.Ranges) != 1 || in.Ranges[0].Count != 40 {
 		t.Fatalf("after merge: %d ranges", len(in.Ranges))
 	}
@@ -372,21 +373,21 @@ func TestMergeLeavesLargeRangesAlone(t *testing.T) {
 		c.OrphanGrace = time.Hour
 	})
 	defer b.Close()
-	mustCreate(t, b, "a", CreateOptions{})
+	mustCreate(t, b, "a", node.CreateOptions{})
 	big := []stream.RecordValue{{Payload: make([]byte, 8<<10)}}
 	for i := 0; i < 6; i++ {
-		if _, err := b.Append(ctx, "a", big, AppendOptions{Partition: -1}); err != nil {
+		if _, err := b.Append(ctx, "a", big, node.AppendOptions{Partition: -1}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	for i := 0; i < 6; i++ {
-		if _, err := b.Append(ctx, "a", recs("x"), AppendOptions{Partition: -1}); err != nil {
+		if _, err := b.Append(ctx, "a", recs("x"), node.AppendOptions{Partition: -1}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	b.maintain(ctx)
 	e, _ := b.Get("a")
-	in, _ := b.Internal(e.Streams[0])
+	in, _ := b.fsm.Internal(e.Partitions[0])
 	// Six large ranges untouched, the six small ones merged into one.
 	if len(in.Ranges) != 7 {
 		t.Fatalf("after merge: %d ranges, want 7 (6 large kept, 6 small merged into 1)", len(in.Ranges))
@@ -412,22 +413,22 @@ func TestStaleEpochRollsBackAndReopens(t *testing.T) {
 	ctx := context.Background()
 	b := openTest(t, t.TempDir())
 	defer b.Close()
-	mustCreate(t, b, "s", CreateOptions{})
-	if _, err := b.Append(ctx, "s", recs("a", "b"), AppendOptions{Partition: -1}); err != nil {
+	mustCreate(t, b, "s", node.CreateOptions{})
+	if _, err := b.Append(ctx, "s", recs("a", "b"), node.AppendOptions{Partition: -1}); err != nil {
 		t.Fatal(err)
 	}
 	e, _ := b.Get("s")
-	if _, err := b.apply(ctx, &meta.Command{Op: meta.OpOpen, Open: &meta.Open{Stream: e.Streams[0], Owner: "other"}}); err != nil {
+	if _, err := b.apply(ctx, &meta.Command{Op: meta.OpOpen, Open: &meta.Open{Stream: e.Partitions[0], Owner: "other"}}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.Append(ctx, "s", recs("c"), AppendOptions{Partition: -1}); !errors.Is(err, meta.StaleEpoch) {
+	if _, err := b.Append(ctx, "s", recs("c"), node.AppendOptions{Partition: -1}); !errors.Is(err, meta.StaleEpoch) {
 		t.Fatalf("append under a stale epoch = %v, want STALE_EPOCH", err)
 	}
-	res, err := b.Append(ctx, "s", recs("d"), AppendOptions{Partition: -1})
+	res, err := b.Append(ctx, "s", recs("d"), node.AppendOptions{Partition: -1})
 	if err != nil || res.First != 2 {
 		t.Fatalf("append after rollback = %+v, %v; want offset 2", res, err)
 	}
-	in, _ := b.Internal(e.Streams[0])
+	in, _ := b.fsm.Internal(e.Partitions[0])
 	if in.Epoch != 2 || in.Owner != b.NodeID() {
 		t.Fatalf("internal after reopen %+v", in)
 	}
@@ -439,22 +440,21 @@ func TestGroupOffsetRidesWithAppend(t *testing.T) {
 	ctx := context.Background()
 	b := openTest(t, t.TempDir())
 	defer b.Close()
-	mustCreate(t, b, "in", CreateOptions{})
-	mustCreate(t, b, "out", CreateOptions{})
-	if _, err := b.Append(ctx, "in", recs("1", "2", "3"), AppendOptions{Partition: -1}); err != nil {
+	mustCreate(t, b, "in", node.CreateOptions{})
+	mustCreate(t, b, "out", node.CreateOptions{})
+	if _, err := b.Append(ctx, "in", recs("1", "2", "3"), node.AppendOptions{Partition: -1}); err != nil {
 		t.Fatal(err)
 	}
-	e, _ := b.Get("in")
-	g := &meta.GroupOffset{Stream: e.Streams[0], Group: "g", Next: 3}
-	if _, err := b.Append(ctx, "out", recs("sum=6"), AppendOptions{Partition: -1, Group: g}); err != nil {
+	g := &node.GroupOffset{Stream: "in", Partition: 0, Group: "g", Next: 3}
+	if _, err := b.Append(ctx, "out", recs("sum=6"), node.AppendOptions{Partition: -1, Group: g}); err != nil {
 		t.Fatal(err)
 	}
 	if next, err := b.Committed(ctx, "in", "g", 0); err != nil || next != 3 {
 		t.Fatalf("committed = %d, %v", next, err)
 	}
 	// A group offset past the input's end refuses the output append too.
-	g = &meta.GroupOffset{Stream: e.Streams[0], Group: "g", Next: 9}
-	if _, err := b.Append(ctx, "out", recs("bad"), AppendOptions{Partition: -1, Group: g}); !errors.Is(err, stream.OffsetAhead) {
+	g = &node.GroupOffset{Stream: "in", Partition: 0, Group: "g", Next: 9}
+	if _, err := b.Append(ctx, "out", recs("bad"), node.AppendOptions{Partition: -1, Group: g}); !errors.Is(err, stream.OffsetAhead) {
 		t.Fatalf("append with a bad group offset = %v", err)
 	}
 	if got := readAll(t, b, "out", 0); len(got) != 1 {
@@ -471,7 +471,7 @@ func TestConcurrentAppendsGroupCommit(t *testing.T) {
 	defer b.Close()
 	names := []string{"a", "b", "c", "d"}
 	for _, n := range names {
-		mustCreate(t, b, n, CreateOptions{})
+		mustCreate(t, b, n, node.CreateOptions{})
 	}
 	var wg sync.WaitGroup
 	var mu sync.Mutex
@@ -483,7 +483,7 @@ func TestConcurrentAppendsGroupCommit(t *testing.T) {
 			for i := 0; i < 20; i++ {
 				n := names[(w+i)%len(names)]
 				v := string(rune('A'+w)) + string(rune('a'+i))
-				res, err := b.Append(ctx, n, recs(v), AppendOptions{Partition: -1})
+				res, err := b.Append(ctx, n, recs(v), node.AppendOptions{Partition: -1})
 				if err != nil {
 					t.Error(err)
 					return
@@ -532,9 +532,9 @@ func TestSnapshotThenRestart(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
 	b := openTest(t, dir)
-	mustCreate(t, b, "s", CreateOptions{Policy: stream.PolicyValue{Partitions: 2}})
+	mustCreate(t, b, "s", node.CreateOptions{Policy: stream.PolicyValue{Partitions: 2}})
 	for i := 0; i < 10; i++ {
-		if _, err := b.Append(ctx, "s", recs("before"), AppendOptions{Partition: i % 2}); err != nil {
+		if _, err := b.Append(ctx, "s", recs("before"), node.AppendOptions{Partition: i % 2}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -542,7 +542,7 @@ func TestSnapshotThenRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := 0; i < 6; i++ {
-		if _, err := b.Append(ctx, "s", recs("after"), AppendOptions{Partition: i % 2}); err != nil {
+		if _, err := b.Append(ctx, "s", recs("after"), node.AppendOptions{Partition: i % 2}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -584,8 +584,8 @@ func TestCloseClosesEveryOwnedStreamAtOnce(t *testing.T) {
 	const n = 300
 	for i := 0; i < n; i++ {
 		name := "s" + strconv.Itoa(i)
-		mustCreate(t, b, name, CreateOptions{})
-		if _, err := b.Append(ctx, name, recs("x"), AppendOptions{Partition: -1}); err != nil {
+		mustCreate(t, b, name, node.CreateOptions{})
+		if _, err := b.Append(ctx, name, recs("x"), node.AppendOptions{Partition: -1}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -615,8 +615,8 @@ func TestRunningBrokerCollectsOrphans(t *testing.T) {
 		c.OrphanGrace = 100 * time.Millisecond
 	})
 	defer b.Close()
-	mustCreate(t, b, "a", CreateOptions{})
-	if _, err := b.Append(ctx, "a", recs("kept"), AppendOptions{Partition: -1}); err != nil {
+	mustCreate(t, b, "a", node.CreateOptions{})
+	if _, err := b.Append(ctx, "a", recs("kept"), node.AppendOptions{Partition: -1}); err != nil {
 		t.Fatal(err)
 	}
 	w, err := b.objs.Create()
@@ -668,12 +668,12 @@ func TestMergeReadsFramesOfOneObjectTogether(t *testing.T) {
 		c.OrphanGrace = time.Hour
 	})
 	defer b.Close()
-	mustCreate(t, b, "a", CreateOptions{})
+	mustCreate(t, b, "a", node.CreateOptions{})
 	var wg sync.WaitGroup
 	for w := range 16 {
 		wg.Go(func() {
 			for i := range 4 {
-				if _, err := b.Append(ctx, "a", recs(fmt.Sprintf("w%d-%d", w, i), strings.Repeat("p", w*i)), AppendOptions{Partition: -1}); err != nil {
+				if _, err := b.Append(ctx, "a", recs(fmt.Sprintf("w%d-%d", w, i), strings.Repeat("p", w*i)), node.AppendOptions{Partition: -1}); err != nil {
 					t.Error(err)
 				}
 			}
@@ -681,7 +681,7 @@ func TestMergeReadsFramesOfOneObjectTogether(t *testing.T) {
 	}
 	wg.Wait()
 	e, _ := b.Get("a")
-	in, _ := b.Internal(e.Streams[0])
+	in, _ := b.fsm.Internal(e.Partitions[0])
 	shared := false
 	for i := 1; i < len(in.Ranges); i++ {
 		if in.Ranges[i].Object == in.Ranges[i-1].Object {
@@ -693,7 +693,7 @@ func TestMergeReadsFramesOfOneObjectTogether(t *testing.T) {
 	}
 	before := readAll(t, b, "a", 0)
 	b.maintain(ctx)
-	in, _ = b.Internal(e.Streams[0])
+	in, _ = b.fsm.Internal(e.Partitions[0])
 	if len(in.Ranges) != 1 || in.Ranges[0].Count != 128 {
 		t.Fatalf("after merge: %d ranges", len(in.Ranges))
 	}
@@ -719,7 +719,7 @@ func TestReadsSurviveCollectionUnderThem(t *testing.T) {
 		c.OrphanGrace = time.Hour
 	})
 	defer b.Close()
-	mustCreate(t, b, "a", CreateOptions{})
+	mustCreate(t, b, "a", node.CreateOptions{})
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	var reads, collected atomic.Int64
@@ -730,7 +730,7 @@ func TestReadsSurviveCollectionUnderThem(t *testing.T) {
 				return
 			default:
 			}
-			if _, err := b.Append(ctx, "a", recs(strconv.Itoa(i)), AppendOptions{Partition: -1}); err != nil {
+			if _, err := b.Append(ctx, "a", recs(strconv.Itoa(i)), node.AppendOptions{Partition: -1}); err != nil {
 				t.Error(err)
 				return
 			}
@@ -759,7 +759,7 @@ func TestReadsSurviveCollectionUnderThem(t *testing.T) {
 					return
 				default:
 				}
-				es, _, err := b.Read(ctx, "a", 0, 0, 10_000, ReadOptions{})
+				es, _, err := b.Read(ctx, "a", 0, 0, 10_000, node.ReadOptions{})
 				if err != nil {
 					t.Errorf("read: %v", err)
 					return
@@ -796,12 +796,12 @@ func TestJustAppendedIsReadFromMemory(t *testing.T) {
 	dir := t.TempDir()
 	b := openTest(t, dir, func(c *Config) { c.InlineBytes = -1 })
 	defer b.Close()
-	mustCreate(t, b, "a", CreateOptions{})
-	if _, err := b.Append(ctx, "a", recs("live"), AppendOptions{Partition: -1}); err != nil {
+	mustCreate(t, b, "a", node.CreateOptions{})
+	if _, err := b.Append(ctx, "a", recs("live"), node.AppendOptions{Partition: -1}); err != nil {
 		t.Fatal(err)
 	}
 	e, _ := b.Get("a")
-	in, _ := b.Internal(e.Streams[0])
+	in, _ := b.fsm.Internal(e.Partitions[0])
 	// Take the object away from under the broker: only the cache has it.
 	if err := os.Remove(filepath.Join(dir, "objects", objName(in.Ranges[0].Object))); err != nil {
 		t.Fatal(err)
@@ -821,12 +821,12 @@ func TestHoldPutsAppendsInOneObject(t *testing.T) {
 	// a loaded machine: here the release decides, not the bound.
 	b := openTest(t, t.TempDir(), func(c *Config) { c.MaxHold = time.Minute })
 	defer b.Close()
-	mustCreate(t, b, "a", CreateOptions{})
+	mustCreate(t, b, "a", node.CreateOptions{})
 	const n = 20
 	release := b.Hold()
-	pending := make([]*Pending, n)
+	pending := make([]node.Pending, n)
 	for i := range n {
-		pd, err := b.Admit(ctx, "a", recs(strconv.Itoa(i)), AppendOptions{Partition: -1})
+		pd, err := b.Admit(ctx, "a", recs(strconv.Itoa(i)), node.AppendOptions{Partition: -1})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -841,7 +841,7 @@ func TestHoldPutsAppendsInOneObject(t *testing.T) {
 		}
 	}
 	e, _ := b.Get("a")
-	in, _ := b.Internal(e.Streams[0])
+	in, _ := b.fsm.Internal(e.Partitions[0])
 	if len(in.Ranges) != n {
 		t.Fatalf("%d ranges for %d appends", len(in.Ranges), n)
 	}
@@ -855,7 +855,7 @@ func TestHoldPutsAppendsInOneObject(t *testing.T) {
 	// still returns from Admit at once.
 	hold := b.Hold()
 	defer hold()
-	admit := func(o AppendOptions, name string, want error) *Pending {
+	admit := func(o node.AppendOptions, name string, want error) node.Pending {
 		t.Helper()
 		pd, err := b.Admit(ctx, name, recs("x"), o)
 		if !errors.Is(err, want) && !(want == nil && err == nil) {
@@ -863,40 +863,43 @@ func TestHoldPutsAppendsInOneObject(t *testing.T) {
 		}
 		return pd
 	}
-	admit(AppendOptions{Partition: -1}, "missing", meta.StreamNotFound)
-	admit(AppendOptions{Partition: 7}, "a", stream.UnknownPartition)
-	p := &meta.ProducerTuple{ID: "p", Epoch: 0, Seq: 0}
-	first := admit(AppendOptions{Partition: -1, Producer: p}, "a", nil)
+	admit(node.AppendOptions{Partition: -1}, "missing", meta.StreamNotFound)
+	admit(node.AppendOptions{Partition: 7}, "a", stream.UnknownPartition)
+	p := &node.ProducerTuple{ID: "p", Epoch: 0, Seq: 0}
+	first := admit(node.AppendOptions{Partition: -1, Producer: p}, "a", nil)
 	hold()
 	if _, err := first.Wait(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if res, err := admit(AppendOptions{Partition: -1, Producer: p}, "a", nil).Wait(ctx); err != nil || !res.Duplicate {
+	if res, err := admit(node.AppendOptions{Partition: -1, Producer: p}, "a", nil).Wait(ctx); err != nil || !res.Duplicate {
 		t.Fatalf("the repeat: %+v, %v; want a duplicate answered at admission", res, err)
 	}
-	gap := admit(AppendOptions{Partition: -1, Producer: &meta.ProducerTuple{ID: "p", Epoch: 0, Seq: 5}}, "a", meta.ProducerSeqGap)
-	if gap.res.Producer.LastSeq != 0 {
-		t.Fatalf("a refused admission reports producer %+v, want its accepted state", gap.res.Producer)
+	admit(node.AppendOptions{Partition: -1, Producer: &node.ProducerTuple{ID: "p", Epoch: 0, Seq: 5}}, "a", meta.ProducerSeqGap)
+	// A refusal answers at once under the hold too, with the producer's
+	// accepted state beside it.
+	gap, err := b.Append(ctx, "a", recs("x"), node.AppendOptions{Partition: -1, Producer: &node.ProducerTuple{ID: "p", Epoch: 0, Seq: 5}})
+	if !errors.Is(err, meta.ProducerSeqGap) || gap.Producer.LastSeq != 0 {
+		t.Fatalf("a refused append: %+v, %v; want PRODUCER_SEQ_GAP reporting the producer's accepted state", gap.Producer, err)
 	}
 }
 
 // TestNoOpenLeavesAnUnopenedPartitionAlone: with NoOpen, an append whose
-// partition is not open yet is refused ErrNotOpen having done nothing (no
+// partition is not open yet is refused node.ErrNotOpen having done nothing (no
 // open, no offsets); once the partition is open, NoOpen changes nothing.
 func TestNoOpenLeavesAnUnopenedPartitionAlone(t *testing.T) {
 	ctx := context.Background()
 	b := openTest(t, t.TempDir())
 	defer b.Close()
-	mustCreate(t, b, "fresh", CreateOptions{})
+	mustCreate(t, b, "fresh", node.CreateOptions{})
 	commands := b.fsm.Commands()
-	if _, err := b.Admit(ctx, "fresh", recs("x"), AppendOptions{Partition: 0, NoOpen: true}); !errors.Is(err, ErrNotOpen) {
-		t.Fatalf("admit to an unopened partition with NoOpen: %v, want ErrNotOpen", err)
+	if _, err := b.Admit(ctx, "fresh", recs("x"), node.AppendOptions{Partition: 0, NoOpen: true}); !errors.Is(err, node.ErrNotOpen) {
+		t.Fatalf("admit to an unopened partition with NoOpen: %v, want node.ErrNotOpen", err)
 	}
 	if got := b.fsm.Commands(); got != commands {
 		t.Fatalf("%d metadata commands for a refused admission", got-commands)
 	}
 	for i, noOpen := range []bool{false, true} {
-		pd, err := b.Admit(ctx, "fresh", recs(strconv.Itoa(i)), AppendOptions{Partition: 0, NoOpen: noOpen})
+		pd, err := b.Admit(ctx, "fresh", recs(strconv.Itoa(i)), node.AppendOptions{Partition: 0, NoOpen: noOpen})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -906,12 +909,12 @@ func TestNoOpenLeavesAnUnopenedPartitionAlone(t *testing.T) {
 	}
 
 	// Refused, an unkeyed append does not use up its partition's turn.
-	mustCreate(t, b, "turns", CreateOptions{Policy: stream.PolicyValue{Partitions: 2}})
-	if _, err := b.Admit(ctx, "turns", recs("x"), AppendOptions{Partition: -1, NoOpen: true}); !errors.Is(err, ErrNotOpen) {
-		t.Fatalf("unkeyed admit with NoOpen: %v, want ErrNotOpen", err)
+	mustCreate(t, b, "turns", node.CreateOptions{Policy: stream.PolicyValue{Partitions: 2}})
+	if _, err := b.Admit(ctx, "turns", recs("x"), node.AppendOptions{Partition: -1, NoOpen: true}); !errors.Is(err, node.ErrNotOpen) {
+		t.Fatalf("unkeyed admit with NoOpen: %v, want node.ErrNotOpen", err)
 	}
 	for want := range 2 {
-		res, err := b.Append(ctx, "turns", recs("y"), AppendOptions{Partition: -1})
+		res, err := b.Append(ctx, "turns", recs("y"), node.AppendOptions{Partition: -1})
 		if err != nil || res.Partition != want {
 			t.Fatalf("unkeyed append %d went to partition %d (%v), want %d", want, res.Partition, err, want)
 		}
@@ -959,34 +962,34 @@ func TestFrameCacheDropsOneObjectsFrames(t *testing.T) {
 func TestHoldNeverStallsForLong(t *testing.T) {
 	b := openTest(t, t.TempDir(), func(c *Config) { c.MaxHold = 20 * time.Millisecond })
 	defer b.Close()
-	mustCreate(t, b, "a", CreateOptions{})
+	mustCreate(t, b, "a", node.CreateOptions{})
 	release := b.Hold()
 	defer release()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if _, err := b.Append(ctx, "a", recs("x"), AppendOptions{Partition: -1}); err != nil {
+	if _, err := b.Append(ctx, "a", recs("x"), node.AppendOptions{Partition: -1}); err != nil {
 		t.Fatalf("append under a hold never released: %v", err)
 	}
 }
 
 // TestNoRoomWaitReturnsAtOnce: an append with NoRoomWait that would wait
-// for room returns ErrWouldWait and writes nothing; one whose stream has no
+// for room returns node.ErrWouldWait and writes nothing; one whose stream has no
 // BlockTimeout is refused STREAM_FULL as without it.
 func TestNoRoomWaitReturnsAtOnce(t *testing.T) {
 	ctx := context.Background()
 	b := openTest(t, t.TempDir())
 	defer b.Close()
-	mustCreate(t, b, "wait", CreateOptions{Policy: stream.PolicyValue{MaxBytes: 8, MaxRecordBytes: 8, BlockTimeout: time.Hour}})
-	mustCreate(t, b, "now", CreateOptions{Policy: stream.PolicyValue{MaxBytes: 8, MaxRecordBytes: 8}})
+	mustCreate(t, b, "wait", node.CreateOptions{Policy: stream.PolicyValue{MaxBytes: 8, MaxRecordBytes: 8, BlockTimeout: time.Hour}})
+	mustCreate(t, b, "now", node.CreateOptions{Policy: stream.PolicyValue{MaxBytes: 8, MaxRecordBytes: 8}})
 	for _, name := range []string{"wait", "now"} {
-		if _, err := b.Append(ctx, name, recs("12345678"), AppendOptions{Partition: -1}); err != nil {
+		if _, err := b.Append(ctx, name, recs("12345678"), node.AppendOptions{Partition: -1}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if _, err := b.Append(ctx, "wait", recs("x"), AppendOptions{Partition: -1, NoRoomWait: true}); !errors.Is(err, ErrWouldWait) {
-		t.Fatalf("append to a full stream with a BlockTimeout: %v, want ErrWouldWait", err)
+	if _, err := b.Append(ctx, "wait", recs("x"), node.AppendOptions{Partition: -1, NoRoomWait: true}); !errors.Is(err, node.ErrWouldWait) {
+		t.Fatalf("append to a full stream with a BlockTimeout: %v, want node.ErrWouldWait", err)
 	}
-	if _, err := b.Append(ctx, "now", recs("x"), AppendOptions{Partition: -1, NoRoomWait: true}); !errors.Is(err, stream.StreamFull) {
+	if _, err := b.Append(ctx, "now", recs("x"), node.AppendOptions{Partition: -1, NoRoomWait: true}); !errors.Is(err, stream.StreamFull) {
 		t.Fatalf("append to a full stream without one: %v, want STREAM_FULL", err)
 	}
 	if got := readAll(t, b, "wait", 0); len(got) != 1 {

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/picomq/picomq/broker/meta"
+	"github.com/picomq/picomq/broker/node"
 	"github.com/picomq/picomq/broker/objstore"
 	"github.com/picomq/picomq/broker/stream"
 )
@@ -235,7 +236,7 @@ func dropStale(batch []*pendingAppend) []*pendingAppend {
 		stale := p.n.gen != p.gen
 		p.n.mu.Unlock()
 		if stale {
-			p.done <- Aborted.With("name", p.n.name, "first", p.app.First)
+			p.answer(node.Aborted.With("name", p.n.name, "first", p.app.First), false)
 			continue
 		}
 		live = append(live, p)
@@ -263,7 +264,7 @@ func (f *flusher) write(batch []*pendingAppend) *written {
 		if b.cfg.InlineBytes > 0 && payloadBytes+int64(len(live)*objstore.FrameHeaderSize) <= b.cfg.InlineBytes {
 			return f.holdInline(live, c, payloadBytes)
 		}
-		w, err := b.objs.Create()
+		w, err := b.out.Create()
 		if err != nil {
 			f.fail(live, err)
 			return nil
@@ -400,15 +401,12 @@ func (f *flusher) settle(p *proposal) {
 			pa.n.mu.Unlock()
 			if stale {
 				// Built on an append refused before it: not its own fault.
-				err = Aborted.Wrap(err, "name", pa.n.name, "first", pa.app.First)
+				err = node.Aborted.Wrap(err, "name", pa.n.name, "first", pa.app.First)
 			}
 			b.rollback(pa.n, pa.gen, err)
-			pa.done <- err
+			pa.answer(err, false)
 			continue
 		}
-		pa.n.mu.Lock()
-		pa.n.pendingBytes -= pa.bytes
-		pa.n.mu.Unlock()
 		// Live readers read what was just appended: serve it from memory,
 		// without a system call. A recycled buffer is not kept: a large
 		// batch's object is a file whose pages are cached anyway.
@@ -416,11 +414,11 @@ func (f *flusher) settle(p *proposal) {
 			b.frames.put(frameKey{r.Object, r.Pos}, pa.payload)
 		}
 		if pa.recycled {
-			batchBuffers.Put(pa.payload)
+			f.b.batchBuffers.Put(pa.payload)
 		}
 		pa.payload = nil
 		touched[pa.n] = true
-		pa.done <- nil
+		pa.answer(nil, true)
 	}
 	for n := range touched {
 		n.mu.Lock()
@@ -435,6 +433,6 @@ func (f *flusher) fail(batch []*pendingAppend, cause error) {
 	f.b.cfg.Logger.Error("group commit failed", "appends", len(batch), "err", cause)
 	for _, p := range batch {
 		f.b.rollback(p.n, p.gen, cause)
-		p.done <- cause
+		p.answer(cause, false)
 	}
 }

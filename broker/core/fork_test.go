@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/picomq/picomq/broker/meta"
+	"github.com/picomq/picomq/broker/node"
 	"github.com/picomq/picomq/broker/stream"
 )
 
@@ -35,28 +36,28 @@ func TestForkSharesObjectsAndCascades(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
 	b := openTest(t, dir)
-	mustCreate(t, b, "src", CreateOptions{ContentType: "text/plain", Initial: recs("a")})
+	mustCreate(t, b, "src", node.CreateOptions{ContentType: "text/plain", Initial: recs("a")})
 	for _, v := range []string{"b", "c"} {
-		if _, err := b.Append(ctx, "src", recs(v), AppendOptions{Partition: 0}); err != nil {
+		if _, err := b.Append(ctx, "src", recs(v), node.AppendOptions{Partition: 0}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	files := objectFiles(t, b)
 
-	if _, _, err := b.Fork(ctx, "f", ForkOptions{Source: "src", At: 4}); !errors.Is(err, stream.OffsetAhead) {
+	if _, _, err := b.Fork(ctx, "f", node.ForkOptions{Source: "src", At: 4}); !errors.Is(err, stream.OffsetAhead) {
 		t.Fatalf("fork past the end: %v", err)
 	}
-	e, created, err := b.Fork(ctx, "f", ForkOptions{Source: "src", At: 2, ContentType: "text/plain"})
+	e, created, err := b.Fork(ctx, "f", node.ForkOptions{Source: "src", At: 2, ContentType: "text/plain"})
 	if err != nil || !created || e.ForkOf != "src" {
 		t.Fatalf("fork: %+v %v %v", e, created, err)
 	}
 	if n := objectFiles(t, b); n != files {
 		t.Fatalf("a fork wrote objects: %d files, %d before", n, files)
 	}
-	if _, err := b.Append(ctx, "f", recs("X"), AppendOptions{Partition: 0}); err != nil {
+	if _, err := b.Append(ctx, "f", recs("X"), node.AppendOptions{Partition: 0}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.Append(ctx, "src", recs("d"), AppendOptions{Partition: 0}); err != nil {
+	if _, err := b.Append(ctx, "src", recs("d"), node.AppendOptions{Partition: 0}); err != nil {
 		t.Fatal(err)
 	}
 	if got := payloads(readAll(t, b, "f", 0)); got != "abX" {
@@ -72,10 +73,10 @@ func TestForkSharesObjectsAndCascades(t *testing.T) {
 	if _, err := b.Get("src"); !errors.Is(err, meta.StreamGone) {
 		t.Fatalf("soft-deleted source: %v", err)
 	}
-	if _, _, err := b.Create(ctx, "src", CreateOptions{}); !errors.Is(err, meta.StreamGone) {
+	if _, _, err := b.Create(ctx, "src", node.CreateOptions{}); !errors.Is(err, meta.StreamGone) {
 		t.Fatalf("create over a soft-deleted name: %v", err)
 	}
-	if _, err := b.Append(ctx, "src", recs("e"), AppendOptions{Partition: 0}); !errors.Is(err, meta.StreamGone) {
+	if _, err := b.Append(ctx, "src", recs("e"), node.AppendOptions{Partition: 0}); !errors.Is(err, meta.StreamGone) {
 		t.Fatalf("append to a soft-deleted stream: %v", err)
 	}
 	if err := b.collectGarbage(ctx, 0, true); err != nil {
@@ -118,7 +119,7 @@ func TestCreateWithInitialRecordsIsOneCommand(t *testing.T) {
 	defer b.Close()
 	// Commands, not log indexes: raft adds entries of its own.
 	applied := b.fsm.Commands()
-	mustCreate(t, b, "s", CreateOptions{Closed: true, Initial: recs("x", "y")})
+	mustCreate(t, b, "s", node.CreateOptions{Closed: true, Initial: recs("x", "y")})
 	if after := b.fsm.Commands(); after != applied+1 {
 		t.Fatalf("create with records took %d commands", after-applied)
 	}
@@ -126,7 +127,7 @@ func TestCreateWithInitialRecordsIsOneCommand(t *testing.T) {
 	if !e.Closed || payloads(readAll(t, b, "s", 0)) != "xy" {
 		t.Fatalf("created %+v", e)
 	}
-	if _, err := b.Append(ctx, "s", recs("z"), AppendOptions{Partition: 0}); !errors.Is(err, meta.StreamClosed) {
+	if _, err := b.Append(ctx, "s", recs("z"), node.AppendOptions{Partition: 0}); !errors.Is(err, meta.StreamClosed) {
 		t.Fatalf("append to a stream created closed: %v", err)
 	}
 }

@@ -3,7 +3,6 @@ package core
 import (
 	"bytes"
 	"errors"
-	"path/filepath"
 	"sync"
 
 	"github.com/picomq/picomq/broker/meta"
@@ -35,7 +34,8 @@ import (
 // small objects, all before the broker could answer.) A read never sees
 // the difference.
 type inlineObjects struct {
-	dir string // the objects directory
+	dir  string                               // the objects directory
+	sync func(dir string, ids []uint64) error // Config.syncObjects
 
 	mu       sync.Mutex
 	store    *objstore.Store // set once the store is open (after the replay)
@@ -52,8 +52,8 @@ type replayedObject struct {
 	frames []byte
 }
 
-func newInlineObjects(dir string) *inlineObjects {
-	return &inlineObjects{dir: dir}
+func newInlineObjects(dir string, sync func(dir string, ids []uint64) error) *inlineObjects {
+	return &inlineObjects{dir: dir, sync: sync}
 }
 
 // restore gives the snapshots the store holding the objects, once the
@@ -146,7 +146,7 @@ func (b *Broker) snapshotting(st *meta.State) func() error {
 			err = store.Spill(ids)
 		}
 		if err == nil {
-			err = syncObjects(o.dir, ids)
+			err = o.sync(o.dir, ids)
 		}
 		if err != nil {
 			o.mu.Lock()
@@ -161,24 +161,3 @@ func (b *Broker) snapshotting(st *meta.State) func() error {
 
 // errReplaying refuses a snapshot while the log replays objects' frames.
 var errReplaying = errors.New("broker/core: the metadata log is replaying inline-committed objects; the snapshot waits")
-
-// syncObjects is objstore.SyncObjects; tests replace it.
-var syncObjects = objstore.SyncObjects
-
-func objectsDir(dataDir string) string { return filepath.Join(dataDir, "objects") }
-
-// snapshotIfDue takes a snapshot once the log holds InlineLogBytes of frames
-// past the last one. (raft's own SnapshotThreshold counts entries, and
-// checks them only every SnapshotInterval.)
-func (b *Broker) snapshotIfDue() {
-	o := b.inline
-	o.mu.Lock()
-	due := o.logBytes >= b.cfg.InlineLogBytes
-	o.mu.Unlock()
-	if !due {
-		return
-	}
-	if err := b.log.Snapshot(); err != nil {
-		b.cfg.Logger.Warn("snapshot of the metadata log failed", "err", err)
-	}
-}

@@ -16,6 +16,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/picomq/picomq/broker/meta"
+	"github.com/picomq/picomq/broker/node"
 	"github.com/picomq/picomq/broker/objstore"
 	"github.com/picomq/picomq/broker/stream"
 )
@@ -24,7 +25,7 @@ import (
 func appendNumbered(t *testing.T, b *Broker, s string, from, n int) {
 	t.Helper()
 	for i := from; i < from+n; i++ {
-		if _, err := b.Append(context.Background(), s, recs(fmt.Sprintf("rec-%d", i)), AppendOptions{Partition: -1}); err != nil {
+		if _, err := b.Append(context.Background(), s, recs(fmt.Sprintf("rec-%d", i)), node.AppendOptions{Partition: -1}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -57,7 +58,7 @@ func TestInlineObjectsRestoredFromTheLog(t *testing.T) {
 	dir := t.TempDir()
 	m := NewMetrics(nil)
 	b := openTest(t, dir, func(c *Config) { c.Metrics = m })
-	mustCreate(t, b, "s", CreateOptions{})
+	mustCreate(t, b, "s", node.CreateOptions{})
 	appendNumbered(t, b, "s", 0, 15)
 	if n := testutil.ToFloat64(m.InlineObjects); n < 15 {
 		t.Fatalf("%v objects committed inline, want 15 (one per append)", n)
@@ -189,7 +190,7 @@ func TestReplaySkipsMergedObjects(t *testing.T) {
 // else yet; once they are restored, the next snapshot writes them.
 func TestNoSnapshotWhileReplaying(t *testing.T) {
 	dir := t.TempDir()
-	b := &Broker{cfg: Config{DataDir: dir}.withDefaults(), inline: newInlineObjects(objectsDir(dir))}
+	b := &Broker{cfg: Config{DataDir: dir}.withDefaults(), inline: newInlineObjects(objectsDir(dir), objstore.SyncObjects)}
 	frames := objstore.AppendFrame(nil, []byte("replayed"))
 	b.applied(&meta.Command{Op: meta.OpCommit, Commit: &meta.Commit{Object: 7, Frames: frames}}, nil)
 	st := meta.NewState()
@@ -225,7 +226,7 @@ func TestSnapshotAtStartWhenTheLogIsLong(t *testing.T) {
 	dir := t.TempDir()
 	small := func(c *Config) { c.InlineLogBytes = 1 << 10 }
 	b := openTest(t, dir, small) // no maintenance pass within the test
-	mustCreate(t, b, "s", CreateOptions{})
+	mustCreate(t, b, "s", node.CreateOptions{})
 	appendNumbered(t, b, "s", 0, 100)
 	snapshots := func() []string {
 		snaps, _ := filepath.Glob(filepath.Join(dir, "meta", "snapshots", "*", "state.bin"))
@@ -253,15 +254,15 @@ func TestSnapshotAtStartWhenTheLogIsLong(t *testing.T) {
 // ranges once it has 8 and keeps garbage and held objects for an hour, and
 // appends 10 records to stream "a" (enough to merge) and 3 to "b" (too few):
 // every object held in memory.
-func heldInTwoStreams(t *testing.T, dir string) *Broker {
+func heldInTwoStreams(t *testing.T, dir string, mod ...func(*Config)) *Broker {
 	t.Helper()
-	b := openTest(t, dir, func(c *Config) {
+	b := openTest(t, dir, append([]func(*Config){func(c *Config) {
 		c.MergeMinRanges = 8
 		c.GarbageGrace = time.Hour
 		c.HoldFor = time.Hour
-	})
-	mustCreate(t, b, "a", CreateOptions{})
-	mustCreate(t, b, "b", CreateOptions{})
+	}}, mod...)...)
+	mustCreate(t, b, "a", node.CreateOptions{})
+	mustCreate(t, b, "b", node.CreateOptions{})
 	appendNumbered(t, b, "a", 0, 10)
 	appendNumbered(t, b, "b", 0, 3)
 	return b
@@ -356,9 +357,9 @@ func objectsOf(t *testing.T, b *Broker, s string) []uint64 {
 	if err != nil {
 		t.Fatal(err)
 	}
-	in, ok := b.Internal(e.Streams[0])
+	in, ok := b.fsm.Internal(e.Partitions[0])
 	if !ok {
-		t.Fatalf("no internal stream %d", e.Streams[0])
+		t.Fatalf("no internal stream %d", e.Partitions[0])
 	}
 	var ids []uint64
 	for _, r := range in.Ranges {
@@ -375,8 +376,8 @@ func TestSnapshotSyncsInlineObjectsFirst(t *testing.T) {
 	var mu sync.Mutex
 	var synced []uint64
 	fail := true
-	real := syncObjects
-	syncObjects = func(dir string, ids []uint64) error {
+	real := objstore.SyncObjects
+	syncObjects := func(dir string, ids []uint64) error {
 		mu.Lock()
 		defer mu.Unlock()
 		if fail {
@@ -385,12 +386,11 @@ func TestSnapshotSyncsInlineObjectsFirst(t *testing.T) {
 		synced = append(synced, ids...)
 		return real(dir, ids)
 	}
-	defer func() { syncObjects = real }()
 
 	dir := t.TempDir()
-	b := openTest(t, dir)
+	b := openTest(t, dir, func(c *Config) { c.syncObjects = syncObjects })
 	defer b.Close()
-	mustCreate(t, b, "s", CreateOptions{})
+	mustCreate(t, b, "s", node.CreateOptions{})
 	appendNumbered(t, b, "s", 0, 5)
 	want := objectsOf(t, b, "s")
 
@@ -433,18 +433,17 @@ func TestSnapshotSyncsInlineObjectsFirst(t *testing.T) {
 func TestSnapshotSkipsMergedHeldObjects(t *testing.T) {
 	var mu sync.Mutex
 	var synced []uint64
-	real := syncObjects
-	syncObjects = func(dir string, ids []uint64) error {
+	real := objstore.SyncObjects
+	syncObjects := func(dir string, ids []uint64) error {
 		mu.Lock()
 		synced = append(synced, ids...)
 		mu.Unlock()
 		return real(dir, ids)
 	}
-	defer func() { syncObjects = real }()
 
 	ctx := context.Background()
 	dir := t.TempDir()
-	b := heldInTwoStreams(t, dir)
+	b := heldInTwoStreams(t, dir, func(c *Config) { c.syncObjects = syncObjects })
 	defer func() { b.Close() }()
 	merged, kept := objectsOf(t, b, "a"), objectsOf(t, b, "b")
 	b.maintain(ctx) // merges a; its old objects wait out the grace, held
@@ -505,7 +504,7 @@ func TestInlineOff(t *testing.T) {
 	m := NewMetrics(nil)
 	b := openTest(t, t.TempDir(), func(c *Config) { c.Metrics = m; c.InlineBytes = -1 })
 	defer b.Close()
-	mustCreate(t, b, "s", CreateOptions{})
+	mustCreate(t, b, "s", node.CreateOptions{})
 	appendNumbered(t, b, "s", 0, 4)
 	if n := testutil.ToFloat64(m.InlineObjects); n != 0 {
 		t.Fatalf("%v objects committed inline", n)
@@ -522,8 +521,8 @@ func TestLargeObjectsAreSynced(t *testing.T) {
 	m := NewMetrics(nil)
 	b := openTest(t, t.TempDir(), func(c *Config) { c.Metrics = m; c.InlineBytes = 1024 })
 	defer b.Close()
-	mustCreate(t, b, "s", CreateOptions{})
-	if _, err := b.Append(context.Background(), "s", recs(string(make([]byte, 4096))), AppendOptions{Partition: -1}); err != nil {
+	mustCreate(t, b, "s", node.CreateOptions{})
+	if _, err := b.Append(context.Background(), "s", recs(string(make([]byte, 4096))), node.AppendOptions{Partition: -1}); err != nil {
 		t.Fatal(err)
 	}
 	appendNumbered(t, b, "s", 1, 1)
@@ -547,7 +546,7 @@ func TestSyncLingerGathersConcurrentAppends(t *testing.T) {
 		c.MaxHold = time.Minute
 	})
 	defer b.Close()
-	mustCreate(t, b, "a", CreateOptions{})
+	mustCreate(t, b, "a", node.CreateOptions{})
 
 	// Alone: no other append queued, none in flight.
 	big := func(n int) []stream.RecordValue {
@@ -557,23 +556,23 @@ func TestSyncLingerGathersConcurrentAppends(t *testing.T) {
 		}
 		return out
 	}
-	if _, err := b.Append(ctx, "a", big(1), AppendOptions{Partition: -1}); err != nil {
+	if _, err := b.Append(ctx, "a", big(1), node.AppendOptions{Partition: -1}); err != nil {
 		t.Fatal(err)
 	}
 
 	// Two appends queued together: the flusher waits for more — the third,
 	// admitted after they were released to it — until SyncLingerBytes.
 	release := b.Hold()
-	var pending []*Pending
+	var pending []node.Pending
 	for range 2 {
-		pd, err := b.Admit(ctx, "a", big(1), AppendOptions{Partition: -1})
+		pd, err := b.Admit(ctx, "a", big(1), node.AppendOptions{Partition: -1})
 		if err != nil {
 			t.Fatal(err)
 		}
 		pending = append(pending, pd)
 	}
 	release()
-	pd, err := b.Admit(ctx, "a", big(3), AppendOptions{Partition: -1})
+	pd, err := b.Admit(ctx, "a", big(3), node.AppendOptions{Partition: -1})
 	if err != nil {
 		t.Fatal(err)
 	}

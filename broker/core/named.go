@@ -2,7 +2,9 @@ package core
 
 import (
 	"context"
-	"sort"
+	"fmt"
+	"maps"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -16,11 +18,13 @@ import (
 // and the last access. It lives only on the owner; the metadata log holds
 // the committed truth, and a rollback resets the view from it.
 type named struct {
-	name    string
-	streams []uint64 // the incarnation: a recreated name has other ids
+	name string
 
-	mu          sync.Mutex
-	policy      stream.PolicyValue // normalized
+	mu      sync.Mutex         // guards every field below but lastAccess and persistedAccess
+	streams []uint64           // the incarnation: a recreated name has other ids
+	policy  stream.PolicyValue // normalized
+	// contentType, producers, lastSeq, closed and closedBy are the
+	// committed named-level state plus what admitted appends add to it.
 	contentType string
 	parts       []*part
 	producers   map[string]meta.Producer
@@ -32,6 +36,7 @@ type named struct {
 	gen          uint64
 	rr           int   // round-robin cursor for unkeyed batches
 	pendingBytes int64 // bytes handed offsets but not committed yet
+	releasing    int   // Release calls waiting for admitted appends to be answered
 	wake         chan struct{}
 	room         chan struct{}
 
@@ -39,16 +44,21 @@ type named struct {
 	persistedAccess atomic.Int64
 }
 
-// part is one partition's provisional state.
+// part is one partition's provisional state, guarded by its named's mu.
 type part struct {
 	id     uint64
-	opened bool
-	epoch  int64
+	opened bool  // this node is the partition's writer at epoch
+	epoch  int64 // the epoch of the open, when opened
 	next   uint64
+	// opening is closed when an open of the partition in flight is over;
+	// nil when none is.
+	opening chan struct{}
+	// inflight counts the appends admitted and not answered yet.
+	inflight int
 }
 
 func newNamed(e *meta.Entry) *named {
-	n := &named{name: e.Name, streams: append([]uint64(nil), e.Streams...), wake: make(chan struct{}), room: make(chan struct{})}
+	n := &named{name: e.Name, streams: slices.Clone(e.Streams), wake: make(chan struct{}), room: make(chan struct{})}
 	n.lastAccess.Store(e.LastAccess)
 	n.persistedAccess.Store(e.LastAccess)
 	n.reset(e)
@@ -63,9 +73,9 @@ func newNamed(e *meta.Entry) *named {
 func (n *named) reset(e *meta.Entry) {
 	n.policy = e.Policy.Normalized()
 	n.contentType = e.ContentType
-	n.producers = make(map[string]meta.Producer, len(e.Producers))
-	for k, v := range e.Producers {
-		n.producers[k] = v
+	n.producers = maps.Clone(e.Producers)
+	if n.producers == nil {
+		n.producers = map[string]meta.Producer{}
 	}
 	n.lastSeq = e.LastStreamSeq
 	n.closed = e.Closed
@@ -100,12 +110,12 @@ func (b *Broker) stream(name string) (*named, error) {
 		}
 		found, deleted = true, e.Deleted
 		ttl, expiresAt, accessed = e.TTL, e.ExpiresAt, e.LastAccess
-		reload = !cached || len(e.Streams) < len(have) || !sameIDs(have, e.Streams[:len(have)])
+		reload = !cached || len(e.Streams) < len(have) || !slices.Equal(have, e.Streams[:len(have)])
 		switch {
 		case reload:
 			fresh = e.Clone()
 		case len(e.Streams) > len(have):
-			ids = append([]uint64(nil), e.Streams...)
+			ids = slices.Clone(e.Streams)
 		}
 		policy = e.Policy
 	})
@@ -123,7 +133,7 @@ func (b *Broker) stream(name string) (*named, error) {
 	if reload {
 		// Another request may have loaded this incarnation meanwhile: use
 		// it, or both would open the partitions and fence each other.
-		if cur, ok := b.named[name]; ok && sameIDs(cur.streams, fresh.Streams) {
+		if cur, ok := b.named[name]; ok && slices.Equal(cur.streams, fresh.Streams) {
 			return cur, nil
 		}
 		n = newNamed(fresh)
@@ -142,16 +152,11 @@ func (b *Broker) stream(name string) (*named, error) {
 	return n, nil
 }
 
-func sameIDs(a, b []uint64) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
+// views returns the loaded stream views.
+func (b *Broker) views() []*named {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return slices.Collect(maps.Values(b.named))
 }
 
 // forget drops the cached view of name (delete, policy change).
@@ -168,38 +173,114 @@ func (b *Broker) forget(name string) {
 	}
 }
 
-// open makes this node the writer of partition p at a new epoch. Called with
-// n.mu held: appends to the stream wait for it, which happens once per
-// ownership.
-func (n *named) open(ctx context.Context, b *Broker, p *part) error {
-	res, err := b.apply(ctx, &meta.Command{Op: meta.OpOpen, Open: &meta.Open{Stream: p.id, Owner: b.cfg.NodeID}})
-	if err != nil {
-		return err
-	}
-	switch r := res.(type) {
-	case *meta.OpenResult:
-		p.opened, p.epoch, p.next = true, r.Internal.Epoch, r.Internal.End
-		b.cfg.Logger.Debug("stream opened", "name", n.name, "stream", p.id, "epoch", p.epoch)
+// openPart makes this node the writer of partition pt at a new epoch,
+// through the metadata log. It is called without n.mu and takes it only to
+// mark the open in flight and to record its outcome — no command is
+// proposed, nor Ownership asked, under a stream's lock —; appends to pt
+// wait for it meanwhile (pt.opening), so that the partition is opened
+// once. It returns once pt is open or the open failed; the caller checks
+// its append again, since the stream may have changed while the lock was
+// free.
+func (b *Broker) openPart(ctx context.Context, n *named, pt *part) error {
+	n.mu.Lock()
+	if pt.opened {
+		n.mu.Unlock()
 		return nil
-	case error:
-		return r
 	}
-	return meta.BadCommand.With("op", "open")
+	if ch := pt.opening; ch != nil {
+		n.mu.Unlock()
+		select {
+		case <-ch:
+			return nil
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		}
+	}
+	ch := make(chan struct{})
+	pt.opening = ch
+	n.mu.Unlock()
+
+	in, err := b.open(ctx, pt.id)
+	n.mu.Lock()
+	pt.opening = nil
+	close(ch)
+	if err == nil {
+		pt.opened, pt.epoch, pt.next = true, in.Epoch, in.End
+		b.cfg.Logger.Debug("stream opened", "name", n.name, "stream", pt.id, "epoch", pt.epoch)
+	}
+	n.mu.Unlock()
+	return err
 }
 
-// openParts returns the partitions this node opened, marking them closed
-// in memory: the caller closes them in the log (shutdown, hand-off).
-func (n *named) openParts() []meta.Close {
+// open asks Ownership, then opens internal stream id through the log.
+func (b *Broker) open(ctx context.Context, id uint64) (*meta.Internal, error) {
+	if err := b.cfg.Ownership.MayOpen(id); err != nil {
+		return nil, err
+	}
+	res, err := b.apply(ctx, &meta.Command{Op: meta.OpOpen, Open: &meta.Open{Stream: id, Owner: b.cfg.NodeID}})
+	if err != nil {
+		return nil, err
+	}
+	r, ok := res.(*meta.OpenResult)
+	if !ok {
+		return nil, meta.BadCommand.With("op", "open", "reason", fmt.Sprintf("result %T", res))
+	}
+	// Ownership may have been lost while the open was in the log: then
+	// the next owner's open fences this one, and nothing is written under
+	// it.
+	if err := b.cfg.Ownership.MayOpen(id); err != nil {
+		return nil, err
+	}
+	return r.Internal, nil
+}
+
+// takeOpen returns the partitions this node opened that which selects,
+// marking them closed in memory: the caller closes them in the log
+// (shutdown, hand-off).
+func (n *named) takeOpen(which func(id uint64) bool) []meta.Close {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	var out []meta.Close
 	for _, p := range n.parts {
-		if p.opened {
+		if p.opened && which(p.id) {
 			out = append(out, meta.Close{Stream: p.id, Epoch: p.epoch})
 			p.opened = false
 		}
 	}
 	return out
+}
+
+// awaitAnswered waits until every append admitted for the partitions of
+// taken is answered.
+func (n *named) awaitAnswered(ctx context.Context, taken []meta.Close) error {
+	ids := make(map[uint64]bool, len(taken))
+	for _, c := range taken {
+		ids[c.Stream] = true
+	}
+	n.mu.Lock()
+	n.releasing++
+	defer func() {
+		n.mu.Lock()
+		n.releasing--
+		n.mu.Unlock()
+	}()
+	for {
+		busy := false
+		for _, p := range n.parts {
+			busy = busy || (ids[p.id] && p.inflight > 0)
+		}
+		wake := n.wake
+		n.mu.Unlock()
+		if !busy {
+			return nil
+		}
+		select {
+		case <-wake:
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		}
+		n.mu.Lock()
+	}
 }
 
 // signal wakes readers and room waiters. Called with n.mu held.
@@ -257,8 +338,4 @@ func (b *Broker) rollback(n *named, gen uint64, cause error) {
 		p.next = in.End
 	}
 	n.signal()
-}
-
-func sortEntries(es []*meta.Entry) {
-	sort.Slice(es, func(i, j int) bool { return es[i].Name < es[j].Name })
 }

@@ -1,13 +1,13 @@
 package core
 
 import (
-	"container/list"
 	"context"
 	"errors"
 	"io/fs"
-	"sync"
+	"time"
 
 	"github.com/picomq/picomq/broker/meta"
+	"github.com/picomq/picomq/broker/node"
 	"github.com/picomq/picomq/broker/objstore"
 	"github.com/picomq/picomq/broker/stream"
 )
@@ -31,31 +31,39 @@ func (b *Broker) Bounds(ctx context.Context, name string, partition int) (stream
 	if err := context.Cause(ctx); err != nil {
 		return stream.BoundsValue{}, err
 	}
-	n, id, err := b.partitionOf(name, partition)
+	_, id, err := b.partitionOf(name, partition)
 	if err != nil {
 		return stream.BoundsValue{}, err
 	}
-	if err := b.retain(ctx, n, id); err != nil {
-		return stream.BoundsValue{}, err
-	}
-	in, ok := b.fsm.Internal(id)
-	if !ok {
+	var bounds stream.BoundsValue
+	found := false
+	b.fsm.View(func(s *meta.State) {
+		var in *meta.Internal
+		if in, found = s.Streams[id]; found {
+			bounds = boundsOf(s, in, b.now().UnixNano())
+		}
+	})
+	if !found {
 		return stream.BoundsValue{}, meta.StreamNotFound.With("name", name)
 	}
-	return stream.BoundsValue{First: stream.Offset(in.Start), Next: stream.Offset(in.End)}, nil
+	return bounds, nil
 }
 
-// ReadOptions bound a read beyond its record count.
-type ReadOptions struct {
-	// MaxBytes stops the read once this many key+payload bytes are
-	// gathered (at least one record is always returned). Zero: no bound.
-	MaxBytes int64
+// boundsOf is what a reader sees of an internal stream at now: its first
+// offset raised to the retention point (see retention.go), and its end.
+// Called inside a View.
+func boundsOf(s *meta.State, in *meta.Internal, now int64) stream.BoundsValue {
+	start := in.Start
+	if e, ok := s.Names[in.Name]; ok {
+		start = retentionStart(in, e.Policy, now)
+	}
+	return stream.BoundsValue{First: stream.Offset(start), Next: stream.Offset(in.End)}
 }
 
-// Read returns up to max committed records of a partition from offset from
+// Read returns up to limit committed records of a partition from offset from
 // on, skipping the holes compaction left. It never blocks: at the end it
 // returns no entry (wait with Wake).
-func (b *Broker) Read(ctx context.Context, name string, partition int, from uint64, max int, o ReadOptions) ([]stream.EntryValue, stream.BoundsValue, error) {
+func (b *Broker) Read(ctx context.Context, name string, partition int, from uint64, limit int, o node.ReadOptions) ([]stream.EntryValue, stream.BoundsValue, error) {
 	if err := context.Cause(ctx); err != nil {
 		return nil, stream.BoundsValue{}, err
 	}
@@ -63,18 +71,15 @@ func (b *Broker) Read(ctx context.Context, name string, partition int, from uint
 	if err != nil {
 		return nil, stream.BoundsValue{}, err
 	}
-	if err := stream.CheckMax(max); err != nil {
+	if err := stream.CheckMax(limit); err != nil {
 		return nil, stream.BoundsValue{}, err
 	}
-	if err := b.retain(ctx, n, id); err != nil {
-		return nil, stream.BoundsValue{}, err
-	}
-	n.lastAccess.Store(max64(n.lastAccess.Load(), b.now().UnixNano()))
+	n.lastAccess.Store(max(n.lastAccess.Load(), b.now().UnixNano()))
 
 	var out []stream.EntryValue
 	var bounds stream.BoundsValue
 	err = lookAgainIfCollected(func() (err error) {
-		out, bounds, err = b.readOnce(name, id, partition, from, max, o)
+		out, bounds, err = b.readOnce(name, id, partition, from, limit, o)
 		return err
 	})
 	return out, bounds, err
@@ -99,24 +104,25 @@ func lookAgainIfCollected(read func() error) error {
 }
 
 // readOnce looks the ranges up and reads their frames.
-func (b *Broker) readOnce(name string, id uint64, partition int, from uint64, max int, o ReadOptions) ([]stream.EntryValue, stream.BoundsValue, error) {
+func (b *Broker) readOnce(name string, id uint64, partition int, from uint64, limit int, o node.ReadOptions) ([]stream.EntryValue, stream.BoundsValue, error) {
 	var bounds stream.BoundsValue
 	var ranges []meta.Range
 	var checkErr error
+	now := b.now().UnixNano()
 	b.fsm.View(func(s *meta.State) {
 		in, ok := s.Streams[id]
 		if !ok {
 			checkErr = meta.StreamNotFound.With("name", name)
 			return
 		}
-		bounds = stream.BoundsValue{First: stream.Offset(in.Start), Next: stream.Offset(in.End)}
+		bounds = boundsOf(s, in, now)
 		if checkErr = stream.CheckRead(partition, stream.Offset(from), bounds); checkErr != nil {
 			return
 		}
 		// Copy just the ranges the read may need: enough records, or bytes.
 		// Records of the first range below the read's start do not count
 		// (an upper bound of them, with compaction's holes).
-		at := max64u(from, in.Start)
+		at := max(from, uint64(bounds.First))
 		var count, bytes, skip int64
 		for i := in.RangeAt(at); i < len(in.Ranges); i++ {
 			r := in.Ranges[i]
@@ -126,7 +132,7 @@ func (b *Broker) readOnce(name string, id uint64, partition int, from uint64, ma
 			ranges = append(ranges, r)
 			count += r.Count
 			bytes += r.Bytes
-			if count >= int64(max)+skip || (o.MaxBytes > 0 && bytes >= o.MaxBytes) {
+			if count >= int64(limit)+skip || (o.MaxBytes > 0 && bytes >= o.MaxBytes) {
 				break
 			}
 		}
@@ -134,7 +140,7 @@ func (b *Broker) readOnce(name string, id uint64, partition int, from uint64, ma
 	if checkErr != nil {
 		return nil, bounds, checkErr
 	}
-	start := max64u(from, uint64(bounds.First))
+	start := max(from, uint64(bounds.First))
 	out := []stream.EntryValue{} // empty, not nil, at the end: "no entry yet"
 	var gathered int64
 	for _, r := range ranges {
@@ -152,7 +158,7 @@ func (b *Broker) readOnce(name string, id uint64, partition int, from uint64, ma
 				Record: stream.RecordValue{Key: clone(key), Payload: clone(value)},
 			})
 			gathered += int64(len(key) + len(value))
-			if len(out) >= max || (o.MaxBytes > 0 && gathered >= o.MaxBytes) {
+			if len(out) >= limit || (o.MaxBytes > 0 && gathered >= o.MaxBytes) {
 				done = true
 				return false
 			}
@@ -190,7 +196,7 @@ func (b *Broker) frame(r meta.Range) ([]byte, error) {
 func (b *Broker) corrupt(r meta.Range, cause error) error {
 	b.cfg.Metrics.CorruptReads.Inc()
 	b.cfg.Logger.Error("committed object failed its checksum; refusing to serve it", "object", r.Object, "pos", r.Pos, "first", r.First, "next", r.Next, "err", cause)
-	return Corrupt.Wrap(cause, "object", r.Object, "pos", r.Pos, "first", r.First, "next", r.Next)
+	return node.Corrupt.Wrap(cause, "object", r.Object, "pos", r.Pos, "first", r.First, "next", r.Next)
 }
 
 func clone(b []byte) []byte {
@@ -200,95 +206,58 @@ func clone(b []byte) []byte {
 	return append([]byte(nil), b...)
 }
 
-func max64(a, b int64) int64 {
-	if a > b {
-		return a
+// OffsetAt returns the first offset of a partition appended at or after t.
+func (b *Broker) OffsetAt(ctx context.Context, name string, partition int, t time.Time) (uint64, error) {
+	if err := context.Cause(ctx); err != nil {
+		return 0, err
 	}
-	return b
+	_, id, err := b.partitionOf(name, partition)
+	if err != nil {
+		return 0, err
+	}
+	var at uint64
+	err = lookAgainIfCollected(func() (err error) {
+		at, err = b.offsetAt(name, id, t)
+		return err
+	})
+	return at, err
 }
 
-func max64u(a, b uint64) uint64 {
-	if a > b {
-		return a
+// offsetAt looks the ranges up and reads the frames OffsetAt needs.
+func (b *Broker) offsetAt(name string, id uint64, t time.Time) (uint64, error) {
+	var in *meta.Internal
+	var start uint64
+	b.fsm.View(func(s *meta.State) {
+		if cur, ok := s.Streams[id]; ok {
+			in = cur.Clone()
+			start = uint64(boundsOf(s, cur, b.now().UnixNano()).First)
+		}
+	})
+	if in == nil {
+		return 0, meta.StreamNotFound.With("name", name)
 	}
-	return b
-}
-
-// frameCache keeps recently read frame payloads (catch-up readers read the
-// same frame many times), bounded by bytes, least recently used out first.
-type frameCache struct {
-	mu    sync.Mutex
-	limit int64
-	size  int64
-	ll    *list.List
-	// perObject indexes the cached frames by object, then position, so
-	// that dropping an object costs its own frames, not a pass over the
-	// whole cache.
-	perObject map[uint64]map[int64]*list.Element
-}
-
-type frameKey struct {
-	object uint64
-	pos    int64
-}
-
-type frameItem struct {
-	key frameKey
-	p   []byte
-}
-
-func newFrameCache(limit int64) *frameCache {
-	return &frameCache{limit: limit, ll: list.New(), perObject: map[uint64]map[int64]*list.Element{}}
-}
-
-func (c *frameCache) get(k frameKey) ([]byte, bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if el, ok := c.perObject[k.object][k.pos]; ok {
-		c.ll.MoveToFront(el)
-		return el.Value.(*frameItem).p, true
+	ns := t.UnixNano()
+	for _, r := range in.Ranges {
+		if r.MaxTime < ns || r.Next <= start {
+			continue
+		}
+		payload, err := b.frame(r)
+		if err != nil {
+			return 0, err
+		}
+		found, at := false, uint64(0)
+		if err := decodeFrame(payload, func(off uint64, ts int64, _, _ []byte) bool {
+			if off >= start && off < r.Next && ts >= ns {
+				found, at = true, off
+				return false
+			}
+			return true
+		}); err != nil {
+			return 0, b.corrupt(r, err)
+		}
+		if found {
+			return at, nil
+		}
 	}
-	return nil, false
-}
-
-func (c *frameCache) put(k frameKey, p []byte) {
-	if int64(len(p)) > c.limit/4 {
-		return
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	frames := c.perObject[k.object]
-	if _, ok := frames[k.pos]; ok {
-		return
-	}
-	if frames == nil {
-		frames = map[int64]*list.Element{}
-		c.perObject[k.object] = frames
-	}
-	frames[k.pos] = c.ll.PushFront(&frameItem{key: k, p: p})
-	c.size += int64(len(p))
-	for c.size > c.limit {
-		c.remove(c.ll.Back())
-	}
-}
-
-// dropObject forgets an object's frames (it is being deleted).
-func (c *frameCache) dropObject(id uint64) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for _, el := range c.perObject[id] {
-		c.remove(el)
-	}
-}
-
-// remove drops one cached frame. Called with c.mu held.
-func (c *frameCache) remove(el *list.Element) {
-	it := el.Value.(*frameItem)
-	c.ll.Remove(el)
-	c.size -= int64(len(it.p))
-	frames := c.perObject[it.key.object]
-	delete(frames, it.key.pos)
-	if len(frames) == 0 {
-		delete(c.perObject, it.key.object)
-	}
+	return in.End, nil
 }

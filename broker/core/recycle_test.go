@@ -5,6 +5,7 @@ import (
 	"context"
 	"testing"
 
+	"github.com/picomq/picomq/broker/node"
 	"github.com/picomq/picomq/broker/stream"
 )
 
@@ -15,7 +16,7 @@ func TestRecycledBatchesAreNotCached(t *testing.T) {
 	ctx := context.Background()
 	b := openTest(t, t.TempDir())
 	defer b.Close()
-	mustCreate(t, b, "s", CreateOptions{})
+	mustCreate(t, b, "s", node.CreateOptions{})
 	batch := func(fill byte) []stream.RecordValue {
 		var rs []stream.RecordValue
 		for range 100 {
@@ -24,7 +25,7 @@ func TestRecycledBatchesAreNotCached(t *testing.T) {
 		return rs
 	}
 	for i := range 20 {
-		if _, err := b.Append(ctx, "s", batch(byte('a'+i)), AppendOptions{Partition: -1}); err != nil {
+		if _, err := b.Append(ctx, "s", batch(byte('a'+i)), node.AppendOptions{Partition: -1}); err != nil {
 			t.Fatal(err)
 		}
 		got := readAll(t, b, "s", 0)

@@ -4,7 +4,6 @@ import (
 	"context"
 
 	"github.com/picomq/picomq/broker/meta"
-	"github.com/picomq/picomq/broker/stream"
 )
 
 // Merging and compaction both rewrite ranges of one partition into a new
@@ -95,7 +94,7 @@ func (b *Broker) decodeRun(rs []meta.Range, start uint64) ([]record, error) {
 // Next) range i keeps (compaction keeps a range's bounds around its holes);
 // otherwise the range spans its records.
 func (b *Broker) writeRanges(groups [][]record, bounds []meta.Range) (uint64, int64, []meta.Range, error) {
-	w, err := b.objs.Create()
+	w, err := b.out.Create()
 	if err != nil {
 		return 0, 0, nil, err
 	}
@@ -136,177 +135,13 @@ func (b *Broker) writeRanges(groups [][]record, bounds []meta.Range) (uint64, in
 	return w.ID(), size, out, nil
 }
 
+// replace swaps old, ranges of internal stream id, for fresh, written in
+// object obj of size bytes, with one command.
 func (b *Broker) replace(ctx context.Context, id uint64, old []meta.Range, obj uint64, size int64, fresh []meta.Range) error {
 	c := &meta.Replace{Stream: id, Object: obj, Size: size, New: fresh}
 	for _, r := range old {
 		c.Old = append(c.Old, meta.RangeRef{Object: r.Object, Pos: r.Pos})
 	}
-	res, err := b.apply(ctx, &meta.Command{Op: meta.OpReplace, Replace: c})
-	if err != nil {
-		return err
-	}
-	if err, ok := res.(error); ok {
-		return err
-	}
-	return nil
-}
-
-// merge rewrites a partition's small ranges — one per group-commit batch,
-// in objects shared with other streams — into segment frames of up to
-// FrameBytes, in objects of up to SegmentBytes, once MergeMinRanges of them
-// have gathered. Shared objects are then freed as their other streams merge
-// or trim too.
-func (b *Broker) merge(ctx context.Context, n *named, id uint64) error {
-	n.mu.Lock()
-	segmentBytes := n.policy.SegmentBytes
-	n.mu.Unlock()
-	small := b.cfg.MergeRangeBytes
-	var run []meta.Range
-	var start uint64
-	b.fsm.View(func(s *meta.State) {
-		in, ok := s.Streams[id]
-		if !ok {
-			return
-		}
-		start = in.Start
-		// The first run of consecutive small ranges.
-		for _, r := range in.Ranges {
-			if r.Len < small {
-				run = append(run, r)
-			} else if len(run) >= b.cfg.MergeMinRanges {
-				break
-			} else {
-				run = run[:0]
-			}
-		}
-	})
-	if len(run) < b.cfg.MergeMinRanges {
-		return nil
-	}
-	// Cut the run into objects of at most SegmentBytes, frames of at most
-	// FrameBytes.
-	for len(run) > 0 {
-		var take []meta.Range
-		var size int64
-		for len(run) > 0 && (len(take) == 0 || size+run[0].Len <= segmentBytes) {
-			take = append(take, run[0])
-			size += run[0].Len
-			run = run[1:]
-		}
-		var groups [][]record
-		var cur []record
-		var curBytes int64
-		for i := 0; i < len(take); {
-			j := runEnd(take, i)
-			recs, err := b.decodeRun(take[i:j], start)
-			if err != nil {
-				return err
-			}
-			i = j
-			for _, rec := range recs {
-				sz := int64(len(rec.key) + len(rec.value) + 24)
-				if len(cur) > 0 && curBytes+sz > b.cfg.FrameBytes {
-					groups = append(groups, cur)
-					cur, curBytes = nil, 0
-				}
-				cur = append(cur, rec)
-				curBytes += sz
-			}
-		}
-		if len(cur) > 0 {
-			groups = append(groups, cur)
-		}
-		obj, osize, fresh, err := b.writeRanges(groups, nil)
-		if err != nil {
-			return err
-		}
-		if err := b.replace(ctx, id, take, obj, osize, fresh); err != nil {
-			return err
-		}
-		b.cfg.Metrics.MergedRanges.Add(float64(len(take)))
-	}
-	return nil
-}
-
-// Compact drops from a partition every keyed record at least CompactAfter
-// old that a later record of its key, as old, supersedes, and every
-// tombstone at least twice CompactAfter old; survivors keep their offsets.
-func (b *Broker) Compact(ctx context.Context, name string, partition int) (stream.CompactValue, error) {
-	if err := context.Cause(ctx); err != nil {
-		return stream.CompactValue{}, err
-	}
-	n, id, err := b.partitionOf(name, partition)
-	if err != nil {
-		return stream.CompactValue{}, err
-	}
-	n.mu.Lock()
-	after := n.policy.CompactAfter
-	n.mu.Unlock()
-	if after <= 0 {
-		return stream.CompactValue{}, nil
-	}
-	if err := b.retain(ctx, n, id); err != nil {
-		return stream.CompactValue{}, err
-	}
-	in, ok := b.fsm.Internal(id)
-	if !ok {
-		return stream.CompactValue{}, meta.StreamNotFound.With("name", name)
-	}
-	now := b.now().UnixNano()
-	cutoff, tombCutoff := now-int64(after), now-2*int64(after)
-
-	decoded := make([][]record, len(in.Ranges))
-	latest := map[string]uint64{}
-	var v stream.CompactValue
-	for i, r := range in.Ranges {
-		recs, err := b.decodeRange(r, in.Start)
-		if err != nil {
-			return stream.CompactValue{}, err
-		}
-		decoded[i] = recs
-		for _, rec := range recs {
-			if rec.at > cutoff {
-				continue
-			}
-			v.Scanned++
-			if len(rec.key) > 0 {
-				latest[string(rec.key)] = rec.off
-			}
-		}
-	}
-	var old []meta.Range
-	var groups [][]record
-	var bounds []meta.Range
-	for i, r := range in.Ranges {
-		var keep []record
-		dropped := false
-		for _, rec := range decoded[i] {
-			drop := rec.at <= cutoff && len(rec.key) > 0 &&
-				(latest[string(rec.key)] != rec.off || (len(rec.value) == 0 && rec.at <= tombCutoff))
-			if drop {
-				v.Dropped++
-				dropped = true
-				continue
-			}
-			keep = append(keep, rec)
-		}
-		if dropped {
-			old = append(old, r)
-			groups = append(groups, keep)
-			bounds = append(bounds, meta.Range{First: r.First, Next: r.Next})
-		}
-	}
-	v.Kept = v.Scanned - v.Dropped
-	if len(old) == 0 {
-		return v, nil
-	}
-	obj, size, fresh, err := b.writeRanges(groups, bounds)
-	if err != nil {
-		return stream.CompactValue{}, err
-	}
-	if err := b.replace(ctx, id, old, obj, size, fresh); err != nil {
-		return stream.CompactValue{}, err
-	}
-	n.freed()
-	return v, nil
+	_, err := b.apply(ctx, &meta.Command{Op: meta.OpReplace, Replace: c})
+	return err
 }

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/picomq/picomq/broker/core"
-	"github.com/picomq/picomq/broker/meta"
+	"github.com/picomq/picomq/broker/node"
 	"github.com/picomq/picomq/broker/stream"
 )
 
@@ -79,11 +79,11 @@ func New(ctx context.Context, b *core.Broker, name string, policy stream.PolicyV
 	if name == "" {
 		name = DefaultName
 	}
-	e, _, err := b.Create(ctx, name, core.CreateOptions{ContentType: "application/octet-stream", Policy: policy})
+	e, _, err := b.Create(ctx, name, node.CreateOptions{ContentType: "application/octet-stream", Policy: policy})
 	if err != nil {
 		return nil, err
 	}
-	return &Stream{b: b, name: name, parts: len(e.Streams)}, nil
+	return &Stream{b: b, name: name, parts: len(e.Partitions)}, nil
 }
 
 // Close closes the broker when Open opened it.
@@ -96,7 +96,7 @@ func (s *Stream) Close() error {
 
 // Append implements stream.Stream.
 func (s *Stream) Append(ctx context.Context, records []stream.RecordValue) (stream.AppendValue, error) {
-	res, err := s.b.Append(ctx, s.name, records, core.AppendOptions{Partition: -1})
+	res, err := s.b.Append(ctx, s.name, records, node.AppendOptions{Partition: -1})
 	if err != nil {
 		return stream.AppendValue{}, err
 	}
@@ -105,7 +105,7 @@ func (s *Stream) Append(ctx context.Context, records []stream.RecordValue) (stre
 
 // Read implements stream.Stream.
 func (s *Stream) Read(ctx context.Context, partition int, from stream.Offset, max int) ([]stream.EntryValue, error) {
-	out, _, err := s.b.Read(ctx, s.name, partition, uint64(from), max, core.ReadOptions{})
+	out, _, err := s.b.Read(ctx, s.name, partition, uint64(from), max, node.ReadOptions{})
 	return out, err
 }
 
@@ -158,4 +158,4 @@ func (s *Stream) Committed(ctx context.Context, group string, partition int) (st
 }
 
 // Entry returns the stream's registry entry (status, tests).
-func (s *Stream) Entry() (*meta.Entry, error) { return s.b.Get(s.name) }
+func (s *Stream) Entry() (*node.Entry, error) { return s.b.Get(s.name) }

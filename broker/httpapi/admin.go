@@ -8,9 +8,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/picomq/picomq/broker/core"
 	"github.com/picomq/picomq/broker/httpapi/wire"
-	"github.com/picomq/picomq/broker/meta"
+	"github.com/picomq/picomq/broker/node"
 	"github.com/picomq/picomq/broker/stream"
 )
 
@@ -61,19 +60,19 @@ func (s *Server) decodeJSON(w http.ResponseWriter, r *http.Request, v any) error
 }
 
 // createOptions reads a StreamConfig.
-func createOptions(c wire.StreamConfig) (core.CreateOptions, error) {
+func createOptions(c wire.StreamConfig) (node.CreateOptions, error) {
 	p, err := c.Policy.Value()
 	if err != nil {
-		return core.CreateOptions{}, err
+		return node.CreateOptions{}, err
 	}
 	ttl, err := wire.ParseDuration("ttl", c.TTL)
 	if err != nil {
-		return core.CreateOptions{}, err
+		return node.CreateOptions{}, err
 	}
 	if ttl < 0 {
-		return core.CreateOptions{}, stream.StreamMisconfigured.With("field", "ttl", "value", ttl)
+		return node.CreateOptions{}, stream.StreamMisconfigured.With("field", "ttl", "value", ttl)
 	}
-	o := core.CreateOptions{ContentType: c.ContentType, Policy: p, TTL: ttl}
+	o := node.CreateOptions{ContentType: c.ContentType, Policy: p, TTL: ttl}
 	if o.ContentType == "" {
 		o.ContentType = DefaultContentType
 	}
@@ -104,7 +103,7 @@ func (s *Server) createStream(w http.ResponseWriter, r *http.Request, name strin
 	}
 	if !created {
 		if field := differs(e, o); field != "" {
-			s.fail(w, r, meta.StreamExists.With("name", name, "field", field))
+			s.fail(w, r, node.StreamExists.With("name", name, "field", field))
 			return
 		}
 	}
@@ -118,15 +117,15 @@ func (s *Server) createStream(w http.ResponseWriter, r *http.Request, name strin
 
 // differs names the first configuration field of e that o does not ask
 // for, or "".
-func differs(e *meta.Entry, o core.CreateOptions) string {
+func differs(e *node.Entry, o node.CreateOptions) string {
 	switch {
 	case e.ContentType != o.ContentType:
 		return "contentType"
 	case e.Policy.Normalized() != o.Policy.Normalized():
 		return "policy"
-	case e.TTL != int64(o.TTL):
+	case e.TTL != o.TTL:
 		return "ttl"
-	case !o.ExpiresAt.IsZero() && e.ExpiresAt != o.ExpiresAt.UnixNano(), o.ExpiresAt.IsZero() && e.ExpiresAt != 0:
+	case !e.ExpiresAt.Equal(o.ExpiresAt):
 		return "expiresAt"
 	}
 	return ""
@@ -192,17 +191,17 @@ func (s *Server) listStreams(w http.ResponseWriter, r *http.Request) {
 }
 
 // info describes e; with detail, each partition's internal stream too.
-func (s *Server) info(e *meta.Entry, detail bool) wire.StreamInfo {
+func (s *Server) info(e *node.Entry, detail bool) wire.StreamInfo {
 	out := wire.StreamInfo{
-		Name: e.Name, ContentType: e.ContentType, Policy: wire.PolicyOf(e.Policy), PartitionCount: len(e.Streams),
-		CreatedAt: time.Unix(0, e.CreatedAt).UTC(), LastAccess: time.Unix(0, e.LastAccess).UTC(),
+		Name: e.Name, ContentType: e.ContentType, Policy: wire.PolicyOf(e.Policy), PartitionCount: len(e.Partitions),
+		CreatedAt: e.CreatedAt.UTC(), LastAccess: e.LastAccess.UTC(),
 		Closed: e.Closed, LastStreamSeq: e.LastStreamSeq,
 	}
 	if e.TTL > 0 {
-		out.TTL = time.Duration(e.TTL).String()
+		out.TTL = e.TTL.String()
 	}
-	if e.ExpiresAt > 0 {
-		t := time.Unix(0, e.ExpiresAt).UTC()
+	if !e.ExpiresAt.IsZero() {
+		t := e.ExpiresAt.UTC()
 		out.ExpiresAt = &t
 	}
 	if len(e.Producers) > 0 {
@@ -212,12 +211,12 @@ func (s *Server) info(e *meta.Entry, detail bool) wire.StreamInfo {
 		}
 	}
 	if detail {
-		out.Partitions = make([]wire.PartitionInfo, 0, len(e.Streams))
-		for i, id := range e.Streams {
+		out.Partitions = make([]wire.PartitionInfo, 0, len(e.Partitions))
+		for i, id := range e.Partitions {
 			pi := wire.PartitionInfo{Partition: i, ID: id, Epoch: -1}
-			if in, ok := s.b.Internal(id); ok {
+			if in, ok := s.b.Partition(id); ok {
 				pi.Epoch, pi.Owner, pi.Open = in.Epoch, in.Owner, in.Open
-				pi.Start, pi.End, pi.Bytes, pi.Ranges = in.Start, in.End, in.Bytes(), len(in.Ranges)
+				pi.Start, pi.End, pi.Bytes, pi.Ranges = in.Start, in.End, in.Bytes, in.Ranges
 			}
 			out.Partitions = append(out.Partitions, pi)
 		}
@@ -227,10 +226,10 @@ func (s *Server) info(e *meta.Entry, detail bool) wire.StreamInfo {
 
 // node serves GET /v1/admin/node.
 func (s *Server) node(w http.ResponseWriter, r *http.Request) {
-	state, leader, applied, last := s.b.LogState()
+	st := s.b.Status()
 	s.writeJSON(w, http.StatusOK, wire.NodeInfo{
-		NodeID: s.b.NodeID(), RaftState: state, Leader: leader, AppliedIndex: applied, LastIndex: last,
-		Streams: len(s.b.List()), Ready: leader != "" && !s.draining.Load(),
+		NodeID: st.NodeID, RaftState: st.LogState, Leader: st.Leader, AppliedIndex: st.AppliedIndex, LastIndex: st.LastIndex,
+		Streams: len(s.b.List()), Ready: st.Leader != "" && !s.draining.Load(),
 	})
 }
 
@@ -246,9 +245,8 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, wire.NotReady.With("reason", "draining"))
 		return
 	}
-	state, leader, _, _ := s.b.LogState()
-	if leader == "" {
-		s.fail(w, r, wire.NotReady.With("reason", "no metadata leader", "raftState", state))
+	if st := s.b.Status(); st.Leader == "" {
+		s.fail(w, r, wire.NotReady.With("reason", "no metadata leader", "raftState", st.LogState))
 		return
 	}
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")

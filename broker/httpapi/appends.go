@@ -5,9 +5,10 @@ import (
 	"net/http"
 	"sync"
 
-	"github.com/picomq/picomq/broker/core"
 	"github.com/picomq/picomq/broker/errs"
+	"github.com/picomq/picomq/broker/frontend"
 	"github.com/picomq/picomq/broker/httpapi/wire"
+	"github.com/picomq/picomq/broker/node"
 	"github.com/picomq/picomq/broker/stream"
 )
 
@@ -43,7 +44,7 @@ func (s *Server) appends(w http.ResponseWriter, r *http.Request) {
 	// those are admitted afterwards, concurrently, one goroutine per stream
 	// (keeping each stream's items in order), and their opens share log
 	// writes.
-	pending := make([]*core.Pending, len(items))
+	pending := make([]node.Pending, len(items))
 	release := func() {}
 	if len(items) > 1 {
 		release = s.b.Hold() // a lone item has nothing to share its object with
@@ -51,7 +52,7 @@ func (s *Server) appends(w http.ResponseWriter, r *http.Request) {
 	var opening map[string][]int
 	for i, it := range items {
 		pd, res, err := s.admitItem(r, it, true)
-		if errors.Is(err, core.ErrNotOpen) {
+		if errors.Is(err, node.ErrNotOpen) {
 			if opening == nil {
 				opening = map[string][]int{}
 			}
@@ -87,21 +88,21 @@ func (s *Server) appends(w http.ResponseWriter, r *http.Request) {
 // admitItem checks one item as append checks a request, and admits it: it
 // returns the append to wait for, or the item's answer. With noOpen, an
 // item whose partition is not open yet is left alone: it returns
-// core.ErrNotOpen and no answer.
-func (s *Server) admitItem(r *http.Request, it wire.AppendItem, noOpen bool) (*core.Pending, wire.AppendsItemResult, error) {
-	refuse := func(err error) (*core.Pending, wire.AppendsItemResult, error) {
+// node.ErrNotOpen and no answer.
+func (s *Server) admitItem(r *http.Request, it wire.AppendItem, noOpen bool) (node.Pending, wire.AppendsItemResult, error) {
+	refuse := func(err error) (node.Pending, wire.AppendsItemResult, error) {
 		switch {
-		case errors.Is(err, core.ErrNotOpen):
+		case errors.Is(err, node.ErrNotOpen):
 			return nil, wire.AppendsItemResult{}, err
-		case errors.Is(err, core.ErrWouldWait):
+		case errors.Is(err, node.ErrWouldWait):
 			return nil, wire.AppendsItemResult{Alone: true}, err
 		}
 		return nil, wire.AppendsItemResult{Error: s.problem(r, err)}, err
 	}
-	if err := core.ValidateName(it.Name); err != nil {
+	if err := node.ValidateName(it.Name); err != nil {
 		return refuse(err)
 	}
-	o := core.AppendOptions{Partition: -1, NoRoomWait: true, NoOpen: noOpen}
+	o := node.AppendOptions{Partition: -1, NoRoomWait: true, NoOpen: noOpen}
 	if it.Partition >= 0 {
 		if err := s.checkPartition(it.Name, it.Partition); err != nil {
 			return refuse(err)
@@ -121,7 +122,7 @@ func (s *Server) admitItem(r *http.Request, it wire.AppendItem, noOpen bool) (*c
 
 // problem encodes err as fail would, for an item of a larger answer.
 func (s *Server) problem(r *http.Request, err error) []byte {
-	coded := codedOf(err, "http.appends")
+	coded := frontend.Coded(err, "http.appends")
 	body, merr := errs.Marshal(coded)
 	if merr != nil {
 		s.log.Error("cannot encode a problem", "err", merr, "cause", err)

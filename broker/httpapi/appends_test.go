@@ -9,10 +9,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/picomq/picomq/broker/core"
 	"github.com/picomq/picomq/broker/errs"
 	"github.com/picomq/picomq/broker/httpapi/wire"
 	"github.com/picomq/picomq/broker/meta"
+	"github.com/picomq/picomq/broker/node"
 	"github.com/picomq/picomq/broker/stream"
 )
 
@@ -120,7 +120,7 @@ func TestAppendsRefusedWhole(t *testing.T) {
 
 func readPayloads(t *testing.T, f *fixture, name string, partition int) []string {
 	t.Helper()
-	es, _, err := f.b.Read(t.Context(), name, partition, 0, 100, core.ReadOptions{})
+	es, _, err := f.b.Read(t.Context(), name, partition, 0, 100, node.ReadOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -211,7 +211,7 @@ func TestLargeBodiesAreRecycled(t *testing.T) {
 			}
 		}
 	}
-	es, _, err := f.b.Read(t.Context(), "s", 0, 0, 10000, core.ReadOptions{MaxBytes: 64 << 20})
+	es, _, err := f.b.Read(t.Context(), "s", 0, 0, 10000, node.ReadOptions{MaxBytes: 64 << 20})
 	if err != nil {
 		t.Fatal(err)
 	}

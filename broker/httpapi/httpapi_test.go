@@ -18,8 +18,10 @@ import (
 
 	"github.com/picomq/picomq/broker/core"
 	"github.com/picomq/picomq/broker/errs"
+	"github.com/picomq/picomq/broker/frontend"
 	"github.com/picomq/picomq/broker/httpapi/wire"
 	"github.com/picomq/picomq/broker/meta"
+	"github.com/picomq/picomq/broker/node"
 	"github.com/picomq/picomq/broker/stream"
 )
 
@@ -45,7 +47,7 @@ func newFixture(t *testing.T, opts Options) *fixture {
 	}
 	f.b = b
 	opts.Registerer = f.reg
-	f.api = New(b, nil, f.reg, opts)
+	f.api = New(b, f.reg, opts)
 	f.srv = httptest.NewServer(f.api)
 	t.Cleanup(func() {
 		f.srv.Close()
@@ -153,7 +155,7 @@ func rec(key, payload string) stream.RecordValue {
 // TestBadInputWritesNothing: every class of bad input gets its 4xx and its
 // code, and nothing is written or created.
 func TestBadInputWritesNothing(t *testing.T) {
-	f := newFixture(t, Options{MaxBodyBytes: 1024, MaxBatchRecords: 10})
+	f := newFixture(t, Options{Options: frontend.Options{MaxBodyBytes: 1024}, MaxBatchRecords: 10})
 	f.create("s/a", stream.PolicyValue{Partitions: 2})
 	f.create("small", stream.PolicyValue{MaxRecordBytes: 16})
 	one := wire.EncodeRecords([]stream.RecordValue{rec("k", "v")})
@@ -266,14 +268,14 @@ func TestBadInputWritesNothing(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for p := range e.Streams {
+		for p := range e.Partitions {
 			b, err := f.b.Bounds(context.Background(), name, p)
 			if err != nil || b != (stream.BoundsValue{}) {
 				t.Fatalf("%s partition %d bounds %+v, %v: something was written", name, p, b, err)
 			}
 		}
-		if name == "s/a" && len(e.Streams) != 2 {
-			t.Fatalf("s/a has %d partitions after refused patches", len(e.Streams))
+		if name == "s/a" && len(e.Partitions) != 2 {
+			t.Fatalf("s/a has %d partitions after refused patches", len(e.Partitions))
 		}
 	}
 	var names []string
@@ -451,7 +453,7 @@ func TestLongPoll(t *testing.T) {
 	}
 
 	t.Run("WokenByAppend", func(t *testing.T) {
-		f := newFixture(t, Options{LongPollTimeout: 10 * time.Second})
+		f := newFixture(t, Options{Options: frontend.Options{LongPollTimeout: 10 * time.Second}})
 		f.create("lp", stream.PolicyValue{Partitions: 2})
 		ch := poll(f, "/v1/log/lp?partition=1&from=0&wait=10s")
 		time.Sleep(100 * time.Millisecond)
@@ -488,7 +490,7 @@ func TestLongPoll(t *testing.T) {
 	})
 
 	t.Run("TimesOutEmpty", func(t *testing.T) {
-		f := newFixture(t, Options{LongPollTimeout: 300 * time.Millisecond})
+		f := newFixture(t, Options{Options: frontend.Options{LongPollTimeout: 300 * time.Millisecond}})
 		f.create("lp", stream.PolicyValue{})
 		// Clamped to the server's long-poll timeout.
 		a := <-poll(f, "/v1/log/lp?from=0&wait=1h")
@@ -641,7 +643,7 @@ func TestHealthReadyMetrics(t *testing.T) {
 // broker's clock, which dates records.
 func TestTestClock(t *testing.T) {
 	f := newFixture(t, Options{})
-	f.api = New(f.b, nil, nil, Options{TestClock: f.clock})
+	f.api = New(f.b, nil, Options{TestClock: f.clock})
 	srv := httptest.NewServer(f.api)
 	defer srv.Close()
 	f.srv = srv
@@ -653,7 +655,7 @@ func TestTestClock(t *testing.T) {
 		t.Fatalf("set clock: %d %s", resp.StatusCode, body)
 	}
 	f.appendBatch("c", "", rec("", "x"))
-	es, _, err := f.b.Read(context.Background(), "c", 0, 0, 1, core.ReadOptions{})
+	es, _, err := f.b.Read(context.Background(), "c", 0, 0, 1, node.ReadOptions{})
 	if err != nil || len(es) != 1 || !es[0].AppendedAt.Equal(at) {
 		t.Fatalf("record dated %v, want the set clock %v (%v)", es, at, err)
 	}

@@ -6,9 +6,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/picomq/picomq/broker/core"
 	"github.com/picomq/picomq/broker/httpapi/wire"
-	"github.com/picomq/picomq/broker/meta"
+	"github.com/picomq/picomq/broker/node"
 	"github.com/picomq/picomq/broker/stream"
 )
 
@@ -60,13 +59,13 @@ func (s *Server) checkPartition(name string, p int) error {
 	if err != nil {
 		return err
 	}
-	return stream.CheckPartition(p, len(e.Streams))
+	return stream.CheckPartition(p, len(e.Partitions))
 }
 
 // append serves POST /v1/log/{name}.
 func (s *Server) append(w http.ResponseWriter, r *http.Request, name string) {
 	q := r.URL.Query()
-	o := core.AppendOptions{Partition: -1}
+	o := node.AppendOptions{Partition: -1}
 	if q.Has("partition") {
 		p, err := intParam(q, "partition", -1)
 		if err != nil {
@@ -142,7 +141,7 @@ func (s *Server) append(w http.ResponseWriter, r *http.Request, name string) {
 }
 
 // producerOf reads the idempotent producer headers: all three or none.
-func producerOf(h http.Header) (*meta.ProducerTuple, error) {
+func producerOf(h http.Header) (*node.ProducerTuple, error) {
 	id, epoch, seq := h.Get(wire.HeaderProducerID), h.Get(wire.HeaderProducerEpoch), h.Get(wire.HeaderProducerSeq)
 	if id == "" && epoch == "" && seq == "" {
 		return nil, nil
@@ -158,7 +157,7 @@ func producerOf(h http.Header) (*meta.ProducerTuple, error) {
 	if err != nil || n < 0 {
 		return nil, badParam(wire.HeaderProducerSeq, seq, "not a non-negative integer")
 	}
-	return &meta.ProducerTuple{ID: id, Epoch: e, Seq: n}, nil
+	return &node.ProducerTuple{ID: id, Epoch: e, Seq: n}, nil
 }
 
 // read serves GET /v1/log/{name}: partition, from, max, wait, maxBytes.
@@ -179,7 +178,7 @@ func (s *Server) read(w http.ResponseWriter, r *http.Request, name string) {
 		s.fail(w, r, err)
 		return
 	}
-	ro := core.ReadOptions{MaxBytes: s.opts.MaxReadBytes}
+	ro := node.ReadOptions{MaxBytes: s.opts.MaxReadBytes}
 	if n, ok, err := int64Param(q, "maxBytes"); err != nil {
 		s.fail(w, r, err)
 		return

@@ -6,7 +6,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/picomq/picomq/broker/core"
+	"github.com/picomq/picomq/broker/node"
 )
 
 // httpMetrics count and time requests by route (a fixed label, never the
@@ -36,7 +36,7 @@ func (m *httpMetrics) observe(route, method string, status int, d time.Duration)
 }
 
 // brokerCollector reports the metadata log's state at each scrape.
-type brokerCollector struct{ b *core.Broker }
+type brokerCollector struct{ b node.Broker }
 
 var (
 	raftStateDesc = prometheus.NewDesc("picomq_raft_state",
@@ -62,20 +62,20 @@ func (c *brokerCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c *brokerCollector) Collect(ch chan<- prometheus.Metric) {
-	state, leader, applied, last := c.b.LogState()
+	st := c.b.Status()
 	for _, s := range raftStates {
 		v := 0.0
-		if s == state {
+		if s == st.LogState {
 			v = 1
 		}
 		ch <- prometheus.MustNewConstMetric(raftStateDesc, prometheus.GaugeValue, v, s)
 	}
 	has := 0.0
-	if leader != "" {
+	if st.Leader != "" {
 		has = 1
 	}
 	ch <- prometheus.MustNewConstMetric(raftLeaderDesc, prometheus.GaugeValue, has)
-	ch <- prometheus.MustNewConstMetric(raftAppliedDesc, prometheus.GaugeValue, float64(applied))
-	ch <- prometheus.MustNewConstMetric(raftLastDesc, prometheus.GaugeValue, float64(last))
+	ch <- prometheus.MustNewConstMetric(raftAppliedDesc, prometheus.GaugeValue, float64(st.AppliedIndex))
+	ch <- prometheus.MustNewConstMetric(raftLastDesc, prometheus.GaugeValue, float64(st.LastIndex))
 	ch <- prometheus.MustNewConstMetric(streamsDesc, prometheus.GaugeValue, float64(len(c.b.List())))
 }

@@ -1,7 +1,6 @@
 package httpapi
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"io"
@@ -12,55 +11,28 @@ import (
 	"time"
 
 	"github.com/picomq/picomq/broker/bufpool"
-	"github.com/picomq/picomq/broker/core"
 	"github.com/picomq/picomq/broker/errs"
+	"github.com/picomq/picomq/broker/frontend"
 	"github.com/picomq/picomq/broker/httpapi/wire"
+	"github.com/picomq/picomq/broker/node"
 	"github.com/picomq/picomq/broker/stream"
 )
 
-// fail answers err as a coded problem. An error with no code is reported
-// as STREAM_BACKEND_FAILED wrapping it. When the client is gone (its
-// context ended) nothing is written: nobody would read it.
+// fail answers err as a coded problem, with the status errs.HTTPStatus
+// gives it. An error with no code is reported as STREAM_BACKEND_FAILED
+// wrapping it. When the client is gone (its context ended) nothing is
+// written: nobody would read it.
 func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
-	if r.Context().Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Cause(r.Context()))) {
+	if frontend.Abandoned(r, err) {
 		s.log.Debug("request abandoned by its client", "method", r.Method, "path", r.URL.Path, "err", err)
 		return
 	}
-	coded := codedOf(err, "http."+strings.ToLower(r.Method))
+	coded := frontend.Coded(err, "http."+strings.ToLower(r.Method))
 	status := errs.HTTPStatus(coded)
 	if errors.Is(coded, stream.StreamDirectoryUnusable) {
 		status = http.StatusInternalServerError // a server-side configuration, not the request's fault
 	}
-	body, merr := errs.Marshal(coded)
-	if merr != nil {
-		s.log.Error("cannot encode a problem", "err", merr, "cause", err)
-		http.Error(w, coded.Error(), status)
-		return
-	}
-	h := w.Header()
-	h.Set("Content-Type", wire.ProblemContentType)
-	h.Set("Content-Length", strconv.Itoa(len(body)))
-	h.Set("X-Content-Type-Options", "nosniff")
-	h.Set("Cache-Control", "no-store")
-	if status == http.StatusServiceUnavailable {
-		h.Set("Retry-After", "1")
-	}
-	w.WriteHeader(status)
-	_, _ = w.Write(body)
-	if status >= 500 {
-		s.log.Error("request failed", "method", r.Method, "path", r.URL.Path, "status", status, "err", coded)
-	} else {
-		s.log.Debug("request refused", "method", r.Method, "path", r.URL.Path, "status", status, "err", coded)
-	}
-}
-
-// codedOf is err's outermost coded error, or STREAM_BACKEND_FAILED naming
-// op and wrapping err when it has none.
-func codedOf(err error, op string) *errs.Error {
-	if coded, ok := errs.As(err); ok {
-		return coded
-	}
-	return stream.StreamBackendFailed.Wrap(err, "op", op)
+	frontend.WriteProblem(w, r, s.log, coded, status)
 }
 
 // writeJSON answers v as JSON with status.
@@ -83,7 +55,7 @@ func (s *Server) writeJSON(w http.ResponseWriter, status int, v any) {
 // name extracts the stream name after prefix from the request path, and,
 // when withOp, the operation after a ':'. A name holding a percent-encoded
 // byte (a '/' in disguise, say) is refused before it is decoded, and every
-// name is checked by core.ValidateName, which refuses empty, "." and ".."
+// name is checked by node.ValidateName, which refuses empty, "." and ".."
 // segments: a name never climbs out of its route.
 func (s *Server) name(r *http.Request, prefix string, withOp bool) (name, op string, err error) {
 	escaped := r.URL.EscapedPath()
@@ -101,7 +73,7 @@ func (s *Server) name(r *http.Request, prefix string, withOp bool) (name, op str
 			rest, op = rest[:i], rest[i+1:]
 		}
 	}
-	if err := core.ValidateName(rest); err != nil {
+	if err := node.ValidateName(rest); err != nil {
 		return "", "", err
 	}
 	return rest, op, nil

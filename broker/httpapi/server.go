@@ -1,4 +1,4 @@
-// Package httpapi is the broker's HTTP API over one *core.Broker: the
+// Package httpapi is the broker's HTTP API over one node.Broker: the
 // partitioned-log API the Go client (broker/client) speaks, with binary
 // batch framing and long-poll reads; the admin API (streams, node status);
 // /healthz, /readyz and Prometheus /metrics. The URL scheme, the framing
@@ -21,14 +21,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/picomq/picomq/broker/core"
+	"github.com/picomq/picomq/broker/frontend"
 	"github.com/picomq/picomq/broker/httpapi/wire"
+	"github.com/picomq/picomq/broker/node"
 )
 
 // Defaults of Options.
 const (
-	DefaultLongPollTimeout = time.Second
-	DefaultMaxBodyBytes    = 16 << 20
 	DefaultMaxBatchRecords = 100_000
 	DefaultMaxReadBytes    = 4 << 20
 	maxAdminBodyBytes      = 1 << 20
@@ -36,13 +35,11 @@ const (
 
 // Options tune a Server; zero values take the defaults.
 type Options struct {
-	// LongPollTimeout is the longest a read with wait= waits for an append
-	// (default 1s); a longer wait asked is clamped to it, and wait with no
-	// value waits this long.
-	LongPollTimeout time.Duration
-	// MaxBodyBytes bounds a request body (default 16 MiB): a larger one is
-	// refused with 413 BODY_TOO_LARGE before anything is written.
-	MaxBodyBytes int64
+	// Options are the settings the front ends share. A read with wait=
+	// waits at most LongPollTimeout (a longer wait asked is clamped to it,
+	// and wait with no value waits this long); a body above MaxBodyBytes
+	// is refused with 413 BODY_TOO_LARGE before anything is written.
+	frontend.Options
 	// MaxBatchRecords bounds the records of one append (default 100,000),
 	// so that a body of empty records cannot make the server allocate a
 	// record header for each of millions of them.
@@ -62,12 +59,7 @@ type Options struct {
 }
 
 func (o Options) withDefaults() Options {
-	if o.LongPollTimeout <= 0 {
-		o.LongPollTimeout = DefaultLongPollTimeout
-	}
-	if o.MaxBodyBytes <= 0 {
-		o.MaxBodyBytes = DefaultMaxBodyBytes
-	}
+	o.Options = o.Options.WithDefaults()
 	if o.MaxBatchRecords <= 0 {
 		o.MaxBatchRecords = DefaultMaxBatchRecords
 	}
@@ -79,7 +71,7 @@ func (o Options) withDefaults() Options {
 
 // Server is the HTTP API of one broker. It is an http.Handler.
 type Server struct {
-	b    *core.Broker
+	b    node.Broker
 	log  *slog.Logger
 	opts Options
 	mux  *http.ServeMux
@@ -91,13 +83,11 @@ type Server struct {
 	metrics *httpMetrics
 }
 
-// New returns the API of b. logger may be nil (logs discarded); gatherer is
-// what /metrics serves (nil: no /metrics route).
-func New(b *core.Broker, logger *slog.Logger, gatherer prometheus.Gatherer, opts Options) *Server {
-	if logger == nil {
-		logger = slog.New(slog.DiscardHandler)
-	}
-	s := &Server{b: b, log: logger, opts: opts.withDefaults(), mux: http.NewServeMux(), drain: make(chan struct{})}
+// New returns the API of b; gatherer is what /metrics serves (nil: no
+// /metrics route).
+func New(b node.Broker, gatherer prometheus.Gatherer, opts Options) *Server {
+	opts = opts.withDefaults()
+	s := &Server{b: b, log: opts.Logger, opts: opts, mux: http.NewServeMux(), drain: make(chan struct{})}
 	if s.opts.Registerer != nil {
 		s.metrics = newHTTPMetrics(s.opts.Registerer)
 		s.opts.Registerer.MustRegister(&brokerCollector{b: b})
@@ -106,7 +96,7 @@ func New(b *core.Broker, logger *slog.Logger, gatherer prometheus.Gatherer, opts
 	s.mux.HandleFunc("GET /readyz", s.readyz)
 	s.mux.HandleFunc("GET "+wire.NodePath, s.node)
 	if gatherer != nil {
-		s.mux.Handle("GET /metrics", promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{ErrorLog: slogPrinter{logger}}))
+		s.mux.Handle("GET /metrics", promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{ErrorLog: slogPrinter{s.log}}))
 	}
 	if s.opts.TestClock != nil {
 		s.mux.HandleFunc("GET "+wire.ClockPath, s.getClock)

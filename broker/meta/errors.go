@@ -1,106 +1,22 @@
 package meta
 
-import "github.com/picomq/picomq/broker/errs"
+import "github.com/picomq/picomq/broker/node"
 
-// The broker's own refusals: block 0.16.1 (0x00_10_01_xx), beside the SDK's
-// 0.2.38 and 0.3.94 blocks. The state machine returns them from Apply; the
-// HTTP layers map them by their declared status.
-const (
-	CodeStreamNotFound   errs.Code = 0x00_10_01_01
-	CodeStaleEpoch       errs.Code = 0x00_10_01_02
-	CodeOffsetMismatch   errs.Code = 0x00_10_01_03
-	CodeStreamClosed     errs.Code = 0x00_10_01_04
-	CodeProducerFenced   errs.Code = 0x00_10_01_05
-	CodeProducerSeqGap   errs.Code = 0x00_10_01_06
-	CodeStreamSeqOrder   errs.Code = 0x00_10_01_07
-	CodeRangesChanged    errs.Code = 0x00_10_01_08
-	CodeBadCommand       errs.Code = 0x00_10_01_09
-	CodeStreamExists     errs.Code = 0x00_10_01_0A
-	CodePartitionsShrink errs.Code = 0x00_10_01_0B
-	CodeStreamGone       errs.Code = 0x00_10_01_0C
-	CodeProducerEpochSeq errs.Code = 0x00_10_01_0D
-)
-
+// The refusals the state machine returns from Apply are declared with the
+// broker's vocabulary in package node, which the front ends read; these
+// names let the state machine's code say them briefly.
 var (
-	// StreamNotFound: no stream of that name or id exists.
-	StreamNotFound = errs.Static(CodeStreamNotFound, "STREAM_NOT_FOUND",
-		"The stream does not exist",
-		"broker/meta: no registry entry or internal stream by that name or id; the fields name it",
-		404, 66)
-
-	// StaleEpoch: a write under an epoch that is no longer the stream's: the
-	// writer lost ownership and is fenced.
-	StaleEpoch = errs.Static(CodeStaleEpoch, "STALE_EPOCH",
-		"The stream was reopened by another owner",
-		"broker/meta: a commit or close carried an epoch that is not the internal stream's current one; the fields carry both",
-		409, 75)
-
-	// OffsetMismatch: a commit whose first offset is not the stream's end: an
-	// earlier commit of the same pipeline was rejected.
-	OffsetMismatch = errs.Static(CodeOffsetMismatch, "OFFSET_MISMATCH",
-		"The append does not continue the stream",
-		"broker/meta: a commit's first offset is not the internal stream's end; the fields carry both",
-		409, 75)
-
-	// StreamClosed: the stream refuses appends for good (a Durable Streams close).
-	StreamClosed = errs.Static(CodeStreamClosed, "STREAM_CLOSED",
-		"The stream is closed",
-		"broker/meta: an append to a closed stream; the fields carry its final offset",
-		409, 65)
-
-	// ProducerFenced: an idempotent producer at an epoch below its current one.
-	ProducerFenced = errs.Static(CodeProducerFenced, "PRODUCER_FENCED",
-		"The producer epoch is stale",
-		"broker/meta: Producer-Epoch below the producer's current epoch; the fields carry both",
-		403, 65)
-
-	// ProducerSeqGap: an idempotent producer skipped sequence numbers.
-	ProducerSeqGap = errs.Static(CodeProducerSeqGap, "PRODUCER_SEQ_GAP",
-		"The producer sequence has a gap",
-		"broker/meta: Producer-Seq is past the next expected one; the fields carry expected and received",
-		409, 65)
-
-	// StreamSeqOrder: a Stream-Seq not strictly above the last one.
-	StreamSeqOrder = errs.Static(CodeStreamSeqOrder, "STREAM_SEQ_ORDER",
-		"The Stream-Seq does not increase",
-		"broker/meta: Stream-Seq must be byte-wise greater than the last accepted one",
-		409, 65)
-
-	// RangesChanged: a merge or compaction raced a trim or another rewrite.
-	RangesChanged = errs.Static(CodeRangesChanged, "RANGES_CHANGED",
-		"The stream's ranges changed under a rewrite",
-		"broker/meta: replace-ranges named a range that is no longer present; retry from the new state",
-		409, 75)
-
-	// BadCommand: a command that cannot apply as written (a bug in its author).
-	BadCommand = errs.Static(CodeBadCommand, "BAD_COMMAND",
-		"The metadata command is malformed",
-		"broker/meta: a command the state machine cannot decode or apply; the fields say why",
-		500, 70)
-
-	// StreamExists: a create whose configuration differs from the existing stream's.
-	StreamExists = errs.Static(CodeStreamExists, "STREAM_EXISTS",
-		"A stream of that name exists with another configuration",
-		"broker/meta: create of an existing name with a different content type, lifetime or policy; the fields say which",
-		409, 73)
-
-	// PartitionsShrink: a policy update lowering the partition count.
-	PartitionsShrink = errs.Static(CodePartitionsShrink, "PARTITIONS_SHRINK",
-		"Partitions may only grow",
-		"broker/meta: a policy update asked for fewer partitions; the fields carry both counts",
-		409, 65)
-
-	// StreamGone: the stream was deleted but forks of it live, so its name
-	// is still taken; it is removed with its last fork.
-	StreamGone = errs.Static(CodeStreamGone, "STREAM_GONE",
-		"The stream was deleted; forks of it still hold its name",
-		"broker/meta: the entry is soft-deleted because live forks were made from it; the name is reusable once the last fork is deleted",
-		410, 66)
-
-	// ProducerEpochSeq: an idempotent producer opened a new epoch at a
-	// sequence other than 0.
-	ProducerEpochSeq = errs.Static(CodeProducerEpochSeq, "PRODUCER_EPOCH_SEQ",
-		"A new producer epoch must start at sequence 0",
-		"broker/meta: Producer-Epoch above the producer's current epoch with a Producer-Seq other than 0; the fields carry both",
-		400, 65)
+	StreamNotFound   = node.StreamNotFound
+	StaleEpoch       = node.StaleEpoch
+	OffsetMismatch   = node.OffsetMismatch
+	StreamClosed     = node.StreamClosed
+	ProducerFenced   = node.ProducerFenced
+	ProducerSeqGap   = node.ProducerSeqGap
+	StreamSeqOrder   = node.StreamSeqOrder
+	RangesChanged    = node.RangesChanged
+	BadCommand       = node.BadCommand
+	StreamExists     = node.StreamExists
+	PartitionsShrink = node.PartitionsShrink
+	StreamGone       = node.StreamGone
+	ProducerEpochSeq = node.ProducerEpochSeq
 )

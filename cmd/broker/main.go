@@ -30,8 +30,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/picomq/picomq/broker/core"
-	"github.com/picomq/picomq/broker/durable"
+	"github.com/picomq/picomq/broker/dsapi"
 	"github.com/picomq/picomq/broker/errs"
+	"github.com/picomq/picomq/broker/frontend"
 	"github.com/picomq/picomq/broker/httpapi"
 )
 
@@ -98,14 +99,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		logger.Error("cannot open the broker", "dataDir", cfg.DataDir, "err", err)
 		return errs.ExitCode(err)
 	}
-	api := httpapi.New(b, logger, reg, httpapi.Options{
-		LongPollTimeout: cfg.LongPollTimeout,
-		MaxBodyBytes:    cfg.MaxBodyBytes,
-		Registerer:      reg,
-		TestClock:       testClock,
-	})
-	ds := durable.New(b, durable.Options{LongPollTimeout: cfg.LongPollTimeout, MaxBodyBytes: cfg.MaxBodyBytes, Logger: logger})
-	api.Handle(durable.Prefix, ds) // the Durable Streams protocol
+	front := frontend.Options{LongPollTimeout: cfg.LongPollTimeout, MaxBodyBytes: cfg.MaxBodyBytes, Logger: logger}
+	api := httpapi.New(b, reg, httpapi.Options{Options: front, Registerer: reg, TestClock: testClock})
+	ds := dsapi.New(b, dsapi.Options{Options: front})
+	api.Handle(dsapi.Prefix, ds) // the Durable Streams protocol
 	if cfg.Pprof {
 		api.Handle("/debug/pprof/", http.HandlerFunc(pprof.Index))
 		api.Handle("/debug/pprof/profile", http.HandlerFunc(pprof.Profile))

@@ -77,7 +77,7 @@ func newStore(t *testing.T, kind string, p stream.PolicyValue) *store {
 		if err != nil {
 			t.Fatal(err)
 		}
-		srv := httptest.NewServer(httpapi.New(b, nil, nil, httpapi.Options{}))
+		srv := httptest.NewServer(httpapi.New(b, nil, httpapi.Options{}))
 		t.Cleanup(func() {
 			srv.Close()
 			if err := b.Close(); err != nil {

@@ -1,4 +1,4 @@
-package durable
+package dsapi
 
 import (
 	"testing"
@@ -80,12 +80,12 @@ func TestTTLAndExpirySurviveRestart(t *testing.T) {
 	s.want(s.do("PUT", "exp", "x", "Content-Type", "text/plain", "Stream-Expires-At", clk.Now().Add(30*time.Second).Format(time.RFC3339)), 201, "create with expiry")
 
 	clk.Add(8 * time.Second)
-	_, _, applied, _ := s.b.LogState()
+	applied := s.b.Status().AppliedIndex
 	for i := 0; i < 20; i++ {
 		s.want(s.do("GET", "ttl", ""), 200, "read")
 		s.want(s.do("GET", "exp", ""), 200, "read")
 	}
-	if _, _, after, _ := s.b.LogState(); after != applied {
+	if after := s.b.Status().AppliedIndex; after != applied {
 		t.Fatalf("reads wrote %d metadata entries", after-applied)
 	}
 	s.stop()

@@ -1,4 +1,4 @@
-package durable
+package dsapi
 
 import (
 	"bytes"
@@ -9,9 +9,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/picomq/picomq/broker/core"
 	"github.com/picomq/picomq/broker/errs"
-	"github.com/picomq/picomq/broker/meta"
+	"github.com/picomq/picomq/broker/node"
 	"github.com/picomq/picomq/broker/stream"
 )
 
@@ -109,10 +108,10 @@ func sourceName(v string) (string, error) {
 	}
 	name, ok := strings.CutPrefix(p, Prefix)
 	if !ok || name == "" {
-		return "", meta.StreamNotFound.With("header", hForkedFrom, "reason", "not a stream of this server")
+		return "", node.StreamNotFound.With("header", hForkedFrom, "reason", "not a stream of this server")
 	}
-	if err := core.ValidateName(name); err != nil {
-		return "", meta.StreamNotFound.With("header", hForkedFrom, "reason", "not a stream name")
+	if err := node.ValidateName(name); err != nil {
+		return "", node.StreamNotFound.With("header", hForkedFrom, "reason", "not a stream name")
 	}
 	return name, nil
 }
@@ -152,26 +151,26 @@ func (h *Handler) put(w http.ResponseWriter, r *http.Request, name string) {
 	if t, err := h.b.TailOf(name, 0); err == nil {
 		h.confirm(w, r, t, c)
 		return
-	} else if errors.Is(err, meta.StreamGone) {
+	} else if errors.Is(err, node.StreamGone) {
 		h.fail(w, r, Conflict.With("name", name, "reason", "the stream was deleted but forks of it still hold its name"))
 		return
-	} else if !errors.Is(err, meta.StreamNotFound) {
+	} else if !errors.Is(err, node.StreamNotFound) {
 		h.fail(w, r, err)
 		return
 	}
-	var e *meta.Entry
+	var e *node.Entry
 	var created bool
 	if c.forkedFrom != "" {
 		e, created, err = h.fork(r, name, c)
 	} else {
 		var recs []stream.RecordValue
 		if recs, err = records(c.contentType, c.body, true); err == nil {
-			e, created, err = h.b.Create(r.Context(), name, core.CreateOptions{
+			e, created, err = h.b.Create(r.Context(), name, node.CreateOptions{
 				ContentType: c.contentType, TTL: c.ttl, ExpiresAt: c.expiresAt, Closed: c.closed, Initial: recs,
 			})
 		}
 	}
-	if errors.Is(err, meta.StreamGone) {
+	if errors.Is(err, node.StreamGone) {
 		err = Conflict.Wrap(err, "name", name)
 	}
 	if err != nil {
@@ -190,7 +189,7 @@ func (h *Handler) put(w http.ResponseWriter, r *http.Request, name string) {
 	h.answerCreate(w, r, t, http.StatusCreated)
 }
 
-func (h *Handler) answerCreate(w http.ResponseWriter, r *http.Request, t core.Tail, status int) {
+func (h *Handler) answerCreate(w http.ResponseWriter, r *http.Request, t node.Tail, status int) {
 	hd := w.Header()
 	hd.Set("Content-Type", t.Entry.ContentType)
 	hd.Set(hNextOffset, formatOffset(t.End))
@@ -209,7 +208,7 @@ func (h *Handler) answerCreate(w http.ResponseWriter, r *http.Request, t core.Ta
 
 // confirm answers a PUT on an existing stream: 200 when the request
 // matches its configuration, else 409.
-func (h *Handler) confirm(w http.ResponseWriter, r *http.Request, t core.Tail, c *createRequest) {
+func (h *Handler) confirm(w http.ResponseWriter, r *http.Request, t node.Tail, c *createRequest) {
 	e := t.Entry
 	why := ""
 	switch {
@@ -225,9 +224,9 @@ func (h *Handler) confirm(w http.ResponseWriter, r *http.Request, t core.Tail, c
 		why = "fork sub-offset"
 	case c.ttl == 0 && c.expiresAt.IsZero() && c.forkedFrom != "":
 		// A fork asked with no lifetime inherited its source's.
-	case int64(c.ttl) != e.TTL:
+	case c.ttl != e.TTL:
 		why = "TTL"
-	case !c.expiresAt.IsZero() && c.expiresAt.UnixNano() != e.ExpiresAt, c.expiresAt.IsZero() && e.ExpiresAt != 0:
+	case !c.expiresAt.Equal(e.ExpiresAt):
 		why = "expiry"
 	}
 	if why != "" {
@@ -238,9 +237,9 @@ func (h *Handler) confirm(w http.ResponseWriter, r *http.Request, t core.Tail, c
 }
 
 // fork creates name as a fork of c.forkedFrom.
-func (h *Handler) fork(r *http.Request, name string, c *createRequest) (*meta.Entry, bool, error) {
+func (h *Handler) fork(r *http.Request, name string, c *createRequest) (*node.Entry, bool, error) {
 	src, err := h.tail(c.forkedFrom)
-	if errors.Is(err, meta.StreamGone) {
+	if errors.Is(err, node.StreamGone) {
 		return nil, false, Conflict.With("source", c.forkedFrom, "reason", "the source was deleted")
 	}
 	if err != nil {
@@ -272,12 +271,12 @@ func (h *Handler) fork(r *http.Request, name string, c *createRequest) (*meta.En
 		return nil, false, err
 	}
 	initial = append(initial, recs...)
-	e, created, err := h.b.Fork(r.Context(), name, core.ForkOptions{
+	e, created, err := h.b.Fork(r.Context(), name, node.ForkOptions{
 		Source: c.forkedFrom, At: at, SubOffset: c.subOffset, ContentType: ct,
 		TTL: c.ttl, ExpiresAt: c.expiresAt, Closed: c.closed, Initial: initial,
 	})
-	if errors.Is(err, meta.StreamGone) && e == nil {
-		if _, gerr := h.b.TailOf(name, 0); errors.Is(gerr, meta.StreamNotFound) {
+	if errors.Is(err, node.StreamGone) && e == nil {
+		if _, gerr := h.b.TailOf(name, 0); errors.Is(gerr, node.StreamNotFound) {
 			err = Conflict.Wrap(err, "source", c.forkedFrom, "reason", "the source was deleted")
 		}
 	}
@@ -291,7 +290,7 @@ func (h *Handler) fork(r *http.Request, name string, c *createRequest) (*meta.En
 // inherits of the source's record at at: its first n bytes, or for JSON
 // its first n messages. The fork starts with it as a record of its own.
 func (h *Handler) subOffsetPrefix(r *http.Request, source string, at uint64, n int64, jsonMode bool) ([]byte, error) {
-	entries, _, err := h.b.Read(r.Context(), source, 0, at, 1, core.ReadOptions{})
+	entries, _, err := h.b.Read(r.Context(), source, 0, at, 1, node.ReadOptions{})
 	if err != nil {
 		return nil, err
 	}
@@ -323,7 +322,7 @@ func (h *Handler) subOffsetPrefix(r *http.Request, source string, at uint64, n i
 }
 
 // producer is an append's idempotent-producer tuple (nil: none).
-func parseProducer(hd http.Header) (*meta.ProducerTuple, error) {
+func parseProducer(hd http.Header) (*node.ProducerTuple, error) {
 	id, hasID := hd[http.CanonicalHeaderKey(hProducerID)]
 	ep, hasEp := hd[http.CanonicalHeaderKey(hProducerEpoch)]
 	sq, hasSeq := hd[http.CanonicalHeaderKey(hProducerSeq)]
@@ -344,7 +343,7 @@ func parseProducer(hd http.Header) (*meta.ProducerTuple, error) {
 	if !ok {
 		return nil, BadRequest.With("header", hProducerSeq, "reason", "not an integer in [0, 2^53-1]")
 	}
-	return &meta.ProducerTuple{ID: id[0], Epoch: epoch, Seq: seq}, nil
+	return &node.ProducerTuple{ID: id[0], Epoch: epoch, Seq: seq}, nil
 }
 
 // post answers POST: an append, an append-and-close, or a close.
@@ -365,7 +364,7 @@ func (h *Handler) post(w http.ResponseWriter, r *http.Request, name string) {
 		h.fail(w, r, err)
 		return
 	}
-	o := core.AppendOptions{Partition: 0, Producer: prod, StreamSeq: r.Header.Get(hSeq), Close: closing}
+	o := node.AppendOptions{Partition: 0, Producer: prod, StreamSeq: r.Header.Get(hSeq), Close: closing}
 	var recs []stream.RecordValue
 	switch {
 	case len(body) == 0 && !closing:
@@ -415,7 +414,7 @@ func (h *Handler) post(w http.ResponseWriter, r *http.Request, name string) {
 			}
 		}
 		w.WriteHeader(status)
-	case errors.Is(err, meta.StreamClosed):
+	case errors.Is(err, node.StreamClosed):
 		hd.Set(hClosed, "true")
 		hd.Set(hNextOffset, formatOffset(res.Next))
 		if len(recs) == 0 && prod == nil {
@@ -423,7 +422,7 @@ func (h *Handler) post(w http.ResponseWriter, r *http.Request, name string) {
 			return
 		}
 		h.fail(w, r, err)
-	case errors.Is(err, meta.ProducerFenced):
+	case errors.Is(err, node.ProducerFenced):
 		cur := res.Producer.Epoch
 		if v, ok := errs.FieldOf(err, "current"); ok {
 			if n, ok := v.(int64); ok {
@@ -432,7 +431,7 @@ func (h *Handler) post(w http.ResponseWriter, r *http.Request, name string) {
 		}
 		hd.Set(hProducerEpoch, strconv.FormatInt(cur, 10))
 		h.fail(w, r, err)
-	case errors.Is(err, meta.ProducerSeqGap):
+	case errors.Is(err, node.ProducerSeqGap):
 		for field, header := range map[string]string{"expected": hExpectedSeq, "received": hReceivedSeq} {
 			if v, ok := errs.FieldOf(err, field); ok {
 				hd.Set(header, fmtField(v))

@@ -1,4 +1,4 @@
-package durable
+package dsapi
 
 import (
 	"bytes"
@@ -186,19 +186,19 @@ func jsonMessages(rec []byte) ([]json.RawMessage, error) {
 var (
 	BadRequest = errs.Static(0x00_10_05_01, "BAD_REQUEST",
 		"The request does not follow the Durable Streams protocol",
-		"broker/durable: a header, a query parameter or the body is malformed or missing; the fields say which",
+		"broker/dsapi: a header, a query parameter or the body is malformed or missing; the fields say which",
 		400, 65)
 	Conflict = errs.Static(0x00_10_05_02, "STREAM_CONFLICT",
 		"The request conflicts with the stream's configuration",
-		"broker/durable: a create of an existing stream with another configuration, a content type other than the stream's, or a fork of a soft-deleted source; the fields say which",
+		"broker/dsapi: a create of an existing stream with another configuration, a content type other than the stream's, or a fork of a soft-deleted source; the fields say which",
 		409, 65)
 	BodyTooLarge = errs.Static(0x00_10_05_03, "BODY_TOO_LARGE",
 		"The request body is too large",
-		"broker/durable: a body above the server's limit; the fields carry the limit",
+		"broker/dsapi: a body above the server's limit; the fields carry the limit",
 		413, 65)
 	MethodNotAllowed = errs.Static(0x00_10_05_04, "METHOD_NOT_ALLOWED",
 		"The method is not allowed on a stream",
-		"broker/durable: streams answer GET, HEAD, POST, PUT, DELETE and OPTIONS",
+		"broker/dsapi: streams answer GET, HEAD, POST, PUT, DELETE and OPTIONS",
 		405, 65)
 	errBadJSON = BadRequest.With("reason", "body is not valid JSON")
 )

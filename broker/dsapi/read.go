@@ -1,4 +1,4 @@
-package durable
+package dsapi
 
 import (
 	"bytes"
@@ -8,7 +8,7 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/picomq/picomq/broker/core"
+	"github.com/picomq/picomq/broker/node"
 	"github.com/picomq/picomq/broker/stream"
 )
 
@@ -22,7 +22,7 @@ type page struct {
 
 // read reads a page of name from offset from.
 func (h *Handler) read(r *http.Request, name string, from uint64) (page, error) {
-	entries, bounds, err := h.b.Read(r.Context(), name, 0, from, maxReadRecords, core.ReadOptions{MaxBytes: h.opts.MaxReadBytes})
+	entries, bounds, err := h.b.Read(r.Context(), name, 0, from, maxReadRecords, node.ReadOptions{MaxBytes: h.opts.MaxReadBytes})
 	if errors.Is(err, stream.OffsetAhead) {
 		// Past the tail: nothing there yet.
 		return page{from: from, next: from, upToDate: true}, nil
@@ -192,7 +192,7 @@ func (h *Handler) answerPage(w http.ResponseWriter, r *http.Request, name string
 // longPoll answers at once when there is data at from (or the stream is
 // closed there); else it waits up to LongPollTimeout for an append, and
 // answers 204 when none came.
-func (h *Handler) longPoll(w http.ResponseWriter, r *http.Request, name string, from uint64, t core.Tail) {
+func (h *Handler) longPoll(w http.ResponseWriter, r *http.Request, name string, from uint64, t node.Tail) {
 	cursor := nextCursor(r.URL.Query().Get("cursor"), time.Now())
 	timer := time.NewTimer(h.opts.LongPollTimeout)
 	defer timer.Stop()
@@ -259,7 +259,7 @@ type control struct {
 // bytes — each event decodes alone) followed at once by a control event
 // with the next offset; an idle stream gets a control event now and then;
 // a closed stream ends with a control event saying so, and the response.
-func (h *Handler) sse(w http.ResponseWriter, r *http.Request, name string, from uint64, t core.Tail) {
+func (h *Handler) sse(w http.ResponseWriter, r *http.Request, name string, from uint64, t node.Tail) {
 	rc := http.NewResponseController(w)
 	ct := t.Entry.ContentType
 	b64 := !isText(ct)

@@ -1,8 +1,7 @@
-package core
+package node
 
 import (
 	"strings"
-	"time"
 
 	"github.com/picomq/picomq/broker/stream"
 )
@@ -25,7 +24,7 @@ func ValidateName(name string) error {
 	if len(name) > MaxNameLength {
 		return bad("longer than 255 bytes")
 	}
-	for _, seg := range strings.Split(name, "/") {
+	for seg := range strings.SplitSeq(name, "/") {
 		switch seg {
 		case "":
 			return bad("empty segment (leading, trailing or doubled '/')")
@@ -41,5 +40,3 @@ func ValidateName(name string) error {
 	}
 	return nil
 }
-
-func timeOf(ns int64) time.Time { return time.Unix(0, ns) }

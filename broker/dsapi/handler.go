@@ -1,5 +1,5 @@
-// Package durable serves the Durable Streams HTTP protocol under
-// /v1/stream/<name...> over one *core.Broker: a URL is a named stream with
+// Package dsapi serves the Durable Streams HTTP protocol under
+// /v1/stream/<name...> over one node.Broker: a URL is a named stream with
 // one partition, whose records are the protocol's messages — one record per
 // append (binary and text: the body; JSON: the body's messages, compacted
 // and joined by commas) —, whose producer state, Stream-Seq and closed flag
@@ -10,23 +10,21 @@
 // offset the server ever returned stays a valid read and fork position
 // across restarts. Sliding TTLs are kept by the broker in memory and
 // persisted lazily: no read writes the metadata log.
-package durable
+package dsapi
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"io"
-	"log/slog"
 	"net/http"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
-	"github.com/picomq/picomq/broker/core"
 	"github.com/picomq/picomq/broker/errs"
-	"github.com/picomq/picomq/broker/meta"
+	"github.com/picomq/picomq/broker/frontend"
+	"github.com/picomq/picomq/broker/node"
 	"github.com/picomq/picomq/broker/stream"
 )
 
@@ -35,23 +33,20 @@ const Prefix = "/v1/stream/"
 
 // Defaults of Options.
 const (
-	DefaultLongPollTimeout = time.Second
-	DefaultMaxBodyBytes    = 16 << 20
-	DefaultMaxReadBytes    = 1 << 20
-	DefaultSSEMaxDuration  = 60 * time.Second
-	DefaultSSEKeepAlive    = 15 * time.Second
-	maxReadRecords         = 4096
+	DefaultMaxReadBytes   = 1 << 20
+	DefaultSSEMaxDuration = 60 * time.Second
+	DefaultSSEKeepAlive   = 15 * time.Second
+	maxReadRecords        = 4096
 )
 
 // Options tune a Handler; zero values take the defaults.
 type Options struct {
-	// LongPollTimeout is how long a long-poll waits for data before it
-	// answers 204 (default 1s; the conformance suite wants well under 5s).
-	LongPollTimeout time.Duration
-	// MaxBodyBytes bounds a request body (default 16 MiB): above it, 413.
-	// A record above the stream's MaxRecordBytes (1 MiB by default) is 413
-	// too.
-	MaxBodyBytes int64
+	// Options are the settings the front ends share. LongPollTimeout is
+	// how long a long-poll waits for data before it answers 204 (the
+	// conformance suite wants well under 5s). Above MaxBodyBytes a body is
+	// refused with 413; so is a record above the stream's MaxRecordBytes
+	// (1 MiB by default).
+	frontend.Options
 	// MaxReadBytes bounds one catch-up response or SSE data event (default
 	// 1 MiB): a longer stream is read in pages, each ending at a record
 	// boundary (at least one record per page).
@@ -62,17 +57,10 @@ type Options struct {
 	// SSEKeepAlive is how often an idle SSE response sends a control event
 	// (default 15s).
 	SSEKeepAlive time.Duration
-	// Logger receives errors (default: discard).
-	Logger *slog.Logger
 }
 
 func (o Options) withDefaults() Options {
-	if o.LongPollTimeout <= 0 {
-		o.LongPollTimeout = DefaultLongPollTimeout
-	}
-	if o.MaxBodyBytes <= 0 {
-		o.MaxBodyBytes = DefaultMaxBodyBytes
-	}
+	o.Options = o.Options.WithDefaults()
 	if o.MaxReadBytes <= 0 {
 		o.MaxReadBytes = DefaultMaxReadBytes
 	}
@@ -82,15 +70,12 @@ func (o Options) withDefaults() Options {
 	if o.SSEKeepAlive <= 0 {
 		o.SSEKeepAlive = DefaultSSEKeepAlive
 	}
-	if o.Logger == nil {
-		o.Logger = slog.New(slog.DiscardHandler)
-	}
 	return o
 }
 
 // Handler serves the protocol. It is an http.Handler for Prefix.
 type Handler struct {
-	b    *core.Broker
+	b    node.Broker
 	opts Options
 
 	drainOnce sync.Once
@@ -98,7 +83,7 @@ type Handler struct {
 }
 
 // New returns the protocol's handler over b.
-func New(b *core.Broker, opts Options) *Handler {
+func New(b node.Broker, opts Options) *Handler {
 	return &Handler{b: b, opts: opts.withDefaults(), drain: make(chan struct{})}
 }
 
@@ -115,10 +100,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	name, ok := strings.CutPrefix(r.URL.Path, Prefix)
 	if !ok || name == "" {
-		h.fail(w, r, meta.StreamNotFound.With("path", r.URL.Path))
+		h.fail(w, r, node.StreamNotFound.With("path", r.URL.Path))
 		return
 	}
-	if err := core.ValidateName(name); err != nil {
+	if err := node.ValidateName(name); err != nil {
 		h.fail(w, r, err)
 		return
 	}
@@ -126,7 +111,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if seg == "__ds" {
 			// Reserved for the protocol's own resources, which this
 			// server does not offer.
-			h.fail(w, r, meta.StreamNotFound.With("path", r.URL.Path, "reason", "reserved"))
+			h.fail(w, r, node.StreamNotFound.With("path", r.URL.Path, "reason", "reserved"))
 			return
 		}
 	}
@@ -148,53 +133,29 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // fail answers a refusal: its status and a problem document (no body for
-// HEAD), plus the headers some refusals carry.
+// HEAD).
 func (h *Handler) fail(w http.ResponseWriter, r *http.Request, err error) {
-	if r.Context().Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) {
-		return // the client went away
-	}
-	status := statusOf(err)
-	coded, ok := errs.As(err)
-	if !ok {
-		coded = stream.StreamBackendFailed.Wrap(err, "op", "durable."+strings.ToLower(r.Method))
-	}
-	if status >= 500 {
-		h.opts.Logger.Error("request failed", "method", r.Method, "path", r.URL.Path, "status", status, "err", err)
-	}
-	hd := w.Header()
-	hd.Set("Cache-Control", "no-store")
-	if status == http.StatusServiceUnavailable {
-		hd.Set("Retry-After", "1")
-	}
-	if r.Method == http.MethodHead {
-		w.WriteHeader(status)
+	if frontend.Abandoned(r, err) {
 		return
 	}
-	body, merr := errs.Marshal(coded)
-	if merr != nil {
-		body = []byte(coded.Error())
-	}
-	hd.Set("Content-Type", "application/problem+json")
-	hd.Set("Content-Length", strconv.Itoa(len(body)))
-	w.WriteHeader(status)
-	_, _ = w.Write(body)
+	frontend.WriteProblem(w, r, h.opts.Logger, frontend.Coded(err, "dsapi."+strings.ToLower(r.Method)), statusOf(err))
 }
 
 // statusOf maps a refusal to the protocol's status.
 func statusOf(err error) int {
 	switch {
-	case errors.Is(err, meta.StreamNotFound):
+	case errors.Is(err, node.StreamNotFound):
 		return http.StatusNotFound
-	case errors.Is(err, meta.StreamGone):
+	case errors.Is(err, node.StreamGone):
 		return http.StatusGone
 	case errors.Is(err, stream.RecordTooLarge), errors.Is(err, BodyTooLarge):
 		return http.StatusRequestEntityTooLarge
 	case errors.Is(err, stream.StreamMisconfigured), errors.Is(err, stream.OffsetAhead), errors.Is(err, stream.InvalidBatchSize):
 		return http.StatusBadRequest
-	case errors.Is(err, meta.StreamClosed), errors.Is(err, meta.StreamSeqOrder), errors.Is(err, meta.ProducerSeqGap),
+	case errors.Is(err, node.StreamClosed), errors.Is(err, node.StreamSeqOrder), errors.Is(err, node.ProducerSeqGap),
 		errors.Is(err, stream.OffsetTrimmed), errors.Is(err, Conflict):
 		return http.StatusConflict
-	case errors.Is(err, meta.ProducerFenced):
+	case errors.Is(err, node.ProducerFenced):
 		return http.StatusForbidden
 	}
 	return errs.HTTPStatus(err)
@@ -232,13 +193,13 @@ func (h *Handler) delete(w http.ResponseWriter, r *http.Request, name string) {
 }
 
 // tail returns a one-partition stream's state.
-func (h *Handler) tail(name string) (core.Tail, error) {
+func (h *Handler) tail(name string) (node.Tail, error) {
 	t, err := h.b.TailOf(name, 0)
 	if err != nil {
 		return t, err
 	}
-	if len(t.Entry.Streams) != 1 {
-		return t, Conflict.With("name", name, "reason", "the stream has several partitions: use the partitioned-log API", "partitions", len(t.Entry.Streams))
+	if len(t.Entry.Partitions) != 1 {
+		return t, Conflict.With("name", name, "reason", "the stream has several partitions: use the partitioned-log API", "partitions", len(t.Entry.Partitions))
 	}
 	return t, nil
 }
@@ -260,12 +221,12 @@ func (h *Handler) head(w http.ResponseWriter, r *http.Request, name string) {
 
 // setMeta sets the headers describing a stream: content type, lifetime,
 // closed flag.
-func setMeta(hd http.Header, e *meta.Entry) {
+func setMeta(hd http.Header, e *node.Entry) {
 	hd.Set("Content-Type", e.ContentType)
 	if e.TTL > 0 {
-		hd.Set(hTTL, strconv.FormatInt(e.TTL/int64(time.Second), 10))
+		hd.Set(hTTL, strconv.FormatInt(int64(e.TTL/time.Second), 10))
 	}
-	if e.ExpiresAt > 0 {
+	if !e.ExpiresAt.IsZero() {
 		hd.Set(hExpiresAt, formatTime(e.ExpiresAt))
 	}
 	if e.Closed {
@@ -273,16 +234,16 @@ func setMeta(hd http.Header, e *meta.Entry) {
 	}
 }
 
-func formatTime(ns int64) string {
-	return time.Unix(0, ns).UTC().Format("2006-01-02T15:04:05.000Z07:00")
+func formatTime(t time.Time) string {
+	return t.UTC().Format("2006-01-02T15:04:05.000Z07:00")
 }
 
 // etag names one response's content: the stream incarnation, the range
 // read, and whether it ends the closed stream.
-func etag(e *meta.Entry, from, next uint64, closed bool) string {
+func etag(e *node.Entry, from, next uint64, closed bool) string {
 	var b strings.Builder
 	b.WriteByte('"')
-	b.WriteString(strconv.FormatUint(e.Streams[0], 36))
+	b.WriteString(strconv.FormatUint(e.Partitions[0], 36))
 	b.WriteByte(':')
 	b.WriteString(strconv.FormatUint(from, 36))
 	b.WriteByte(':')

@@ -1,4 +1,4 @@
-package durable
+package dsapi
 
 import (
 	"bytes"
@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/picomq/picomq/broker/core"
+	"github.com/picomq/picomq/broker/frontend"
 )
 
 // clock is a settable clock for the broker.
@@ -46,7 +47,7 @@ func start(t *testing.T, dir string, clk *clock) *server {
 		t.Fatal(err)
 	}
 	mux := http.NewServeMux()
-	mux.Handle(Prefix, New(b, Options{LongPollTimeout: 200 * time.Millisecond}))
+	mux.Handle(Prefix, New(b, Options{Options: frontend.Options{LongPollTimeout: 200 * time.Millisecond}}))
 	srv := httptest.NewServer(mux)
 	s := &server{t: t, b: b, srv: srv, url: srv.URL + "/v1/stream/"}
 	t.Cleanup(s.stop)

@@ -1,0 +1,92 @@
+package core
+
+import (
+	"context"
+
+	"github.com/picomq/picomq/broker/meta"
+	"github.com/picomq/picomq/broker/stream"
+)
+
+// Compact drops from a partition every keyed record at least CompactAfter
+// old that a later record of its key, as old, supersedes, and every
+// tombstone at least twice CompactAfter old; survivors keep their offsets.
+func (b *Broker) Compact(ctx context.Context, name string, partition int) (stream.CompactValue, error) {
+	if err := context.Cause(ctx); err != nil {
+		return stream.CompactValue{}, err
+	}
+	n, id, err := b.partitionOf(name, partition)
+	if err != nil {
+		return stream.CompactValue{}, err
+	}
+	n.mu.Lock()
+	after := n.policy.CompactAfter
+	n.mu.Unlock()
+	if after <= 0 {
+		return stream.CompactValue{}, nil
+	}
+	// Records retention already dropped in a reader's eyes go first.
+	if err := b.persistRetention(ctx, n, id); err != nil {
+		return stream.CompactValue{}, err
+	}
+	in, ok := b.fsm.Internal(id)
+	if !ok {
+		return stream.CompactValue{}, meta.StreamNotFound.With("name", name)
+	}
+	now := b.now().UnixNano()
+	cutoff, tombCutoff := now-int64(after), now-2*int64(after)
+
+	decoded := make([][]record, len(in.Ranges))
+	latest := map[string]uint64{}
+	var v stream.CompactValue
+	for i, r := range in.Ranges {
+		recs, err := b.decodeRange(r, in.Start)
+		if err != nil {
+			return stream.CompactValue{}, err
+		}
+		decoded[i] = recs
+		for _, rec := range recs {
+			if rec.at > cutoff {
+				continue
+			}
+			v.Scanned++
+			if len(rec.key) > 0 {
+				latest[string(rec.key)] = rec.off
+			}
+		}
+	}
+	var old []meta.Range
+	var groups [][]record
+	var bounds []meta.Range
+	for i, r := range in.Ranges {
+		var keep []record
+		dropped := false
+		for _, rec := range decoded[i] {
+			drop := rec.at <= cutoff && len(rec.key) > 0 &&
+				(latest[string(rec.key)] != rec.off || (len(rec.value) == 0 && rec.at <= tombCutoff))
+			if drop {
+				v.Dropped++
+				dropped = true
+				continue
+			}
+			keep = append(keep, rec)
+		}
+		if dropped {
+			old = append(old, r)
+			groups = append(groups, keep)
+			bounds = append(bounds, meta.Range{First: r.First, Next: r.Next})
+		}
+	}
+	v.Kept = v.Scanned - v.Dropped
+	if len(old) == 0 {
+		return v, nil
+	}
+	obj, size, fresh, err := b.writeRanges(groups, bounds)
+	if err != nil {
+		return stream.CompactValue{}, err
+	}
+	if err := b.replace(ctx, id, old, obj, size, fresh); err != nil {
+		return stream.CompactValue{}, err
+	}
+	n.freed()
+	return v, nil
+}

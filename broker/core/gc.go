@@ -1,0 +1,90 @@
+package core
+
+import (
+	"context"
+	"time"
+
+	"github.com/picomq/picomq/broker/meta"
+)
+
+// orphanScanEvery is how often the maintenance loop looks for orphans: a
+// quarter of OrphanGrace, at most a minute, at least every pass. Orphans
+// come only from failed or abandoned writes (a crash's are removed at
+// start), so a late one costs a little disk for a little longer.
+func orphanScanEvery(c Config) time.Duration {
+	return max(min(c.OrphanGrace/4, time.Minute), c.MaintenanceInterval)
+}
+
+// collectGarbage deletes the files of garbage objects and, when orphans is
+// set, of objects older than grace that no command ever committed (at start,
+// grace 0: every one). Finding orphans lists and stats the whole objects
+// directory, so the maintenance loop does it only every orphanScanEvery.
+func (b *Broker) collectGarbage(ctx context.Context, grace time.Duration, orphans bool) error {
+	var garbage []uint64
+	known := map[uint64]bool{}
+	b.fsm.View(func(s *meta.State) {
+		for id := range s.Garbage {
+			garbage = append(garbage, id)
+		}
+		if orphans {
+			for id := range s.Objects {
+				known[id] = true
+			}
+		}
+	})
+	var deleted []uint64
+	now := time.Now()
+	b.gcMu.Lock()
+	defer b.gcMu.Unlock()
+	seen := map[uint64]time.Time{}
+	for _, id := range garbage {
+		// A read may have looked its ranges up just before they became
+		// garbage: keep the file GarbageGrace longer (not at start, when
+		// nothing reads yet). A held object, never a file, goes at once:
+		// such a read finds it gone and looks again (lookAgainIfCollected),
+		// and a spill in the meantime would write it for nothing.
+		if grace > 0 && !b.objs.Held(id) {
+			since, ok := b.garbageSince[id]
+			if !ok {
+				since = now
+			}
+			seen[id] = since
+			if now.Sub(since) < b.cfg.GarbageGrace {
+				continue
+			}
+		}
+		delete(seen, id)
+		b.frames.dropObject(id)
+		if err := b.objs.Remove(id); err != nil {
+			return err
+		}
+		deleted = append(deleted, id)
+	}
+	b.garbageSince = seen
+	if len(deleted) > 0 {
+		if _, err := b.apply(ctx, &meta.Command{Op: meta.OpObjectsDeleted, ObjectsDeleted: &meta.ObjectsDeleted{IDs: deleted}}); err != nil {
+			return err
+		}
+		b.cfg.Metrics.ObjectsDeleted.Add(float64(len(deleted)))
+	}
+	if !orphans {
+		return nil
+	}
+	infos, err := b.objs.List()
+	if err != nil {
+		return err
+	}
+	cutoff := time.Now().Add(-grace)
+	for _, info := range infos {
+		if _, waiting := seen[info.ID]; waiting || known[info.ID] || (grace > 0 && info.ModTime.After(cutoff)) {
+			continue
+		}
+		// Never committed (or committed and already forgotten as garbage).
+		if err := b.objs.Remove(info.ID); err != nil {
+			return err
+		}
+		b.cfg.Metrics.ObjectsDeleted.Inc()
+		b.cfg.Logger.Info("removed uncommitted object", "object", info.ID, "size", info.Size)
+	}
+	return nil
+}

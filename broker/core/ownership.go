@@ -1,0 +1,97 @@
+package core
+
+import (
+	"context"
+
+	"github.com/picomq/picomq/broker/meta"
+)
+
+// Ownership is the seam where a cluster decides which node writes an
+// internal stream. Before a node first writes a partition it opens it
+// through the metadata log, which makes it the writer at the next epoch
+// (the current one plus one: the log, not Ownership, assigns it) and
+// fences every writer of an older one — the state machine refuses their
+// commits. Ownership only says whether this node may make that open now:
+// on one node always; in a cluster, while it holds the partition's slot.
+//
+// Losing ownership is pushed the other way: the cluster calls
+// Broker.Release to hand the partitions of a slot off through the log, or
+// Broker.Revoke when it must stop writing them at once and cannot reach the
+// log.
+type Ownership interface {
+	// MayOpen reports whether this node may open internal stream id for
+	// writing; a refusal is a coded error the append answers with (in a
+	// cluster, one naming the owner and retriable).
+	MayOpen(id uint64) error
+}
+
+// SingleNode is the Ownership of a broker that is the only node: every
+// internal stream is its own.
+type SingleNode struct{}
+
+// MayOpen always allows.
+func (SingleNode) MayOpen(uint64) error { return nil }
+
+// Release closes, through one metadata command, the partitions among ids
+// that this node holds open, after their appends already admitted are
+// committed or answered; their next writer opens them at the next epoch
+// without waiting. Appends admitted after Release reopen them, if
+// Ownership allows. Closing a partition another node reopened meanwhile
+// changes nothing.
+func (b *Broker) Release(ctx context.Context, ids []uint64) error {
+	want := make(map[uint64]bool, len(ids))
+	for _, id := range ids {
+		want[id] = true
+	}
+	return b.closeOpen(ctx, func(id uint64) bool { return want[id] })
+}
+
+// Revoke stops this node writing the partitions among ids at once, without
+// the metadata log: their appends not yet committed are aborted (a
+// retriable refusal; nothing of them is acknowledged), and the next append
+// must open them again. Use it when ownership is lost and the log cannot be
+// reached; the epoch still fences whatever was in flight.
+func (b *Broker) Revoke(ids []uint64) {
+	want := make(map[uint64]bool, len(ids))
+	for _, id := range ids {
+		want[id] = true
+	}
+	for _, n := range b.views() {
+		n.mu.Lock()
+		revoked := false
+		for _, p := range n.parts {
+			if p.opened && want[p.id] {
+				p.opened = false
+				revoked = true
+			}
+		}
+		if revoked {
+			n.gen++ // appends queued under the old epoch are aborted
+			n.pendingBytes = 0
+			n.signal()
+		}
+		n.mu.Unlock()
+	}
+}
+
+// closeOpen closes in the log every partition this node opened that which
+// selects, once the appends admitted for them are answered (committed
+// under the epoch they were admitted at, or refused).
+func (b *Broker) closeOpen(ctx context.Context, which func(id uint64) bool) error {
+	var parts []meta.Close
+	for _, n := range b.views() {
+		taken := n.takeOpen(which)
+		if len(taken) == 0 {
+			continue
+		}
+		if err := n.awaitAnswered(ctx, taken); err != nil {
+			return err
+		}
+		parts = append(parts, taken...)
+	}
+	if len(parts) == 0 {
+		return nil
+	}
+	_, err := b.apply(ctx, &meta.Command{Op: meta.OpCloseMany, CloseMany: &meta.CloseMany{Streams: parts}})
+	return err
+}
