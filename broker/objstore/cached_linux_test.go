@@ -4,6 +4,7 @@ package objstore
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"slices"
 	"testing"
@@ -12,6 +13,9 @@ import (
 
 	"golang.org/x/sys/unix"
 )
+
+// The tests of this file are not parallel: they measure which pages are in
+// the page cache, which the machine's other I/O can change.
 
 // residentPages returns how many of the file's pages are in the page cache,
 // and how many it has.
@@ -68,12 +72,9 @@ func TestOldObjectsLeaveThePageCache(t *testing.T) {
 	objSize := int64(HeaderSize + FrameHeaderSize + size)
 
 	want := 4 * objSize // all but the newest two
-	for deadline := time.Now().Add(10 * time.Second); s.dropped.Load() < want; {
-		if time.Now().After(deadline) {
-			t.Fatalf("dropped %d bytes, want %d", s.dropped.Load(), want)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	eventually(t, 10*time.Second, fmt.Sprintf("%d bytes are dropped from the page cache", want), func() bool {
+		return s.dropped.Load() >= want
+	})
 	if got := s.dropped.Load(); got != want {
 		t.Fatalf("dropped %d bytes, want %d", got, want)
 	}

@@ -9,10 +9,26 @@ import (
 	"path/filepath"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/picomq/picomq/broker/errs"
 	"github.com/picomq/picomq/broker/stream"
 )
+
+// eventually fails t unless cond holds within timeout, checked every
+// millisecond; what says what was waited for.
+func eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting until %s", timeout, what)
+		}
+		<-tick.C
+	}
+}
 
 func openInternal(t *testing.T, opts Options) *Store {
 	t.Helper()
@@ -28,6 +44,7 @@ func openInternal(t *testing.T, opts Options) *Store {
 // with their directory entries made durable in batches, not one directory
 // fsync each.
 func TestCreateSkipsDirectoryFsync(t *testing.T) {
+	t.Parallel()
 	s := openInternal(t, Options{})
 	const objects = 40
 	for range objects {
@@ -66,6 +83,7 @@ func TestCreateSkipsDirectoryFsync(t *testing.T) {
 }
 
 func TestHandleCacheBounded(t *testing.T) {
+	t.Parallel()
 	s := openInternal(t, Options{MaxOpenFiles: 3})
 	type loc struct {
 		id     uint64
@@ -124,6 +142,7 @@ func TestHandleCacheBounded(t *testing.T) {
 // failing, with the coded error naming the operation, and that Abort still
 // removes its object.
 func TestWriterFailureSticks(t *testing.T) {
+	t.Parallel()
 	s := openInternal(t, Options{})
 	w, err := s.Create()
 	if err != nil {
@@ -163,6 +182,7 @@ func TestWriterFailureSticks(t *testing.T) {
 }
 
 func TestParseName(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		name string
 		id   uint64
@@ -227,6 +247,7 @@ func inode(t *testing.T, path string) uint64 {
 // a directory fsync; the old id reads as missing; an object written into
 // the recycled file holds only its own frames.
 func TestRemoveRecyclesTheFile(t *testing.T) {
+	t.Parallel()
 	s := openInternal(t, Options{})
 	big := bytes.Repeat([]byte("old"), 100_000)
 	id, pos, n := writeOne(t, s, big)
@@ -299,6 +320,7 @@ func TestRemoveRecyclesTheFile(t *testing.T) {
 // truncating it would hand the reader wrong bytes, so Remove unlinks it
 // instead and the reader still gets its frame.
 func TestRemoveUnlinksAFileAReaderHolds(t *testing.T) {
+	t.Parallel()
 	s := openInternal(t, Options{})
 	id, pos, n := writeOne(t, s, []byte("held"))
 	h, err := s.cache.acquire(id)
@@ -327,6 +349,7 @@ func TestRemoveUnlinksAFileAReaderHolds(t *testing.T) {
 // TestPwritevWritesEveryPieceInOrder: more pieces than one pwritev takes
 // still land one after the other from the offset given.
 func TestPwritevWritesEveryPieceInOrder(t *testing.T) {
+	t.Parallel()
 	f, err := os.Create(filepath.Join(t.TempDir(), "f"))
 	if err != nil {
 		t.Fatal(err)

@@ -3,6 +3,7 @@ package objstore
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"testing"
@@ -25,6 +26,7 @@ func heldFrames(payloads ...string) (frames []byte, pos, n []int64) {
 // ReadFrames serve it, with the checks a file's frames get, and Remove
 // forgets it without touching the directory.
 func TestHeldObjectIsReadFromMemory(t *testing.T) {
+	t.Parallel()
 	s := openInternal(t, Options{})
 	frames, pos, n := heldFrames("first", "second")
 	id, err := s.Hold(frames)
@@ -73,6 +75,7 @@ func TestHeldObjectIsReadFromMemory(t *testing.T) {
 // intact leaves it alone, and writes a torn or missing one back byte for
 // byte.
 func TestSpillWritesWhatEnsureObjectRestores(t *testing.T) {
+	t.Parallel()
 	s := openInternal(t, Options{})
 	frames, pos, n := heldFrames("first", "second")
 	id, err := s.Hold(frames)
@@ -138,6 +141,7 @@ func TestSpillWritesWhatEnsureObjectRestores(t *testing.T) {
 // TestHeldBytesAreBounded: past MaxHeldBytes the oldest held objects are
 // written to files in the background until half the bound is left.
 func TestHeldBytesAreBounded(t *testing.T) {
+	t.Parallel()
 	const limit = 8 << 10
 	s := openInternal(t, Options{MaxHeldBytes: limit})
 	frames := AppendFrame(nil, make([]byte, 1000))
@@ -149,13 +153,9 @@ func TestHeldBytesAreBounded(t *testing.T) {
 		}
 		ids = append(ids, id)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for s.HeldBytes() > limit/2 {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d bytes still held, bound %d", s.HeldBytes(), limit)
-		}
-		time.Sleep(time.Millisecond)
-	}
+	eventually(t, 10*time.Second, fmt.Sprintf("at most %d bytes are held (bound %d)", limit/2, limit), func() bool {
+		return s.HeldBytes() <= limit/2
+	})
 	// Oldest first: the first is a file, the last still held.
 	if s.Held(ids[0]) || !s.Held(ids[len(ids)-1]) {
 		t.Fatalf("spilled out of order: first held %v, last held %v", s.Held(ids[0]), s.Held(ids[len(ids)-1]))
@@ -173,6 +173,7 @@ func TestHeldBytesAreBounded(t *testing.T) {
 // TestCloseForgetsHeldObjects: what is held is the log's to restore; Close
 // writes nothing, and Hold after it fails.
 func TestCloseForgetsHeldObjects(t *testing.T) {
+	t.Parallel()
 	s := openInternal(t, Options{})
 	id, err := s.Hold(AppendFrame(nil, []byte("x")))
 	if err != nil {
@@ -194,6 +195,7 @@ func TestCloseForgetsHeldObjects(t *testing.T) {
 // removed (held, and a later Spill writes it whole); ids the store never
 // handed out, or pool files, are refused.
 func TestRestoreHoldsReplayedObjects(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir() + "/objects"
 	frames, pos, n := heldFrames("one", "two")
 	// Objects 1-3 were committed before the store opens on MinNextID 4.

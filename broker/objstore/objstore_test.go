@@ -75,6 +75,7 @@ func objPath(dir string, id uint64) string {
 }
 
 func TestFramesRoundTrip(t *testing.T) {
+	t.Parallel()
 	s, dir := openStore(t, objstore.Options{})
 	sizes := []int{1, 7, 8, 4096, 65536, 1<<20 + 3, 5 << 20} // the last crosses the flush threshold
 	var ps [][]byte
@@ -145,6 +146,7 @@ func TestFramesRoundTrip(t *testing.T) {
 // limit of 1,024 pieces and the 4 MiB write threshold — and the file holds
 // exactly header plus frames.
 func TestAppendFrameRef(t *testing.T) {
+	t.Parallel()
 	s, dir := openStore(t, objstore.Options{})
 	w, err := s.Create()
 	if err != nil {
@@ -205,6 +207,7 @@ func TestAppendFrameRef(t *testing.T) {
 }
 
 func TestAppendFrameRefusesBadSizes(t *testing.T) {
+	t.Parallel()
 	s, _ := openStore(t, objstore.Options{})
 	w, err := s.Create()
 	if err != nil {
@@ -269,6 +272,7 @@ func wantCorrupt(t *testing.T, err error, id uint64, pos int64) {
 }
 
 func TestReadFrameDetectsCorruption(t *testing.T) {
+	t.Parallel()
 	s, dir := openStore(t, objstore.Options{})
 	p0, p1 := payload(1, 1000), payload(2, 3000)
 	id, frames := writeObject(t, s, p0, p1)
@@ -310,6 +314,7 @@ func TestReadFrameDetectsCorruption(t *testing.T) {
 }
 
 func TestReadFrameChecksHeader(t *testing.T) {
+	t.Parallel()
 	s, dir := openStore(t, objstore.Options{})
 	a, fa := writeObject(t, s, []byte("a"))
 	b, _ := writeObject(t, s, []byte("b"))
@@ -352,6 +357,7 @@ func TestReadFrameChecksHeader(t *testing.T) {
 }
 
 func TestScanTornTail(t *testing.T) {
+	t.Parallel()
 	s, dir := openStore(t, objstore.Options{})
 	var ps [][]byte
 	for i := range 5 {
@@ -450,6 +456,7 @@ func TestScanTornTail(t *testing.T) {
 }
 
 func TestIDsNeverReused(t *testing.T) {
+	t.Parallel()
 	dir := filepath.Join(t.TempDir(), "objects")
 	seen := map[uint64]bool{}
 	create := func(s *objstore.Store) uint64 {
@@ -540,6 +547,7 @@ func listIDs(t *testing.T, dir string) []uint64 {
 }
 
 func TestListHidesPool(t *testing.T) {
+	t.Parallel()
 	s, dir := openStore(t, objstore.Options{})
 	onDisk := listIDs(t, dir)
 	if len(onDisk) == 0 {
@@ -612,6 +620,7 @@ func TestListHidesPool(t *testing.T) {
 }
 
 func TestRemove(t *testing.T) {
+	t.Parallel()
 	s, dir := openStore(t, objstore.Options{})
 	id, frames := writeObject(t, s, []byte("payload"))
 	if _, err := s.ReadFrame(id, frames[0].pos, frames[0].n); err != nil { // caches a handle
@@ -640,6 +649,7 @@ func TestRemove(t *testing.T) {
 }
 
 func TestClosedStore(t *testing.T) {
+	t.Parallel()
 	s, _ := openStore(t, objstore.Options{})
 	id, frames := writeObject(t, s, []byte("a"))
 	w, err := s.Create()
@@ -671,6 +681,7 @@ func TestClosedStore(t *testing.T) {
 }
 
 func TestPrepareDir(t *testing.T) {
+	t.Parallel()
 	base := t.TempDir()
 	if err := os.Chmod(base, 0o700); err != nil {
 		t.Fatal(err)
@@ -758,6 +769,7 @@ func TestPrepareDir(t *testing.T) {
 // right bytes or, for a removed object only, a not-exist error: never wrong
 // bytes.
 func TestConcurrentReadersWriterRemover(t *testing.T) {
+	t.Parallel()
 	s, _ := openStore(t, objstore.Options{MaxOpenFiles: 4})
 
 	type pub struct {
@@ -885,6 +897,7 @@ func TestConcurrentReadersWriterRemover(t *testing.T) {
 // each checked; a damaged frame anywhere in the run, or a run past the
 // end, is ErrCorrupt and no payload is returned.
 func TestReadFramesReadsARunAtOnce(t *testing.T) {
+	t.Parallel()
 	s, dir := openStore(t, objstore.Options{})
 	id, frames := writeObject(t, s, payload(1, 10), payload(2, 1), payload(3, 5000), payload(4, 300))
 	lens := func(fs []frame) []int64 {
