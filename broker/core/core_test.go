@@ -348,15 +348,17 @@ func TestMergeAndGarbageCollection(t *testing.T) {
 			t.Fatalf("object %d deleted within GarbageGrace", id)
 		}
 	}
-	time.Sleep(60 * time.Millisecond)
-	if err := b.collectGarbage(ctx, time.Hour, true); err != nil {
-		t.Fatal(err)
-	}
-	for id := range garbage {
-		if exists(id) {
-			t.Fatalf("garbage object %d kept after GarbageGrace", id)
+	eventually(t, 10*time.Second, "garbage is deleted once GarbageGrace is over", func() bool {
+		if err := b.collectGarbage(ctx, time.Hour, true); err != nil {
+			t.Fatal(err)
 		}
-	}
+		for id := range garbage {
+			if exists(id) {
+				return false
+			}
+		}
+		return true
+	})
 	if n := objects(); n >= filesBefore || len(b.fsm.State().Garbage) != 0 {
 		t.Fatalf("objects %d -> %d, garbage left %v", filesBefore, n, b.fsm.State().Garbage)
 	}
@@ -645,13 +647,7 @@ func TestRunningBrokerCollectsOrphans(t *testing.T) {
 		}
 		return false
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for listed(orphan) {
-		if time.Now().After(deadline) {
-			t.Fatalf("orphan %d still there after %s", orphan, 10*time.Second)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	eventually(t, 10*time.Second, fmt.Sprintf("orphan %d is collected", orphan), func() bool { return !listed(orphan) })
 	if got := readAll(t, b, "a", 0); len(got) != 1 || string(got[0].Record.Payload) != "kept" {
 		t.Fatalf("a reads %v after orphan collection", got)
 	}
@@ -779,7 +775,9 @@ func TestReadsSurviveCollectionUnderThem(t *testing.T) {
 			}
 		})
 	}
-	time.Sleep(1500 * time.Millisecond)
+	// Run until both sides have done enough to have met: reads whose
+	// objects were collected under them.
+	eventually(t, 30*time.Second, "50 reads and 5 collections", func() bool { return reads.Load() >= 50 && collected.Load() >= 5 })
 	close(stop)
 	wg.Wait()
 	if reads.Load() == 0 || collected.Load() == 0 {

@@ -240,13 +240,7 @@ func TestSnapshotAtStartWhenTheLogIsLong(t *testing.T) {
 	}
 	b = openTest(t, dir, small)
 	defer b.Close()
-	deadline := time.Now().Add(20 * time.Second)
-	for len(snapshots()) == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("no snapshot after a start replaying more than InlineLogBytes")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	eventually(t, 20*time.Second, "a snapshot after a start replaying more than InlineLogBytes", func() bool { return len(snapshots()) > 0 })
 	checkNumbered(t, b, "s", 100)
 }
 
