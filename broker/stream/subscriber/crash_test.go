@@ -117,18 +117,18 @@ func crashingChild(kind string) error {
 		}
 	}
 	h, _ := effectsHandler(os.Getenv(envEffects), db, os.Getenv(envBusiness), dialect)
-	subscriber.SetCrashBeforeCommit(func(p int, e stream.EntryValue) error {
-		if p == 0 && e.Offset == stream.Offset(crashAt) {
-			os.Exit(crashCode)
-		}
-		return nil
-	})
 	o := fast("g", h)
 	o.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
 	sub, err := subscriber.New(s, o)
 	if err != nil {
 		return err
 	}
+	subscriber.SetCrashBeforeCommit(sub, func(p int, e stream.EntryValue) error {
+		if p == 0 && e.Offset == stream.Offset(crashAt) {
+			os.Exit(crashCode)
+		}
+		return nil
+	})
 	return fmt.Errorf("Run returned without crashing: %v", sub.Run(ctx))
 }
 

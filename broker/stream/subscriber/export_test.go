@@ -6,7 +6,9 @@ import "github.com/picomq/picomq/broker/stream"
 // between a handler's success and its commit.
 var ErrCrash = errCrash
 
-// SetCrashBeforeCommit installs f between every handler's success and the
-// commit of its offset (nil removes it). It must not be called while a
-// subscriber runs.
-func SetCrashBeforeCommit(f func(partition int, e stream.EntryValue) error) { testHookBeforeCommit = f }
+// SetCrashBeforeCommit installs f in sub between every handler's success
+// and the commit of its offset (nil removes it). It must not be called
+// while sub runs; other subscribers are not affected.
+func SetCrashBeforeCommit(sub *Subscriber, f func(partition int, e stream.EntryValue) error) {
+	sub.beforeCommit = f
+}

@@ -180,6 +180,13 @@ type Subscriber struct {
 	mu      sync.Mutex
 	running bool
 	status  map[int]*PartitionStatus
+
+	// beforeCommit, set by tests only (before Run), runs between a
+	// handler's success and the commit of its offset: the window a crash
+	// leaves a record handled and not committed. A field of the
+	// subscriber, not of the package, so that tests of several subscribers
+	// run in parallel.
+	beforeCommit func(partition int, e stream.EntryValue) error
 }
 
 func misconfigured(field string, value any, reason string) error {
@@ -539,7 +546,7 @@ func (s *Subscriber) handle(ctx context.Context, p int, e stream.EntryValue) err
 			if err := s.call(hctx, e); err != nil {
 				return err
 			}
-			if err := crash(p, e); err != nil {
+			if err := s.crash(p, e); err != nil {
 				return err
 			}
 			commitCtx, cancelCommit := context.WithTimeout(txCtx, s.o.CommitTimeout)
@@ -553,7 +560,7 @@ func (s *Subscriber) handle(ctx context.Context, p int, e stream.EntryValue) err
 	if err := s.call(ctx, e); err != nil {
 		return err
 	}
-	if err := crash(p, e); err != nil {
+	if err := s.crash(p, e); err != nil {
 		return err
 	}
 	// Only the commit is retried from here: the handler succeeded, and
@@ -712,16 +719,12 @@ func (s *Subscriber) setNext(p int, next stream.Offset) {
 // there, as a crash would: Run returns it, nothing committed.
 var errCrash = errors.New("subscriber: simulated crash")
 
-// testHookBeforeCommit, set by tests only, runs between a handler's
-// success and the commit of its offset: the window a crash leaves a record
-// handled and not committed.
-var testHookBeforeCommit func(partition int, e stream.EntryValue) error
-
-func crash(p int, e stream.EntryValue) error {
-	if testHookBeforeCommit == nil {
+// crash runs the test hook beforeCommit, if any.
+func (s *Subscriber) crash(p int, e stream.EntryValue) error {
+	if s.beforeCommit == nil {
 		return nil
 	}
-	return testHookBeforeCommit(p, e)
+	return s.beforeCommit(p, e)
 }
 
 type metrics struct {

@@ -28,14 +28,6 @@ func eachEngine(t *testing.T, kinds []string, f func(t *testing.T, kind string))
 	}
 }
 
-// oneEngineAtATime runs f against each kind of engine in turn: for the tests
-// that install the package-wide crash hook.
-func oneEngineAtATime(t *testing.T, kinds []string, f func(t *testing.T, kind string)) {
-	for _, kind := range kinds {
-		t.Run(kind, func(t *testing.T) { f(t, kind) })
-	}
-}
-
 // only wraps a stream hiding every sibling: an engine with none.
 type only struct{ stream.Stream }
 
@@ -46,6 +38,7 @@ type noWaker struct {
 }
 
 func TestRefusedByField(t *testing.T) {
+	t.Parallel()
 	s, err := memory.New(stream.PolicyValue{Partitions: 2}, memory.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -138,7 +131,8 @@ func TestDeliversInOrderAndResumes(t *testing.T) {
 		}
 		r = start(t, sub)
 		eventually(t, "the new records are handled", func() bool { return len(rec2.deliveries()) == parts*2 })
-		time.Sleep(50 * time.Millisecond) // and nothing more
+		// A sleep that measures: nothing more is delivered for a while.
+		time.Sleep(50 * time.Millisecond)
 		if err := r.stop(t); err != nil {
 			t.Fatal(err)
 		}
@@ -157,24 +151,23 @@ func TestDeliversInOrderAndResumes(t *testing.T) {
 // after a handler succeeded and before its offset was committed: the next
 // run delivers that record again, and loses none.
 func TestCrashBetweenHandleAndCommit(t *testing.T) {
-	oneEngineAtATime(t, engines, func(t *testing.T, kind string) {
+	eachEngine(t, engines, func(t *testing.T, kind string) {
 		const parts, n, at = 2, 8, 5
 		st := newStore(t, kind, stream.PolicyValue{Partitions: parts})
 		s := st.open(t)
 		appendN(t, s, n)
 		rec := &recorder{}
 		crashed := atomic.Bool{}
-		subscriber.SetCrashBeforeCommit(func(p int, e stream.EntryValue) error {
+		sub, err := subscriber.New(s, fast("g", rec.handle))
+		if err != nil {
+			t.Fatal(err)
+		}
+		subscriber.SetCrashBeforeCommit(sub, func(p int, e stream.EntryValue) error {
 			if p == 0 && e.Offset == at && crashed.CompareAndSwap(false, true) {
 				return subscriber.ErrCrash
 			}
 			return nil
 		})
-		defer subscriber.SetCrashBeforeCommit(nil)
-		sub, err := subscriber.New(s, fast("g", rec.handle))
-		if err != nil {
-			t.Fatal(err)
-		}
 		if err := start(t, sub).wait(t); !errors.Is(err, subscriber.ErrCrash) {
 			t.Fatalf("Run = %v, want the simulated crash", err)
 		}
@@ -291,6 +284,7 @@ func TestPoisonParksOnlyItsPartition(t *testing.T) {
 // TestPanickingHandlerParks: a panic is a failure of the record, not of
 // the process.
 func TestPanickingHandlerParks(t *testing.T) {
+	t.Parallel()
 	st := newStore(t, "memory", stream.PolicyValue{Partitions: 2})
 	s := st.open(t)
 	appendN(t, s, 3)
@@ -389,9 +383,17 @@ func TestStartPositions(t *testing.T) {
 		st := newStore(t, kind, stream.PolicyValue{})
 		s := st.open(t)
 		appendN(t, s, 3)
-		time.Sleep(5 * time.Millisecond)
+		// mid is an instant after the first three records were appended and
+		// before the next two are: the clock is read until it has moved past
+		// the third record's instant, and then past mid (both engines keep
+		// nanoseconds).
+		third, err := s.Read(t.Context(), 0, 2, 1)
+		if err != nil || len(third) != 1 {
+			t.Fatalf("read offset 2: %v, %v", third, err)
+		}
+		eventually(t, "the clock passes the third record's instant", func() bool { return time.Now().After(third[0].AppendedAt) })
 		mid := time.Now()
-		time.Sleep(5 * time.Millisecond)
+		eventually(t, "the clock passes mid", func() bool { return time.Now().After(mid) })
 		appendN(t, s, 2) // offsets 3 and 4, after mid
 		for _, c := range []struct {
 			group string
@@ -442,6 +444,8 @@ func TestStopsCleanlyWithoutLossOrSkip(t *testing.T) {
 					produced <- err
 					return
 				}
+				// Pacing, not a wait: the producer spreads its appends
+				// over the subscriber's many runs.
 				time.Sleep(time.Millisecond)
 			}
 			produced <- nil
@@ -455,6 +459,8 @@ func TestStopsCleanlyWithoutLossOrSkip(t *testing.T) {
 			r := start(t, sub)
 			before := len(rec.deliveries())
 			eventually(t, "progress", func() bool { return len(rec.deliveries()) > before || before == total })
+			// Not a wait either: each run stops at a different moment
+			// after its first delivery, 0 to 21ms later.
 			time.Sleep(time.Duration(run%4) * 7 * time.Millisecond)
 			if err := r.stop(t); err != nil {
 				t.Fatal(err)
@@ -486,6 +492,7 @@ func TestStopsCleanlyWithoutLossOrSkip(t *testing.T) {
 
 // TestPollsWithoutWaker: an engine with no Waker is read at PollInterval.
 func TestPollsWithoutWaker(t *testing.T) {
+	t.Parallel()
 	st := newStore(t, "memory", stream.PolicyValue{})
 	s := st.open(t)
 	rec := &recorder{}
@@ -502,21 +509,40 @@ func TestPollsWithoutWaker(t *testing.T) {
 	}
 }
 
+// idleWatch counts the Reads of a stream that come back empty: after one,
+// the partition is in its wait (or about to be, holding the Wake channel it
+// took before the Read).
+type idleWatch struct {
+	stream.Stream
+	stream.Committer
+	stream.Waker
+	empty atomic.Int32
+}
+
+func (w *idleWatch) Read(ctx context.Context, p int, from stream.Offset, max int) ([]stream.EntryValue, error) {
+	es, err := w.Stream.Read(ctx, p, from, max)
+	if err == nil && len(es) == 0 {
+		w.empty.Add(1)
+	}
+	return es, err
+}
+
 // TestWakerWakesIdlePartition: with a Waker, an append is handled at once
 // however long PollInterval is.
 func TestWakerWakesIdlePartition(t *testing.T) {
+	t.Parallel()
 	st := newStore(t, "memory", stream.PolicyValue{})
 	s := st.open(t)
+	w := &idleWatch{Stream: s, Committer: s.(stream.Committer), Waker: s.(stream.Waker)}
 	rec := &recorder{}
 	o := fast("g", rec.handle)
 	o.PollInterval = time.Hour
-	sub, err := subscriber.New(s, o)
+	sub, err := subscriber.New(w, o)
 	if err != nil {
 		t.Fatal(err)
 	}
 	r := start(t, sub)
-	eventually(t, "running", func() bool { return sub.Status().Partitions[0].State == subscriber.Running })
-	time.Sleep(20 * time.Millisecond) // into its wait
+	eventually(t, "the partition is idle, in its wait", func() bool { return w.empty.Load() > 0 })
 	appendN(t, s, 1)
 	eventually(t, "woken", func() bool { return len(rec.deliveries()) == 1 })
 	if err := r.stop(t); err != nil {
@@ -525,6 +551,7 @@ func TestWakerWakesIdlePartition(t *testing.T) {
 }
 
 func TestRunOnceAtATime(t *testing.T) {
+	t.Parallel()
 	st := newStore(t, "memory", stream.PolicyValue{})
 	s := st.open(t)
 	sub, err := subscriber.New(s, fast("g", (&recorder{}).handle))
@@ -570,6 +597,7 @@ func (f *flaky) Committed(ctx context.Context, group string, p int) (stream.Offs
 // TestEngineFailureRetried: a failing engine is retried with backoff and
 // reported — status, metric, log — without parking or losing a record.
 func TestEngineFailureRetried(t *testing.T) {
+	t.Parallel()
 	s, _ := memory.New(stream.PolicyValue{}, memory.Options{})
 	f := &flaky{Stream: s, Committer: s.(stream.Committer)}
 	f.failReads.Store(4)
@@ -605,6 +633,7 @@ func TestEngineFailureRetried(t *testing.T) {
 // TestOffsetAheadStops: a group offset past the partition's end — a cursor
 // of another stream — stops the subscriber rather than waiting forever.
 func TestOffsetAheadStops(t *testing.T) {
+	t.Parallel()
 	s, _ := memory.New(stream.PolicyValue{}, memory.Options{})
 	f := &flaky{Stream: s, Committer: s.(stream.Committer)}
 	appendN(t, s, 2)
@@ -624,6 +653,7 @@ func TestOffsetAheadStops(t *testing.T) {
 // TestHandlerTransaction: on the SQL engine the handler runs in the
 // transaction its offset commits in, unless NoTransaction.
 func TestHandlerTransaction(t *testing.T) {
+	t.Parallel()
 	for _, noTx := range []bool{false, true} {
 		t.Run(fmt.Sprint("NoTransaction=", noTx), func(t *testing.T) {
 			st := newStore(t, "sqlite", stream.PolicyValue{})
@@ -658,6 +688,7 @@ func TestHandlerTransaction(t *testing.T) {
 // TestSharedRegistry: subscribers of one process share a registry, told
 // apart by their group label.
 func TestSharedRegistry(t *testing.T) {
+	t.Parallel()
 	s, _ := memory.New(stream.PolicyValue{}, memory.Options{})
 	appendN(t, s, 2)
 	reg := prometheus.NewRegistry()
@@ -687,6 +718,7 @@ func TestSharedRegistry(t *testing.T) {
 
 // TestPartitionsSubset handles only the partitions listed.
 func TestPartitionsSubset(t *testing.T) {
+	t.Parallel()
 	s, _ := memory.New(stream.PolicyValue{Partitions: 3}, memory.Options{})
 	appendN(t, s, 2)
 	rec := &recorder{}
@@ -698,6 +730,7 @@ func TestPartitionsSubset(t *testing.T) {
 	}
 	r := start(t, sub)
 	eventually(t, "handled", func() bool { return len(rec.deliveries()) == 4 })
+	// A sleep that measures: partition 1 stays unhandled for a while.
 	time.Sleep(30 * time.Millisecond)
 	if err := r.stop(t); err != nil {
 		t.Fatal(err)
