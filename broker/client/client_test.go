@@ -134,6 +134,7 @@ func newClient(t *testing.T, clock streamtest.Clock) *client.Client {
 // policy through the admin API; Reopen restarts the broker process (SIGTERM,
 // start again on the same data directory) and opens the stream anew.
 func TestEngineSuite(t *testing.T) {
+	needBroker(t)
 	streamtest.Run(t, func(t *testing.T, policy stream.PolicyValue, clock streamtest.Clock) (streamtest.Engine, error) {
 		c := newClient(t, clock)
 		name := uniqueName(t)
@@ -171,6 +172,7 @@ func TestEngineSuite(t *testing.T) {
 // TestRemoteErrorsKeepFields: a refusal comes back as the same coded error,
 // matching its static under errors.Is, with its fields and statuses intact.
 func TestRemoteErrorsKeepFields(t *testing.T) {
+	needBroker(t)
 	ctx := t.Context()
 	c := newClient(t, nil)
 	name := uniqueName(t)
@@ -252,6 +254,7 @@ func TestRemoteErrorsKeepFields(t *testing.T) {
 
 // TestAdminCalls: create, get, list, update and delete through the client.
 func TestAdminCalls(t *testing.T) {
+	needBroker(t)
 	ctx := t.Context()
 	c := newClient(t, nil)
 	prefix := uniqueName(t) + "/"
@@ -320,6 +323,7 @@ func TestAdminCalls(t *testing.T) {
 // TestIdempotentProducer: a repeated (id, epoch, seq) is acknowledged as a
 // duplicate, not written twice.
 func TestIdempotentProducer(t *testing.T) {
+	needBroker(t)
 	ctx := t.Context()
 	c := newClient(t, nil)
 	s, err := c.Open(ctx, uniqueName(t), client.StreamConfig{})
@@ -347,6 +351,7 @@ func TestIdempotentProducer(t *testing.T) {
 // TestReadWaitAcrossClients: ReadWait is answered by an append made through
 // another client (another process, as far as the broker knows).
 func TestReadWaitAcrossClients(t *testing.T) {
+	needBroker(t)
 	ctx := t.Context()
 	name := uniqueName(t)
 	writer, err := newClient(t, nil).Open(ctx, name, client.StreamConfig{})
@@ -390,6 +395,7 @@ func TestReadWaitAcrossClients(t *testing.T) {
 // request's body after answering), from concurrent writers, every record
 // reads back as it was appended.
 func TestLargeAppendsRecycleTheirEncoding(t *testing.T) {
+	needBroker(t)
 	ctx := t.Context()
 	for name, hc := range map[string]*http.Client{"own transport": {Transport: transport}, "net/http": {Transport: http.DefaultTransport}} {
 		t.Run(name, func(t *testing.T) {

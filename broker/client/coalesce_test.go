@@ -87,6 +87,7 @@ func writeProblem(w http.ResponseWriter, status int, e *errs.Error) {
 // than appends, and every append still gets its own offsets: all distinct,
 // together exactly 0..N-1, each readable with its own payload.
 func TestConcurrentAppendsShareRequests(t *testing.T) {
+	needBroker(t)
 	ct := &countingTransport{next: transport, paths: map[string]int{}}
 	c, err := client.New(broker.url(), client.WithHTTPClient(&http.Client{Transport: ct}), client.WithAppendsInFlight(1))
 	if err != nil {
@@ -270,6 +271,7 @@ func TestSlowSharedRequestHandsItsSlotOn(t *testing.T) {
 // request; the waiting one still waits, and then gets room once the full
 // stream is trimmed.
 func TestAppendWaitingForRoomHoldsNoOtherAppend(t *testing.T) {
+	needBroker(t)
 	c, err := client.New(broker.url(), client.WithHTTPClient(&http.Client{Transport: transport}), client.WithAppendsInFlight(1))
 	if err != nil {
 		t.Fatal(err)

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
 	"net/http"
@@ -25,6 +26,12 @@ import (
 var broker *brokerProc
 
 func TestMain(m *testing.M) {
+	flag.Parse()
+	if testing.Short() {
+		// The unit tier: the tests that need the broker process skip
+		// (needBroker); the client's own pure tests run.
+		os.Exit(m.Run())
+	}
 	os.Exit(func() int {
 		dir, err := os.MkdirTemp("", "picomq-client-test-")
 		if err != nil {
@@ -55,6 +62,14 @@ func TestMain(m *testing.M) {
 		}
 		return code
 	}())
+}
+
+// needBroker skips a test that needs the broker process under -short.
+func needBroker(t *testing.T) {
+	t.Helper()
+	if broker == nil {
+		t.Skip("process tier (a broker binary): skipped under -short")
+	}
 }
 
 // brokerProc is the broker process under test.
