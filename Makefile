@@ -77,6 +77,13 @@ conformance: $(CONFORMANCE_DEPS) ## Run the Durable Streams conformance suite ag
 test: manifests generate verify-fmt vet conformance ## Run every test (the README's test command).
 	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" hack/postgres.sh run -- go test $(GO_TEST_FLAGS) ./...
 
+# The unit tier: -short skips, each saying which tier runs it, every test
+# that needs a control plane (envtest), PostgreSQL, Node or a broker binary
+# (or re-runs the test binary as a child process).
+.PHONY: test-unit
+test-unit: ## Run the unit tier (go test -short): no control plane, PostgreSQL, Node or broker binary needed.
+	go test -short $(GO_TEST_FLAGS) ./...
+
 ##@ Build
 
 .PHONY: build

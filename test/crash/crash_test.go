@@ -37,8 +37,16 @@ func envInt(k string, d int) int {
 	return d
 }
 
+// skipShort is why the crash test skips under -short: it builds and runs
+// the broker binary.
+const skipShort = "process tier: skipped under -short (it builds the broker binary and kills it with SIGKILL); `make test` or go test without -short runs it"
+
 func TestMain(m *testing.M) {
 	flag.Parse()
+	if testing.Short() {
+		// The unit tier: build nothing; the test skips, saying why.
+		os.Exit(m.Run())
+	}
 	dir, err := os.MkdirTemp("", "picomq-crash-bin")
 	if err != nil {
 		panic(err)
@@ -153,6 +161,9 @@ const (
 )
 
 func TestKill9KeepsEveryAcknowledgedRecord(t *testing.T) {
+	if testing.Short() {
+		t.Skip(skipShort)
+	}
 	t.Logf("seed %d, %d trials", *seed, *trials)
 	r := rand.New(rand.NewPCG(*seed, 1))
 	dataDir := filepath.Join(t.TempDir(), "data")

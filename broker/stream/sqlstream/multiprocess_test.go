@@ -97,6 +97,9 @@ func appender(id string) error {
 // once: every offset of every partition is taken exactly once, with no gap,
 // and holds what its Append acknowledged.
 func TestMultiProcessAppend(t *testing.T) {
+	if testing.Short() {
+		t.Skip("process tier: skipped under -short (it re-runs the test binary as two appender processes); go test without -short runs it")
+	}
 	for _, d := range sqltest.Dialects {
 		t.Run(string(d), func(t *testing.T) {
 			var dsn, table string

@@ -138,6 +138,9 @@ func crashingChild(kind string) error {
 // the SQL engines, where the handler's writes and the offset commit in one
 // transaction, the business table holds every record exactly once.
 func TestProcessCrashBetweenHandleAndCommit(t *testing.T) {
+	if testing.Short() {
+		t.Skip("process tier: skipped under -short (it re-runs the test binary as a subscriber process that crashes); go test without -short runs it")
+	}
 	eachEngine(t, durable, func(t *testing.T, kind string) {
 		const n, crashAt = 6, 3
 		st := newStore(t, kind, stream.PolicyValue{Partitions: crashParts})

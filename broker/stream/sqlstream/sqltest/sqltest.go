@@ -6,7 +6,8 @@
 // Without that variable the PostgreSQL tests skip, saying how to run them;
 // under CI=true or PICOMQ_REQUIRE_POSTGRES=1 (.ci/run sets it) they fail
 // instead, so that a CI run that lost its server cannot pass by skipping
-// them.
+// them. Under -short (the unit tier, `make test-unit`) they always skip:
+// that tier runs what needs no server.
 package sqltest
 
 import (
@@ -32,10 +33,17 @@ const (
 	EnvRequirePostgres = "PICOMQ_REQUIRE_POSTGRES"
 )
 
-// PostgresURL returns the test server's URL. It skips t when none is set,
-// and fails it when none is set under CI=true.
+// SkipShort is the message a PostgreSQL test skips with under -short.
+const SkipShort = "PostgreSQL tier: skipped under -short; `make test` (or go test without -short, with " + EnvPostgresURL + " set) runs it"
+
+// PostgresURL returns the test server's URL. It skips t under -short, and
+// when none is set; it fails t when none is set under CI=true or
+// PICOMQ_REQUIRE_POSTGRES=1.
 func PostgresURL(t testing.TB) string {
 	t.Helper()
+	if testing.Short() {
+		t.Skip(SkipShort)
+	}
 	url := os.Getenv(EnvPostgresURL)
 	if url == "" {
 		msg := EnvPostgresURL + " is not set: run `make test`, or eval \"$(hack/postgres.sh start)\" first"
