@@ -21,6 +21,7 @@ func field(err error, key string) string {
 }
 
 func TestStaticsAsDeclared(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		err          *errs.Error
 		code         errs.Code
@@ -63,6 +64,7 @@ func TestStaticsAsDeclared(t *testing.T) {
 }
 
 func TestPartitionOf(t *testing.T) {
+	t.Parallel()
 	// Published FNV-1a 32-bit vectors: the placement may never change.
 	for _, c := range []struct {
 		key  string
@@ -86,6 +88,7 @@ func TestPartitionOf(t *testing.T) {
 }
 
 func TestPolicyZeroValueWorks(t *testing.T) {
+	t.Parallel()
 	var p stream.PolicyValue
 	if err := p.Validate(); err != nil {
 		t.Fatalf("zero policy refused: %v", err)
@@ -109,6 +112,7 @@ func TestPolicyZeroValueWorks(t *testing.T) {
 }
 
 func TestPolicyRefusedByField(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		policy stream.PolicyValue
 		field  string
@@ -142,6 +146,7 @@ func TestPolicyRefusedByField(t *testing.T) {
 }
 
 func TestCheckBatch(t *testing.T) {
+	t.Parallel()
 	p := stream.PolicyValue{Partitions: 8, MaxRecordBytes: 10}
 	k1, k2 := keyIn(0, 8), keyIn(1, 8)
 	for _, c := range []struct {
@@ -182,6 +187,7 @@ func TestCheckBatch(t *testing.T) {
 }
 
 func TestCheckRoom(t *testing.T) {
+	t.Parallel()
 	p := stream.PolicyValue{MaxBytes: 100, MaxRecordBytes: 10, BlockTimeout: time.Second}
 	for _, c := range []struct {
 		held, batch int64
@@ -205,6 +211,7 @@ func TestCheckRoom(t *testing.T) {
 }
 
 func TestCheckOffsets(t *testing.T) {
+	t.Parallel()
 	b := stream.BoundsValue{First: 5, Next: 9}
 	if err := stream.CheckRead(2, 4, b); !errors.Is(err, stream.OffsetTrimmed) ||
 		field(err, "offset") != "4" || field(err, "first") != "5" || field(err, "partition") != "2" {
@@ -240,6 +247,7 @@ func TestCheckOffsets(t *testing.T) {
 }
 
 func TestRecordHelpers(t *testing.T) {
+	t.Parallel()
 	if stream.IsTombstone(stream.RecordValue{}) || !stream.IsTombstone(stream.RecordValue{Key: []byte("k")}) ||
 		stream.IsTombstone(stream.RecordValue{Key: []byte("k"), Payload: []byte("p")}) {
 		t.Error("IsTombstone")

@@ -92,27 +92,32 @@ func start(t *testing.T, dataDir string) *broker {
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
 	b.exited = exited
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		resp, err := http.Get(b.url + "/readyz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return b
-			}
-		}
+	// Poll /readyz every 20ms, and stop at once if the broker exits.
+	deadline := time.After(30 * time.Second)
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for !ready(b.url) {
 		select {
 		case err := <-exited:
 			b.exited = nil
 			t.Fatalf("broker exited before it was ready (%v); its log ends:\n%s", err, logTail(logs.Name()))
-		default:
-		}
-		if time.Now().After(deadline) {
+		case <-deadline:
 			b.kill()
 			t.Fatalf("broker not ready after 30s; its log ends:\n%s", logTail(logs.Name()))
+		case <-tick.C:
 		}
-		time.Sleep(20 * time.Millisecond)
 	}
+	return b
+}
+
+// ready reports whether the broker at url answers /readyz with 200.
+func ready(url string) bool {
+	resp, err := http.Get(url + "/readyz")
+	if err != nil {
+		return false
+	}
+	resp.Body.Close()
+	return resp.StatusCode == http.StatusOK
 }
 
 // logTail returns the last 4 KiB of the broker's log, for a failure
@@ -278,6 +283,8 @@ func TestKill9KeepsEveryAcknowledgedRecord(t *testing.T) {
 				}
 			}()
 		}
+		// Not a wait for a condition: the moment of the SIGKILL is the
+		// trial's random variable, 50 to 750ms into the load.
 		time.Sleep(time.Duration(50+r.IntN(700)) * time.Millisecond)
 		b.kill()
 		close(stop)

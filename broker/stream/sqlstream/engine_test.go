@@ -80,6 +80,7 @@ func (transactorOf) String() string                 { return "transactorOf" }
 func (t transactorOf) with(db *sql.DB) transactorOf { t.db = db; return t }
 
 func TestRefusedByField(t *testing.T) {
+	t.Parallel()
 	lite := sqltest.SQLite(t)
 	other := sqltest.SQLite(t)
 	unknown := sql.OpenDB(otherConnector{})
@@ -134,6 +135,7 @@ func TestRefusedByField(t *testing.T) {
 }
 
 func TestPartitionsStoredWithTables(t *testing.T) {
+	t.Parallel()
 	eachDialect(t, func(t *testing.T, db *sqltest.DB) {
 		open(t, db, "s", stream.PolicyValue{Partitions: 3})
 		_, err := sqlstream.New(t.Context(), sqlstream.Options{DB: db.DB, Table: db.Table("s"), Policy: stream.PolicyValue{Partitions: 4}})
@@ -149,6 +151,7 @@ func TestPartitionsStoredWithTables(t *testing.T) {
 // quoted name keeps its case; SQLite compares names case-insensitively,
 // quoted or not.
 func TestTableNamesQuoted(t *testing.T) {
+	t.Parallel()
 	eachDialect(t, func(t *testing.T, db *sqltest.DB) {
 		names := []string{"order", "select"}
 		if db.Dialect == sqlstream.Postgres {
@@ -175,6 +178,7 @@ func TestTableNamesQuoted(t *testing.T) {
 // TestOutbox is the transactional outbox: a business write and an Append in
 // one transaction commit together, or neither does.
 func TestOutbox(t *testing.T) {
+	t.Parallel()
 	eachDialect(t, func(t *testing.T, db *sqltest.DB) {
 		ctx := t.Context()
 		s := open(t, db, "outbox", stream.PolicyValue{})
@@ -237,6 +241,7 @@ func TestOutbox(t *testing.T) {
 // transaction is read by nobody else, nor counted, until it commits, and
 // that the caller's own transaction reads it.
 func TestJoinedBatchInvisibleUntilCommit(t *testing.T) {
+	t.Parallel()
 	eachDialect(t, func(t *testing.T, db *sqltest.DB) {
 		ctx := t.Context()
 		s := open(t, db, "s", stream.PolicyValue{})
@@ -279,6 +284,7 @@ func TestJoinedBatchInvisibleUntilCommit(t *testing.T) {
 // TestRolledBackOffsetsReused checks that a rolled-back batch takes no
 // offset: the next one takes the same, so offsets stay gap-free.
 func TestRolledBackOffsetsReused(t *testing.T) {
+	t.Parallel()
 	eachDialect(t, func(t *testing.T, db *sqltest.DB) {
 		ctx := t.Context()
 		s := open(t, db, "s", stream.PolicyValue{})
@@ -311,6 +317,7 @@ func TestRolledBackOffsetsReused(t *testing.T) {
 // TestInTxWakesAfterCommit checks that readers woken by an Append inside
 // InTx are woken by the commit, when there is something to read.
 func TestInTxWakesAfterCommit(t *testing.T) {
+	t.Parallel()
 	db := sqltest.SQLite(t)
 	ctx := t.Context()
 	s := open(t, db, "s", stream.PolicyValue{})
@@ -339,6 +346,7 @@ func TestInTxWakesAfterCommit(t *testing.T) {
 // TestRefusalInTransactionKeepsIt checks that a refusal inside a joined
 // transaction writes nothing and leaves the caller's transaction usable.
 func TestRefusalInTransactionKeepsIt(t *testing.T) {
+	t.Parallel()
 	eachDialect(t, func(t *testing.T, db *sqltest.DB) {
 		ctx := t.Context()
 		s := open(t, db, "s", stream.PolicyValue{MaxRecordBytes: 8, MaxBytes: 8})
@@ -363,6 +371,7 @@ func TestRefusalInTransactionKeepsIt(t *testing.T) {
 // TestBackendFailureNamesOperation drops the tables under an open stream:
 // every operation then fails with STREAM_BACKEND_FAILED naming itself.
 func TestBackendFailureNamesOperation(t *testing.T) {
+	t.Parallel()
 	eachDialect(t, func(t *testing.T, db *sqltest.DB) {
 		ctx := t.Context()
 		s := open(t, db, "s", stream.PolicyValue{CompactAfter: time.Hour})
@@ -408,6 +417,7 @@ func TestBackendFailureNamesOperation(t *testing.T) {
 // TestContextCause checks that a ctx ended during a call ends it with its
 // cause, not with a backend failure.
 func TestContextCause(t *testing.T) {
+	t.Parallel()
 	eachDialect(t, func(t *testing.T, db *sqltest.DB) {
 		s := open(t, db, "s", stream.PolicyValue{})
 		cause := errors.New("shutting down")
@@ -425,6 +435,7 @@ func TestContextCause(t *testing.T) {
 // TestTwoValuesOneTable appends through two stream values, as two
 // processes would, each with a pool of its own: offsets stay gap-free.
 func TestTwoValuesOneTable(t *testing.T) {
+	t.Parallel()
 	eachDialect(t, func(t *testing.T, db *sqltest.DB) {
 		ctx := t.Context()
 		a := open(t, db, "s", stream.PolicyValue{Partitions: 2})
@@ -470,6 +481,7 @@ func TestTwoValuesOneTable(t *testing.T) {
 // and reads from several goroutines: the engine waits out the busy
 // database rather than failing.
 func TestSQLiteBareDSN(t *testing.T) {
+	t.Parallel()
 	raw, err := sql.Open("sqlite", filepath.Join(t.TempDir(), "bare.db"))
 	if err != nil {
 		t.Fatal(err)

@@ -65,9 +65,16 @@ func Example_outbox() {
 	runCtx, stop := context.WithCancel(ctx)
 	done := make(chan error)
 	go func() { done <- sub.Run(runCtx) }()
+	// Poll until the mail row is committed; ctx bounds the wait.
 	var mails int
+	poll := time.NewTicker(10 * time.Millisecond)
+	defer poll.Stop()
 	for mails == 0 {
-		time.Sleep(10 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			panic("no mail row: " + ctx.Err().Error())
+		case <-poll.C:
+		}
 		_ = db.QueryRowContext(ctx, `SELECT count(*) FROM mails`).Scan(&mails)
 	}
 	stop()

@@ -5,10 +5,10 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -24,8 +24,12 @@ const (
 	envChild = "PICOMQ_SQLSTREAM_APPENDER" // the child's id
 	envDSN   = "PICOMQ_SQLSTREAM_DSN"      // a PostgreSQL URL or an SQLite path
 	envTable = "PICOMQ_SQLSTREAM_TABLE"
-	envStart = "PICOMQ_SQLSTREAM_START" // unix nanoseconds: when to begin, so the children overlap
 )
+
+// ready is the line an appender prints once it has opened the database;
+// it then waits for its stdin to close, which the test does for every
+// appender at once, so that they start together.
+const ready = "ready"
 
 const (
 	mpPartitions = 2
@@ -59,8 +63,9 @@ func appender(id string) error {
 		return err
 	}
 	defer db.Close()
-	if ns, err := strconv.ParseInt(os.Getenv(envStart), 10, 64); err == nil {
-		time.Sleep(time.Until(time.Unix(0, ns)))
+	fmt.Println(ready)
+	if _, err := io.Copy(io.Discard, os.Stdin); err != nil {
+		return fmt.Errorf("wait for the start: %w", err)
 	}
 	// Both processes open the table at once: creating it is serialized too.
 	s, err := sqlstream.New(ctx, sqlstream.Options{DB: db, Table: table, Policy: stream.PolicyValue{Partitions: mpPartitions}})
@@ -88,6 +93,7 @@ func appender(id string) error {
 		fmt.Fprintf(out, "ack %d %d %d %s\n", v.Partition, v.First, v.Last, strings.Join(ids, ","))
 		// A producer that pauses, as real ones do: SQLite's busy handler
 		// polls, and a writer in a tight loop would hold its lock all along.
+		// (Pacing, not a wait for a condition.)
 		time.Sleep(500 * time.Microsecond)
 	}
 	return nil
@@ -113,21 +119,45 @@ func TestMultiProcessAppend(t *testing.T) {
 				db = sqltest.SQLiteAt(t, dsn)
 				table = "mp"
 			}
-			start := time.Now().Add(300 * time.Millisecond).UnixNano()
 			type child struct {
 				cmd    *exec.Cmd
-				stdout bytes.Buffer
+				stdin  io.WriteCloser
+				stdout *bufio.Reader
 				stderr bytes.Buffer
+				out    chan []byte // the rest of stdout, once read
 			}
 			var children []*child
 			for _, id := range []string{"A", "B"} {
-				c := &child{cmd: exec.CommandContext(t.Context(), os.Args[0], "-test.run=^$")}
-				c.cmd.Env = append(os.Environ(), envChild+"="+id, envDSN+"="+dsn, envTable+"="+table, envStart+"="+strconv.FormatInt(start, 10))
-				c.cmd.Stdout, c.cmd.Stderr = &c.stdout, &c.stderr
+				c := &child{cmd: exec.CommandContext(t.Context(), os.Args[0], "-test.run=^$"), out: make(chan []byte, 1)}
+				c.cmd.Env = append(os.Environ(), envChild+"="+id, envDSN+"="+dsn, envTable+"="+table)
+				c.cmd.Stderr = &c.stderr
+				var err error
+				if c.stdin, err = c.cmd.StdinPipe(); err != nil {
+					t.Fatal(err)
+				}
+				stdout, err := c.cmd.StdoutPipe()
+				if err != nil {
+					t.Fatal(err)
+				}
+				c.stdout = bufio.NewReader(stdout)
 				if err := c.cmd.Start(); err != nil {
 					t.Fatal(err)
 				}
 				children = append(children, c)
+			}
+			// Once both have opened the database, start them together.
+			for i, c := range children {
+				if line, err := c.stdout.ReadString('\n'); strings.TrimSpace(line) != ready {
+					_ = c.cmd.Wait()
+					t.Fatalf("appender %d said %q (%v) instead of %q\n%s", i, line, err, ready, c.stderr.String())
+				}
+			}
+			for _, c := range children {
+				c.stdin.Close()
+				go func() {
+					b, _ := io.ReadAll(c.stdout)
+					c.out <- b
+				}()
 			}
 			type ack struct {
 				p     int
@@ -136,10 +166,11 @@ func TestMultiProcessAppend(t *testing.T) {
 			}
 			var acks []ack
 			for i, c := range children {
+				stdout := <-c.out // read whole before Wait, as exec requires
 				if err := c.cmd.Wait(); err != nil {
 					t.Fatalf("appender %d: %v\n%s", i, err, c.stderr.String())
 				}
-				for _, line := range strings.Split(strings.TrimSpace(c.stdout.String()), "\n") {
+				for _, line := range strings.Split(strings.TrimSpace(string(stdout)), "\n") {
 					var a ack
 					var last stream.Offset
 					var ids string
