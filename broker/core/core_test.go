@@ -72,6 +72,7 @@ func readAll(t *testing.T, b *Broker, name string, partition int) []stream.Entry
 }
 
 func TestDataDirRefused(t *testing.T) {
+	t.Parallel()
 	open := 0o777
 	dir := filepath.Join(t.TempDir(), "open")
 	if err := os.Mkdir(dir, os.FileMode(open)); err != nil {
@@ -91,6 +92,7 @@ func TestDataDirRefused(t *testing.T) {
 }
 
 func TestNamesRefused(t *testing.T) {
+	t.Parallel()
 	b := openTest(t, t.TempDir())
 	defer b.Close()
 	for _, n := range []string{"", "/a", "a/", "a//b", "a/../b", "..", "a b", "a%2Fb", string(make([]byte, 256))} {
@@ -106,6 +108,7 @@ func TestNamesRefused(t *testing.T) {
 // TestRestartKeepsOffsetsProducersAndClosed: what was acknowledged is there
 // after a restart, the producer state still de-duplicates, the epoch moved.
 func TestRestartKeepsOffsetsProducersAndClosed(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	dir := t.TempDir()
 	b := openTest(t, dir)
@@ -166,6 +169,7 @@ func TestRestartKeepsOffsetsProducersAndClosed(t *testing.T) {
 // TestTornUncommittedObjectIsDiscarded: an object file nobody committed —
 // a flush torn by a crash — is removed at start and never read.
 func TestTornUncommittedObjectIsDiscarded(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	dir := t.TempDir()
 	b := openTest(t, dir)
@@ -197,6 +201,7 @@ func TestTornUncommittedObjectIsDiscarded(t *testing.T) {
 // changed on disk fails its checksum; the read is refused, logged and
 // counted.
 func TestCorruptCommittedObjectIsNeverServed(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	dir := t.TempDir()
 	// An object synced on its own: one committed inline is written again
@@ -246,6 +251,7 @@ func objName(id uint64) string {
 // TestSlidingTTLAndExpiry: reads and appends extend a TTL, nothing does an
 // absolute expiry; an expired stream is gone and its name reusable.
 func TestSlidingTTLAndExpiry(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	clock := &fakeClock{t: time.Unix(1_800_000_000, 0)}
 	dir := t.TempDir()
@@ -287,6 +293,7 @@ func TestSlidingTTLAndExpiry(t *testing.T) {
 // TestMergeAndGarbageCollection: small ranges merge into segment frames;
 // reads are unchanged; the objects they leave are deleted.
 func TestMergeAndGarbageCollection(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	dir := t.TempDir()
 	b := openTest(t, dir, func(c *Config) {
@@ -368,6 +375,7 @@ func TestMergeAndGarbageCollection(t *testing.T) {
 // already cheap to keep and to read, so merging it would only write its
 // bytes a second time; runs of small ranges around it still merge.
 func TestMergeLeavesLargeRangesAlone(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	b := openTest(t, t.TempDir(), func(c *Config) {
 		c.MergeMinRanges = 4
@@ -412,6 +420,7 @@ func TestMergeLeavesLargeRangesAlone(t *testing.T) {
 // state rolls back, and the append after that reopens at a new epoch and
 // continues the committed offsets without a gap.
 func TestStaleEpochRollsBackAndReopens(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	b := openTest(t, t.TempDir())
 	defer b.Close()
@@ -439,6 +448,7 @@ func TestStaleEpochRollsBackAndReopens(t *testing.T) {
 // TestGroupOffsetRidesWithAppend: an append and a consumer-group offset
 // commit atomically.
 func TestGroupOffsetRidesWithAppend(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	b := openTest(t, t.TempDir())
 	defer b.Close()
@@ -467,6 +477,7 @@ func TestGroupOffsetRidesWithAppend(t *testing.T) {
 // TestConcurrentAppendsGroupCommit: many appenders on many streams share
 // flushes; every acknowledged offset is readable, none twice.
 func TestConcurrentAppendsGroupCommit(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	m := NewMetrics(nil)
 	b := openTest(t, t.TempDir(), func(c *Config) { c.Metrics = m })
@@ -531,6 +542,7 @@ func TestConcurrentAppendsGroupCommit(t *testing.T) {
 // TestSnapshotThenRestart: state restored from a metadata snapshot plus the
 // entries after it serves the same records.
 func TestSnapshotThenRestart(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	dir := t.TempDir()
 	b := openTest(t, dir)
@@ -580,6 +592,7 @@ func TestSnapshotThenRestart(t *testing.T) {
 // TestCloseClosesEveryOwnedStreamAtOnce: shutdown closes all the streams
 // this node opened in one command, however many there are.
 func TestCloseClosesEveryOwnedStreamAtOnce(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	dir := t.TempDir()
 	b := openTest(t, dir)
@@ -611,6 +624,7 @@ func TestCloseClosesEveryOwnedStreamAtOnce(t *testing.T) {
 // (a flush whose commit failed, say) is removed by the maintenance loop
 // once older than OrphanGrace; committed objects stay.
 func TestRunningBrokerCollectsOrphans(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	b := openTest(t, t.TempDir(), func(c *Config) {
 		c.MaintenanceInterval = 20 * time.Millisecond
@@ -657,6 +671,7 @@ func TestRunningBrokerCollectsOrphans(t *testing.T) {
 // in consecutive frames of one object, which the merge reads in one go;
 // every record keeps its offset, instant and bytes.
 func TestMergeReadsFramesOfOneObjectTogether(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	b := openTest(t, t.TempDir(), func(c *Config) {
 		c.MergeMinRanges = 4
@@ -709,6 +724,7 @@ func TestMergeReadsFramesOfOneObjectTogether(t *testing.T) {
 // merged away and collected while readers read and seek them; a read whose
 // object vanished looks its ranges up again instead of failing.
 func TestReadsSurviveCollectionUnderThem(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	b := openTest(t, t.TempDir(), func(c *Config) {
 		c.MergeMinRanges = 2
@@ -790,6 +806,7 @@ func TestReadsSurviveCollectionUnderThem(t *testing.T) {
 // as it is acknowledged, so live readers do not read the object back.
 // (Small objects are not files at first anyway: see inline.go.)
 func TestJustAppendedIsReadFromMemory(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	dir := t.TempDir()
 	b := openTest(t, dir, func(c *Config) { c.InlineBytes = -1 })
@@ -814,6 +831,7 @@ func TestJustAppendedIsReadFromMemory(t *testing.T) {
 // queued, refused before admission, refused by the stream, answered as a
 // duplicate — so that holding never waits on one of them.
 func TestHoldPutsAppendsInOneObject(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	// A bound far above the time the admissions take, even under -race on
 	// a loaded machine: here the release decides, not the bound.
@@ -885,6 +903,7 @@ func TestHoldPutsAppendsInOneObject(t *testing.T) {
 // partition is not open yet is refused node.ErrNotOpen having done nothing (no
 // open, no offsets); once the partition is open, NoOpen changes nothing.
 func TestNoOpenLeavesAnUnopenedPartitionAlone(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	b := openTest(t, t.TempDir())
 	defer b.Close()
@@ -923,6 +942,7 @@ func TestNoOpenLeavesAnUnopenedPartitionAlone(t *testing.T) {
 // frames only; eviction and dropping keep the per-object index and the
 // size in step with the frames held.
 func TestFrameCacheDropsOneObjectsFrames(t *testing.T) {
+	t.Parallel()
 	c := newFrameCache(40)
 	for obj := uint64(1); obj <= 2; obj++ {
 		for pos := int64(0); pos < 4; pos++ {
@@ -958,6 +978,7 @@ func TestFrameCacheDropsOneObjectsFrames(t *testing.T) {
 // TestHoldNeverStallsForLong: a hold nobody releases delays a group commit
 // by MaxHold at most; the append is acknowledged.
 func TestHoldNeverStallsForLong(t *testing.T) {
+	t.Parallel()
 	b := openTest(t, t.TempDir(), func(c *Config) { c.MaxHold = 20 * time.Millisecond })
 	defer b.Close()
 	mustCreate(t, b, "a", node.CreateOptions{})
@@ -974,6 +995,7 @@ func TestHoldNeverStallsForLong(t *testing.T) {
 // for room returns node.ErrWouldWait and writes nothing; one whose stream has no
 // BlockTimeout is refused STREAM_FULL as without it.
 func TestNoRoomWaitReturnsAtOnce(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	b := openTest(t, t.TempDir())
 	defer b.Close()

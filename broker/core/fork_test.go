@@ -33,6 +33,7 @@ func payloads(es []stream.EntryValue) string {
 // keeps only what the fork shares, and deleting the fork collects it all —
 // entries and object files — across a restart too.
 func TestForkSharesObjectsAndCascades(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	dir := t.TempDir()
 	b := openTest(t, dir)
@@ -114,6 +115,7 @@ func TestForkSharesObjectsAndCascades(t *testing.T) {
 // TestCreateWithInitialRecordsIsOneCommand: the records of a create land
 // with it; a create that loses to an existing name leaves them as garbage.
 func TestCreateWithInitialRecordsIsOneCommand(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	b := openTest(t, t.TempDir())
 	defer b.Close()

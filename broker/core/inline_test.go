@@ -55,6 +55,7 @@ func checkNumbered(t *testing.T, b *Broker, s string, n int) {
 // removes those and holds their objects again, and keeps the intact ones.
 // Every acknowledged record reads back.
 func TestInlineObjectsRestoredFromTheLog(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	m := NewMetrics(nil)
 	b := openTest(t, dir, func(c *Config) { c.Metrics = m })
@@ -161,6 +162,7 @@ func TestInlineObjectsRestoredFromTheLog(t *testing.T) {
 // after committing them inline are neither held nor written when the log
 // is replayed; those still referenced are held.
 func TestReplaySkipsMergedObjects(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	dir := t.TempDir()
 	b := heldInTwoStreams(t, dir)
@@ -189,6 +191,7 @@ func TestReplaySkipsMergedObjects(t *testing.T) {
 // replays must not let it drop entries whose objects are held nowhere
 // else yet; once they are restored, the next snapshot writes them.
 func TestNoSnapshotWhileReplaying(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	b := &Broker{cfg: Config{DataDir: dir}.withDefaults(), inline: newInlineObjects(objectsDir(dir), objstore.SyncObjects)}
 	frames := objstore.AppendFrame(nil, []byte("replayed"))
@@ -223,6 +226,7 @@ func TestNoSnapshotWhileReplaying(t *testing.T) {
 // not after the first maintenance pass: a broker that keeps crashing
 // early would otherwise let it grow.
 func TestSnapshotAtStartWhenTheLogIsLong(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	small := func(c *Config) { c.InlineLogBytes = 1 << 10 }
 	b := openTest(t, dir, small) // no maintenance pass within the test
@@ -267,6 +271,7 @@ func heldInTwoStreams(t *testing.T, dir string, mod ...func(*Config)) *Broker {
 // removes them at once (no file, no grace). Those the merge leaves become
 // files once held for HoldFor, byte for byte what the log would restore.
 func TestHeldObjectsAreMergedWithoutFiles(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	dir := t.TempDir()
 	b := heldInTwoStreams(t, dir)
@@ -367,6 +372,7 @@ func objectsOf(t *testing.T, b *Broker, s string) []uint64 {
 // objects are written (they may be held in memory still) and synced; when syncing fails, the snapshot fails, and the next
 // one syncs them.
 func TestSnapshotSyncsInlineObjectsFirst(t *testing.T) {
+	t.Parallel()
 	var mu sync.Mutex
 	var synced []uint64
 	fail := true
@@ -425,6 +431,7 @@ func TestSnapshotSyncsInlineObjectsFirst(t *testing.T) {
 // ranges stay in memory, no file made, until collected — and after a
 // restart from that snapshot every record still reads back.
 func TestSnapshotSkipsMergedHeldObjects(t *testing.T) {
+	t.Parallel()
 	var mu sync.Mutex
 	var synced []uint64
 	real := objstore.SyncObjects
@@ -495,6 +502,7 @@ func TestSnapshotSkipsMergedHeldObjects(t *testing.T) {
 // TestInlineOff: with InlineBytes negative every object is synced on its
 // own and no commit carries frames.
 func TestInlineOff(t *testing.T) {
+	t.Parallel()
 	m := NewMetrics(nil)
 	b := openTest(t, t.TempDir(), func(c *Config) { c.Metrics = m; c.InlineBytes = -1 })
 	defer b.Close()
@@ -512,6 +520,7 @@ func TestInlineOff(t *testing.T) {
 // TestLargeObjectsAreSynced: an object above InlineBytes is synced itself,
 // and a smaller one in the same broker is not.
 func TestLargeObjectsAreSynced(t *testing.T) {
+	t.Parallel()
 	m := NewMetrics(nil)
 	b := openTest(t, t.TempDir(), func(c *Config) { c.Metrics = m; c.InlineBytes = 1024 })
 	defer b.Close()
@@ -531,6 +540,7 @@ func TestLargeObjectsAreSynced(t *testing.T) {
 // queued. A lone writer's append does not wait at all (the linger here is
 // an hour: the test would time out).
 func TestSyncLingerGathersConcurrentAppends(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	m := NewMetrics(nil)
 	b := openTest(t, t.TempDir(), func(c *Config) {

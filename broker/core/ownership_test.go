@@ -42,6 +42,7 @@ func (o *testOwnership) MayOpen(id uint64) error {
 // TestOwnershipRefusalWritesNothing: an append to a partition Ownership
 // refuses answers the refusal and writes nothing: no open, no offsets.
 func TestOwnershipRefusalWritesNothing(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	own := &testOwnership{refuse: map[uint64]bool{}}
 	b := openTest(t, t.TempDir(), func(c *Config) { c.Ownership = own })
@@ -71,6 +72,7 @@ func TestOwnershipRefusalWritesNothing(t *testing.T) {
 // another partition of the same stream, and reads of it, go on; appends to
 // the opening partition wait for that open and do not open it again.
 func TestOpenLeavesTheStreamLock(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	gate := make(chan struct{})
 	own := &testOwnership{gate: map[uint64]chan struct{}{}}
@@ -124,6 +126,7 @@ func TestOpenLeavesTheStreamLock(t *testing.T) {
 // they were admitted at — and leaves the others open; the next append
 // reopens at the next epoch.
 func TestReleaseClosesThroughTheLog(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	b := openTest(t, t.TempDir(), func(c *Config) { c.MaxHold = time.Minute })
 	defer b.Close()
@@ -173,6 +176,7 @@ func TestReleaseClosesThroughTheLog(t *testing.T) {
 // the log: an append queued and not yet proposed is aborted (retriable,
 // nothing written), and the next append reopens at the next epoch.
 func TestRevokeAbortsWhatIsNotProposed(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	b := openTest(t, t.TempDir(), func(c *Config) { c.MaxHold = time.Minute })
 	defer b.Close()

@@ -60,6 +60,7 @@ func (w *recordingWriter) Sync() error {
 // there before any commit names it; a Sync the placement fails is an
 // append refused with nothing committed.
 func TestPlacementSeesEveryObjectFile(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	var b *Broker
 	rs := &recordingStore{b: func() *Broker { return b }, synced: map[uint64]bool{}, committed: map[uint64]bool{}}

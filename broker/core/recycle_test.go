@@ -13,6 +13,7 @@ import (
 // buffer serves the next one, so nothing may keep it — a live reader
 // served from a cached copy of it would read the next batch's bytes.
 func TestRecycledBatchesAreNotCached(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	b := openTest(t, t.TempDir())
 	defer b.Close()

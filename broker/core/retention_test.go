@@ -36,6 +36,7 @@ func retainedStream(t *testing.T, mod ...func(*Config)) (*Broker, *fakeClock) {
 // OffsetAt and TailOf — and not one of them writes the metadata log; the
 // maintenance pass persists it.
 func TestRetentionReadsWriteNothing(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	b, clock := retainedStream(t)
 	e, _ := b.Get("r")
@@ -82,6 +83,7 @@ func TestRetentionReadsWriteNothing(t *testing.T) {
 // record trimmed; a longer retention set before the maintenance pass must
 // not bring it back.
 func TestPolicyUpdateKeepsTrimmedRecordsTrimmed(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	b, _ := retainedStream(t)
 	if _, err := b.UpdatePolicy(ctx, "r", stream.PolicyValue{RetainFor: 24 * time.Hour}); err != nil {
@@ -99,6 +101,7 @@ func TestPolicyUpdateKeepsTrimmedRecordsTrimmed(t *testing.T) {
 // TestRetentionByBytesInTheReadersAnswer: RetainBytes too is applied by
 // the answer without a write.
 func TestRetentionByBytesInTheReadersAnswer(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	b := openTest(t, t.TempDir())
 	defer b.Close()

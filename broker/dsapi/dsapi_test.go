@@ -32,8 +32,21 @@ func (c *clock) Add(d time.Duration) {
 type server struct {
 	t   *testing.T
 	b   *core.Broker
+	h   *Handler
 	srv *httptest.Server
 	url string
+}
+
+// eventuallyWaiting waits until n reads wait for records.
+func (s *server) eventuallyWaiting(t *testing.T, n int64) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for s.h.Waiting() < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d reads waiting after 10s, want %d", s.h.Waiting(), n)
+		}
+		time.Sleep(time.Millisecond)
+	}
 }
 
 func start(t *testing.T, dir string, clk *clock) *server {
@@ -47,9 +60,10 @@ func start(t *testing.T, dir string, clk *clock) *server {
 		t.Fatal(err)
 	}
 	mux := http.NewServeMux()
-	mux.Handle(Prefix, New(b, Options{Options: frontend.Options{LongPollTimeout: 200 * time.Millisecond}}))
+	h := New(b, Options{Options: frontend.Options{LongPollTimeout: 200 * time.Millisecond}})
+	mux.Handle(Prefix, h)
 	srv := httptest.NewServer(mux)
-	s := &server{t: t, b: b, srv: srv, url: srv.URL + "/v1/stream/"}
+	s := &server{t: t, b: b, h: h, srv: srv, url: srv.URL + "/v1/stream/"}
 	t.Cleanup(s.stop)
 	return s
 }
@@ -103,6 +117,7 @@ func (s *server) want(r resp, status int, what string) resp {
 }
 
 func TestOffsetsSortAndRoundTrip(t *testing.T) {
+	t.Parallel()
 	prev := ""
 	for _, off := range []uint64{0, 1, 9, 10, 99, 1 << 40, 1<<63 - 1} {
 		s := formatOffset(off)
@@ -125,6 +140,7 @@ func TestOffsetsSortAndRoundTrip(t *testing.T) {
 }
 
 func TestSSEDataCannotInjectEvents(t *testing.T) {
+	t.Parallel()
 	var b bytes.Buffer
 	writeData(&b, []byte("a\r\n\r\nevent: control\rdata: x\n\nz"))
 	want := "data:a\ndata:\ndata:event: control\ndata:data: x\ndata:\ndata:z\n\n"
@@ -134,6 +150,7 @@ func TestSSEDataCannotInjectEvents(t *testing.T) {
 }
 
 func TestCursorAdvancesPastTheClients(t *testing.T) {
+	t.Parallel()
 	now := cursorEpoch.Add(100*cursorInterval + time.Second)
 	if c := nextCursor("", now); c != "100" {
 		t.Fatalf("cursor %s", c)
@@ -150,6 +167,7 @@ func TestCursorAdvancesPastTheClients(t *testing.T) {
 }
 
 func TestJSONRecordsFlattenOneLevel(t *testing.T) {
+	t.Parallel()
 	for in, want := range map[string]string{
 		`{"a": 1}`:          `{"a":1}`,
 		` [ [1, 2], [3] ] `: `[1,2],[3]`,
@@ -169,6 +187,7 @@ func TestJSONRecordsFlattenOneLevel(t *testing.T) {
 // TestProtocolBasics: create, append, read, JSON, long-poll, SSE and HEAD
 // through the handler (the conformance suite covers the rest).
 func TestProtocolBasics(t *testing.T) {
+	t.Parallel()
 	s := start(t, t.TempDir(), nil)
 	r := s.want(s.do("PUT", "a/b", `[{"n":1},{"n":2}]`, "Content-Type", "application/json"), 201, "create")
 	if r.h.Get(hNextOffset) != formatOffset(1) || !strings.HasSuffix(r.h.Get("Location"), "/v1/stream/a/b") {
@@ -182,7 +201,7 @@ func TestProtocolBasics(t *testing.T) {
 	s.want(s.do("GET", "a/b?offset="+formatOffset(2)+"&live=long-poll", ""), 204, "long-poll timeout")
 	done := make(chan resp)
 	go func() { done <- s.do("GET", "a/b?offset="+formatOffset(2)+"&live=long-poll", "") }()
-	time.Sleep(50 * time.Millisecond)
+	s.eventuallyWaiting(t, 1)
 	s.want(s.do("POST", "a/b", `[4]`, "Content-Type", "application/json"), 204, "append")
 	if r := <-done; r.status != 200 || r.body != `[4]` {
 		t.Fatalf("long-poll woken: %d %q", r.status, r.body)

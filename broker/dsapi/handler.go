@@ -20,6 +20,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/picomq/picomq/broker/errs"
@@ -80,7 +81,12 @@ type Handler struct {
 
 	drainOnce sync.Once
 	drain     chan struct{}
+	waiting   atomic.Int64 // long-polls and SSE responses waiting for records
 }
+
+// Waiting reports how many long-polls and SSE responses are waiting for
+// records at this moment.
+func (h *Handler) Waiting() int64 { return h.waiting.Load() }
 
 // New returns the protocol's handler over b.
 func New(b node.Broker, opts Options) *Handler {

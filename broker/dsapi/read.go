@@ -219,16 +219,27 @@ func (h *Handler) longPoll(w http.ResponseWriter, r *http.Request, name string, 
 			h.noContent(w, from, cursor, true)
 			return
 		}
+		h.waiting.Add(1)
+		ended := ""
 		select {
 		case <-wake:
 		case <-timer.C:
+			ended = "timeout"
+		case <-h.drain:
+			ended = "drain"
+		case <-r.Context().Done():
+			ended = "gone"
+		}
+		h.waiting.Add(-1)
+		switch ended {
+		case "timeout":
 			h.b.Touch(name)
 			h.noContent(w, from, cursor, false)
 			return
-		case <-h.drain:
+		case "drain":
 			h.noContent(w, from, cursor, false)
 			return
-		case <-r.Context().Done():
+		case "gone":
 			return
 		}
 	}
@@ -342,16 +353,22 @@ func (h *Handler) sse(w http.ResponseWriter, r *http.Request, name string, from 
 				return
 			}
 		}
+		h.waiting.Add(1)
+		over := false
 		select {
 		case <-wake:
 		case <-keepAlive.C:
 			keepAlive.Reset(h.opts.SSEKeepAlive)
 			idleSent = false
 		case <-end.C:
-			return
+			over = true
 		case <-h.drain:
-			return
+			over = true
 		case <-r.Context().Done():
+			over = true
+		}
+		h.waiting.Add(-1)
+		if over {
 			return
 		}
 	}

@@ -13,6 +13,7 @@ func producer(id, epoch, seq string) []string {
 // last Stream-Seq, are committed with the data: after a restart a retry is
 // still a duplicate, a gap still a gap, a stale epoch still fenced.
 func TestProducerStateSurvivesRestart(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	s := start(t, dir, nil)
 	s.want(s.do("PUT", "p", "", "Content-Type", "text/plain"), 201, "create")
@@ -46,6 +47,7 @@ func TestProducerStateSurvivesRestart(t *testing.T) {
 // TestClosedFlagSurvivesRestart: a closed stream stays closed, with the
 // same final offset, and its closing append's retry is still acknowledged.
 func TestClosedFlagSurvivesRestart(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	s := start(t, dir, nil)
 	s.want(s.do("PUT", "c", "first", "Content-Type", "text/plain"), 201, "create")
@@ -73,6 +75,7 @@ func TestClosedFlagSurvivesRestart(t *testing.T) {
 // write nothing to the metadata log) and at shutdown —, and an absolute
 // expiry holds across it.
 func TestTTLAndExpirySurviveRestart(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	clk := &clock{t: time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)}
 	s := start(t, dir, clk)
@@ -113,6 +116,7 @@ func TestTTLAndExpirySurviveRestart(t *testing.T) {
 // from the metadata log, and every offset returned before the restart
 // still reads and forks.
 func TestForksSurviveRestart(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	s := start(t, dir, nil)
 	s.want(s.do("PUT", "src", "hello", "Content-Type", "text/plain"), 201, "create source")

@@ -8,6 +8,7 @@ import (
 )
 
 func TestEngineSuite(t *testing.T) {
+	t.Parallel()
 	streamtest.Run(t, func(t *testing.T, policy stream.PolicyValue, clock streamtest.Clock) (streamtest.Engine, error) {
 		dir := t.TempDir()
 		open := func() (*Stream, error) { return Open(dir, Options{Policy: policy, Clock: clock.Now}) }

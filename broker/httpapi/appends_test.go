@@ -22,6 +22,7 @@ var appendsCT = hdr{"Content-Type": wire.AppendsContentType}
 // answered on its own, in order; refusing one writes nothing of it and
 // does not refuse the others.
 func TestAppendsInOneRequest(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, Options{})
 	f.create("a", stream.PolicyValue{})
 	f.create("b", stream.PolicyValue{Partitions: 2, MaxRecordBytes: 8})
@@ -95,6 +96,7 @@ func TestAppendsInOneRequest(t *testing.T) {
 // TestAppendsRefusedWhole: a request that cannot be read is refused with
 // its code and writes nothing.
 func TestAppendsRefusedWhole(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, Options{})
 	f.create("a", stream.PolicyValue{})
 	good := wire.AppendItemTo(nil, "a", -1, wire.EncodeRecords([]stream.RecordValue{rec("", "x")}))
@@ -136,6 +138,7 @@ func readPayloads(t *testing.T, f *fixture, name string, partition int) []string
 // the request's other appends are not held for its BlockTimeout; without
 // a BlockTimeout it is refused STREAM_FULL as a single append would be.
 func TestAppendsNeverWaitForRoom(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, Options{})
 	f.create("full", stream.PolicyValue{MaxBytes: 8, MaxRecordBytes: 8, BlockTimeout: time.Hour})
 	f.create("fullnow", stream.PolicyValue{MaxBytes: 8, MaxRecordBytes: 8})
@@ -180,6 +183,7 @@ func postAppends(t *testing.T, f *fixture, body []byte) (wire.AppendsResult, []b
 // payloads and shared requests alike —, so the next request may overwrite
 // them: every record still reads back as it was sent.
 func TestLargeBodiesAreRecycled(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, Options{})
 	f.create("s", stream.PolicyValue{})
 	filled := func(fill byte, n int) string { return string(bytes.Repeat([]byte{fill}, n)) }

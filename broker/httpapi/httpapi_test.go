@@ -35,6 +35,18 @@ type fixture struct {
 	clock *ManualClock
 }
 
+// eventuallyWaiting waits until n reads wait for records.
+func (f *fixture) eventuallyWaiting(t *testing.T, n int64) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for f.api.Waiting() < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d reads waiting after 10s, want %d", f.api.Waiting(), n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
 func newFixture(t *testing.T, opts Options) *fixture {
 	t.Helper()
 	f := &fixture{t: t, reg: prometheus.NewRegistry(), clock: NewManualClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))}
@@ -155,6 +167,7 @@ func rec(key, payload string) stream.RecordValue {
 // TestBadInputWritesNothing: every class of bad input gets its 4xx and its
 // code, and nothing is written or created.
 func TestBadInputWritesNothing(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, Options{Options: frontend.Options{MaxBodyBytes: 1024}, MaxBatchRecords: 10})
 	f.create("s/a", stream.PolicyValue{Partitions: 2})
 	f.create("small", stream.PolicyValue{MaxRecordBytes: 16})
@@ -301,6 +314,7 @@ func keyIn(p, n int) string {
 // offsets and instants; headers carry the bounds; JSON for people; raw
 // single-record appends; idempotent producers.
 func TestAppendAndReadFraming(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, Options{})
 	f.create("logs/api/prod", stream.PolicyValue{Partitions: 3})
 	k := keyIn(2, 3)
@@ -375,6 +389,7 @@ func TestAppendAndReadFraming(t *testing.T) {
 
 // TestOperations: bounds, seek, trim, compact, commit and committed.
 func TestOperations(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, Options{})
 	f.create("ops", stream.PolicyValue{CompactAfter: time.Minute})
 	start := f.clock.Now()
@@ -430,6 +445,7 @@ func TestOperations(t *testing.T) {
 // nothing appended it answers empty after the long-poll timeout, however
 // long a wait it asked for; Drain ends waits at once.
 func TestLongPoll(t *testing.T) {
+	t.Parallel()
 	type answer struct {
 		es      []stream.EntryValue
 		elapsed time.Duration
@@ -456,7 +472,7 @@ func TestLongPoll(t *testing.T) {
 		f := newFixture(t, Options{Options: frontend.Options{LongPollTimeout: 10 * time.Second}})
 		f.create("lp", stream.PolicyValue{Partitions: 2})
 		ch := poll(f, "/v1/log/lp?partition=1&from=0&wait=10s")
-		time.Sleep(100 * time.Millisecond)
+		f.eventuallyWaiting(t, 1)
 		start := time.Now()
 		f.appendBatch("lp", "", rec(keyIn(1, 2), "hello"))
 		a := <-ch
@@ -468,7 +484,7 @@ func TestLongPoll(t *testing.T) {
 		}
 		// An append to another partition is only a hint: the read waits on.
 		ch = poll(f, "/v1/log/lp?partition=1&from=1&wait=400ms")
-		time.Sleep(50 * time.Millisecond)
+		f.eventuallyWaiting(t, 1)
 		f.appendBatch("lp", "", rec(keyIn(0, 2), "elsewhere"))
 		a = <-ch
 		if a.status != 200 || len(a.es) != 0 || a.elapsed < 400*time.Millisecond {
@@ -477,7 +493,7 @@ func TestLongPoll(t *testing.T) {
 
 		// Drain ends a wait at once.
 		ch = poll(f, "/v1/log/lp?partition=1&from=1&wait=10s")
-		time.Sleep(100 * time.Millisecond)
+		f.eventuallyWaiting(t, 1)
 		f.api.Drain()
 		select {
 		case a = <-ch:
@@ -513,6 +529,7 @@ func TestLongPoll(t *testing.T) {
 // TestAdminLifecycle: create (201, 200 same, 409 other), get with
 // partitions, list, patch (grow), delete.
 func TestAdminLifecycle(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, Options{})
 	put := func(name, body string) (*http.Response, []byte) {
 		return f.do("PUT", wire.StreamsPrefix+name, hdr{"Content-Type": "application/json"}, []byte(body))
@@ -593,6 +610,7 @@ func TestAdminLifecycle(t *testing.T) {
 // with the broker's and the API's metrics, /v1/admin/node, and the test
 // clock endpoint only when enabled.
 func TestHealthReadyMetrics(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, Options{})
 	f.create("m", stream.PolicyValue{})
 	f.appendBatch("m", "", rec("", "x"))
@@ -618,7 +636,7 @@ func TestHealthReadyMetrics(t *testing.T) {
 	for _, want := range []string{
 		"picomq_appends_total 1", "picomq_append_bytes_total 1", "picomq_object_fsync_seconds_bucket",
 		"picomq_metadata_commit_seconds_count", "picomq_flush_appends_bucket",
-		`picomq_raft_state{state="Leader"} 1`, "picomq_raft_has_leader 1", "picomq_streams 1",
+		`picomq_raft_state{state="Leader"} 1`, "picomq_raft_has_leader 1", "picomq_streams 1", "picomq_reads_waiting 0",
 		`picomq_http_requests_total{code="200",method="POST",route="log.append"} 1`,
 	} {
 		if !bytes.Contains(body, []byte(want)) {
@@ -642,6 +660,7 @@ func TestHealthReadyMetrics(t *testing.T) {
 // TestTestClock: with Options.TestClock the clock endpoint sets the
 // broker's clock, which dates records.
 func TestTestClock(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, Options{})
 	f.api = New(f.b, nil, Options{TestClock: f.clock})
 	srv := httptest.NewServer(f.api)
@@ -668,6 +687,7 @@ func TestTestClock(t *testing.T) {
 
 // TestHandleExtraRoute: a later protocol can be mounted beside the API.
 func TestHandleExtraRoute(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, Options{})
 	f.api.Handle("/v1/stream/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.WriteString(w, "durable streams")

@@ -223,6 +223,8 @@ func (s *Server) read(w http.ResponseWriter, r *http.Request, name string) {
 			defer t.Stop()
 			deadline = t.C
 		}
+		s.waiting.Add(1)
+		gone := false
 		select {
 		case <-wake:
 			// A wake is a hint (another partition, say): read again, and
@@ -232,6 +234,10 @@ func (s *Server) read(w http.ResponseWriter, r *http.Request, name string) {
 		case <-s.drain:
 			wait = 0
 		case <-ctx.Done():
+			gone = true
+		}
+		s.waiting.Add(-1)
+		if gone {
 			return
 		}
 	}

@@ -35,8 +35,12 @@ func (m *httpMetrics) observe(route, method string, status int, d time.Duration)
 	m.seconds.WithLabelValues(route).Observe(d.Seconds())
 }
 
-// brokerCollector reports the metadata log's state at each scrape.
-type brokerCollector struct{ b node.Broker }
+// brokerCollector reports the metadata log's state and the waiting reads
+// at each scrape.
+type brokerCollector struct {
+	b       node.Broker
+	waiting func() int64
+}
 
 var (
 	raftStateDesc = prometheus.NewDesc("picomq_raft_state",
@@ -49,6 +53,8 @@ var (
 		"Last metadata log index stored.", nil, nil)
 	streamsDesc = prometheus.NewDesc("picomq_streams",
 		"Live named streams.", nil, nil)
+	waitingDesc = prometheus.NewDesc("picomq_reads_waiting",
+		"Long-poll reads of the partitioned-log API waiting for records now.", nil, nil)
 )
 
 var raftStates = []string{"Follower", "Candidate", "Leader", "Shutdown"}
@@ -59,6 +65,7 @@ func (c *brokerCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- raftAppliedDesc
 	ch <- raftLastDesc
 	ch <- streamsDesc
+	ch <- waitingDesc
 }
 
 func (c *brokerCollector) Collect(ch chan<- prometheus.Metric) {
@@ -78,4 +85,5 @@ func (c *brokerCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(raftAppliedDesc, prometheus.GaugeValue, float64(st.AppliedIndex))
 	ch <- prometheus.MustNewConstMetric(raftLastDesc, prometheus.GaugeValue, float64(st.LastIndex))
 	ch <- prometheus.MustNewConstMetric(streamsDesc, prometheus.GaugeValue, float64(len(c.b.List())))
+	ch <- prometheus.MustNewConstMetric(waitingDesc, prometheus.GaugeValue, float64(c.waiting()))
 }

@@ -79,6 +79,7 @@ type Server struct {
 	draining  atomic.Bool
 	drain     chan struct{}
 	drainOnce sync.Once
+	waiting   atomic.Int64 // reads with wait= waiting for records
 
 	metrics *httpMetrics
 }
@@ -90,7 +91,7 @@ func New(b node.Broker, gatherer prometheus.Gatherer, opts Options) *Server {
 	s := &Server{b: b, log: opts.Logger, opts: opts, mux: http.NewServeMux(), drain: make(chan struct{})}
 	if s.opts.Registerer != nil {
 		s.metrics = newHTTPMetrics(s.opts.Registerer)
-		s.opts.Registerer.MustRegister(&brokerCollector{b: b})
+		s.opts.Registerer.MustRegister(&brokerCollector{b: b, waiting: s.Waiting})
 	}
 	s.mux.HandleFunc("GET /healthz", s.healthz)
 	s.mux.HandleFunc("GET /readyz", s.readyz)
@@ -107,6 +108,10 @@ func New(b node.Broker, gatherer prometheus.Gatherer, opts Options) *Server {
 	})
 	return s
 }
+
+// Waiting reports how many reads with wait= are waiting for records at
+// this moment.
+func (s *Server) Waiting() int64 { return s.waiting.Load() }
 
 // Handle registers another route beside the API's (the Durable Streams
 // protocol under /v1/stream/, say). It must be called before serving, and

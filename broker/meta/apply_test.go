@@ -35,6 +35,7 @@ func commit(obj uint64, apps ...Append) *Command {
 }
 
 func TestCreateIsIdempotentAndLoserAdoptsWinner(t *testing.T) {
+	t.Parallel()
 	s := NewState()
 	first := mustApply(t, s, create("a/b", 2)).(*CreateResult)
 	if !first.Created || len(first.Entry.Streams) != 2 {
@@ -52,6 +53,7 @@ func TestCreateIsIdempotentAndLoserAdoptsWinner(t *testing.T) {
 }
 
 func TestCreateRefusesBadPolicyByField(t *testing.T) {
+	t.Parallel()
 	s := NewState()
 	res := s.Apply(&Command{Op: OpCreate, Create: &Create{Name: "x", Policy: stream.PolicyValue{RetainBytes: -1}}})
 	err, _ := res.(error)
@@ -64,6 +66,7 @@ func TestCreateRefusesBadPolicyByField(t *testing.T) {
 }
 
 func TestEpochsFenceStaleWriters(t *testing.T) {
+	t.Parallel()
 	s := NewState()
 	id := mustApply(t, s, create("s", 1)).(*CreateResult).Entry.Streams[0]
 	e0 := mustApply(t, s, &Command{Op: OpOpen, Open: &Open{Stream: id, Owner: "a"}}).(*OpenResult).Internal.Epoch
@@ -96,6 +99,7 @@ func TestEpochsFenceStaleWriters(t *testing.T) {
 }
 
 func TestRejectedAppendRejectsTheRestOfItsPipeline(t *testing.T) {
+	t.Parallel()
 	s := NewState()
 	ids := mustApply(t, s, create("s", 2)).(*CreateResult).Entry.Streams
 	for _, id := range ids {
@@ -117,6 +121,7 @@ func TestRejectedAppendRejectsTheRestOfItsPipeline(t *testing.T) {
 }
 
 func TestProducersAndStreamSeqAndClose(t *testing.T) {
+	t.Parallel()
 	s := NewState()
 	id := mustApply(t, s, create("s", 1)).(*CreateResult).Entry.Streams[0]
 	mustApply(t, s, &Command{Op: OpOpen, Open: &Open{Stream: id, Owner: "a"}})
@@ -164,6 +169,7 @@ func TestProducersAndStreamSeqAndClose(t *testing.T) {
 }
 
 func TestTrimReplaceDeleteKeepRefcounts(t *testing.T) {
+	t.Parallel()
 	s := NewState()
 	id := mustApply(t, s, create("s", 1)).(*CreateResult).Entry.Streams[0]
 	mustApply(t, s, &Command{Op: OpOpen, Open: &Open{Stream: id, Owner: "a"}})
@@ -207,6 +213,7 @@ func TestTrimReplaceDeleteKeepRefcounts(t *testing.T) {
 }
 
 func TestGroupOffsetsRideWithTheirAppend(t *testing.T) {
+	t.Parallel()
 	s := NewState()
 	id := mustApply(t, s, create("s", 1)).(*CreateResult).Entry.Streams[0]
 	mustApply(t, s, &Command{Op: OpOpen, Open: &Open{Stream: id, Owner: "a"}})
@@ -229,6 +236,7 @@ func TestGroupOffsetsRideWithTheirAppend(t *testing.T) {
 }
 
 func TestUpdatePolicyGrowsOnly(t *testing.T) {
+	t.Parallel()
 	s := NewState()
 	mustApply(t, s, create("s", 2))
 	e := mustApply(t, s, &Command{Op: OpUpdatePolicy, UpdatePolicy: &UpdatePolicy{Name: "s", Policy: stream.PolicyValue{Partitions: 4, RetainBytes: 100}}}).(*Entry)
@@ -245,6 +253,7 @@ func TestUpdatePolicyGrowsOnly(t *testing.T) {
 // that replaying the encoded log on a fresh state, and restoring a
 // snapshot, give the same state.
 func TestRandomCommandsKeepInvariants(t *testing.T) {
+	t.Parallel()
 	accepted, refused := map[Op]int{}, map[Op]int{}
 	var forked, softDeleted, cascaded int
 	defer func() {

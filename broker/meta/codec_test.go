@@ -153,6 +153,7 @@ func decode(t testing.TB, raw []byte) *Command {
 // present or absent and every integer at its edges now and then, come back
 // from Encode and Decode as they went in — in binary.
 func TestCodecRoundTrip(t *testing.T) {
+	t.Parallel()
 	r := rand.New(rand.NewPCG(1, 2))
 	for i := 0; i < 5000; i++ {
 		c := randBinaryCommand(r)
@@ -174,6 +175,7 @@ func TestCodecRoundTrip(t *testing.T) {
 // TestEncodeFallsBackToJSON: every other op, and a commit or replace
 // carrying something the binary form does not, stay JSON, and decode.
 func TestEncodeFallsBackToJSON(t *testing.T) {
+	t.Parallel()
 	for _, c := range []*Command{
 		create("a", 2),
 		{Op: OpTouch, Touch: &Touch{At: map[string]int64{"a": 1}}},
@@ -201,6 +203,7 @@ func TestEncodeFallsBackToJSON(t *testing.T) {
 // command that the state machine applies, re-encodes and decodes alike —
 // never a panic nor a huge allocation.
 func TestCodecRefusesMalformedEntries(t *testing.T) {
+	t.Parallel()
 	r := rand.New(rand.NewPCG(3, 4))
 	f := stateWithStreams(t)
 	index := uint64(1000)
@@ -311,6 +314,7 @@ func stateWithStreams(t *testing.T) *FSM {
 // TestMalformedBinaryEntryIsBadCommand: the FSM refuses a corrupt binary
 // entry as it refuses undecodable JSON, naming the index, and goes on.
 func TestMalformedBinaryEntryIsBadCommand(t *testing.T) {
+	t.Parallel()
 	f := NewFSM()
 	raw := mustEncode(t, commit(1, Append{Stream: 1, Range: rng(0, 1, 1)}))
 	res := f.Apply(&raft.Log{Index: 7, Data: raw[:len(raw)-3]})
@@ -335,6 +339,7 @@ func TestMalformedBinaryEntryIsBadCommand(t *testing.T) {
 // encoding) and to another as Encode writes them now: every result and the
 // final states are the same.
 func TestJSONAndBinaryLogsReachTheSameState(t *testing.T) {
+	t.Parallel()
 	var binary, accepted int
 	for seed := uint64(1); seed <= 30; seed++ {
 		r := rand.New(rand.NewPCG(seed, seed*31))
@@ -405,6 +410,7 @@ func dress(r *rand.Rand, c *Commit) {
 // JSON, exactly as the old Encode wrote them — replay, mixed with binary
 // ones.
 func TestOldJSONCommitsStillApply(t *testing.T) {
+	t.Parallel()
 	f := NewFSM()
 	log := []string{
 		`{"op":"create","create":{"name":"s","contentType":"text/plain","policy":{"partitions":1},"now":1}}`,
@@ -521,6 +527,7 @@ func BenchmarkCommandCodec(b *testing.B) {
 // decodes as JSON would have stored it, so the state is the same whichever
 // form the log holds, and after a JSON snapshot too.
 func TestCodecCoercesStringsAsJSONDoes(t *testing.T) {
+	t.Parallel()
 	bad := "p\xffq\xc3"
 	c := &Command{Op: OpCommit, Commit: &Commit{Now: 1, Appends: []Append{{Stream: 1, First: 0,
 		Producer: &ProducerTuple{ID: bad, Epoch: 0, Seq: 0}, StreamSeq: bad}},
@@ -551,6 +558,7 @@ func TestCodecCoercesStringsAsJSONDoes(t *testing.T) {
 // brokers from before frames could travel in the log still read; one with
 // frames takes v2 and keeps them.
 func TestCommitTagByFrames(t *testing.T) {
+	t.Parallel()
 	c := &Commit{Object: 7, Size: 40, Appends: []Append{{Stream: 1, First: 0, Range: &Range{First: 0, Next: 1, Object: 7, Pos: 16, Len: 24}}}}
 	raw, err := Encode(&Command{Op: OpCommit, Commit: c})
 	if err != nil {

@@ -16,6 +16,7 @@ func forkCmd(name, source string, at uint64) *Command {
 // see later source appends; deleting the source only soft-deletes it while
 // the fork lives, and deleting the fork then collects both.
 func TestForkSharesRangesAndCascades(t *testing.T) {
+	t.Parallel()
 	s := NewState()
 	c := create("src", 1)
 	c.Create.TTL, c.Create.Closed = 7, false
@@ -100,6 +101,7 @@ func TestForkSharesRangesAndCascades(t *testing.T) {
 // TestCreateWithInitialRecords: the records of a create land with it, or
 // — the name taken — go to garbage.
 func TestCreateWithInitialRecords(t *testing.T) {
+	t.Parallel()
 	s := NewState()
 	c := create("s", 1)
 	c.Create.Object, c.Create.Size, c.Create.Initial, c.Create.Closed = 1, 10, []Range{*rng(0, 1, 1)}, true

@@ -29,6 +29,7 @@ func applyLog(t *testing.T, f *FSM, i uint64, c *Command) any {
 }
 
 func TestSnapshotRestoreRoundTrip(t *testing.T) {
+	t.Parallel()
 	f := NewFSM()
 	applyLog(t, f, 1, create("a", 2))
 	id := f.State().Names["a"].Streams[1]
@@ -64,6 +65,7 @@ func TestSnapshotRestoreRoundTrip(t *testing.T) {
 }
 
 func TestUndecodableEntryIsRefusedNotFatal(t *testing.T) {
+	t.Parallel()
 	f := NewFSM()
 	res := f.Apply(&raft.Log{Index: 1, Data: []byte("{")})
 	if err, ok := res.(error); !ok || err == nil {
@@ -78,6 +80,7 @@ func TestUndecodableEntryIsRefusedNotFatal(t *testing.T) {
 // Snapshot's function runs before the state is written, and its failure
 // cancels the snapshot.
 func TestHooks(t *testing.T) {
+	t.Parallel()
 	f := NewFSM()
 	var seen []Op
 	var results []any

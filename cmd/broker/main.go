@@ -103,6 +103,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	api := httpapi.New(b, reg, httpapi.Options{Options: front, Registerer: reg, TestClock: testClock})
 	ds := dsapi.New(b, dsapi.Options{Options: front})
 	api.Handle(dsapi.Prefix, ds) // the Durable Streams protocol
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "picomq_stream_reads_waiting", Help: "Durable Streams long-polls and SSE responses waiting for records now.",
+	}, func() float64 { return float64(ds.Waiting()) }))
 	if cfg.Pprof {
 		api.Handle("/debug/pprof/", http.HandlerFunc(pprof.Index))
 		api.Handle("/debug/pprof/profile", http.HandlerFunc(pprof.Profile))
