@@ -75,6 +75,17 @@ func (s *State) Apply(c *Command) any {
 		if c.Fork != nil {
 			return s.fork(c.Fork)
 		}
+	case OpCluster:
+		if c.Cluster != nil {
+			if s.ClusterID == "" {
+				s.ClusterID = c.Cluster.ID
+			}
+			return &ClusterResult{ID: s.ClusterID}
+		}
+	case OpMember:
+		if c.Member != nil {
+			return s.member(c.Member)
+		}
 	}
 	return BadCommand.With("op", string(c.Op), "reason", "unknown op or missing body")
 }
@@ -82,7 +93,7 @@ func (s *State) Apply(c *Command) any {
 func (s *State) create(c *Create) any {
 	if e, ok := s.Names[c.Name]; ok {
 		if c.Object != 0 {
-			s.addObject(c.Object, c.Size)
+			s.addObject(c.Object, c.Size, c.Replicas)
 			s.settleObject(c.Object)
 		}
 		return &CreateResult{Entry: e.Clone()}
@@ -103,7 +114,7 @@ func (s *State) create(c *Create) any {
 		e.Streams = append(e.Streams, s.newInternal(c.Name, i))
 	}
 	s.Names[c.Name] = e
-	s.addInitial(s.Streams[e.Streams[0]], c.Object, c.Size, c.Initial)
+	s.addInitial(s.Streams[e.Streams[0]], c.Object, c.Size, c.Replicas, c.Initial)
 	return &CreateResult{Entry: e.Clone(), Created: true}
 }
 
@@ -159,7 +170,7 @@ func (s *State) close(c *Close) any {
 
 func (s *State) commit(c *Commit) any {
 	if c.Object != 0 {
-		s.addObject(c.Object, c.Size)
+		s.addObject(c.Object, c.Size, c.Replicas)
 	}
 	res := &CommitResult{Appends: make([]error, len(c.Appends)), Groups: make([]error, len(c.Groups))}
 	for i := range c.Appends {
@@ -346,7 +357,7 @@ func (s *State) replace(c *Replace) any {
 		}
 	}
 	if c.Object != 0 {
-		s.addObject(c.Object, c.Size)
+		s.addObject(c.Object, c.Size, c.Replicas)
 	}
 	for _, r := range c.New {
 		s.ref(r.Object)
@@ -424,4 +435,27 @@ func (s *State) updatePolicy(c *UpdatePolicy) any {
 	}
 	e.Policy = c.Policy
 	return e.Clone()
+}
+
+// member records a member change. A removed member stays removed: a change
+// for it refuses (MemberRemoved), whatever it asks.
+func (s *State) member(c *MemberChange) any {
+	m := c.Member
+	if m.ID == "" || m.Node == "" {
+		return BadCommand.With("op", string(OpMember), "reason", "a member needs an id and a node")
+	}
+	cur, ok := s.Members[m.ID]
+	if ok && cur.Removed != 0 {
+		return MemberRemoved.With("member", m.ID, "node", m.Node)
+	}
+	if ok {
+		m.Joined = cur.Joined
+	} else {
+		m.Joined = c.Now
+	}
+	if m.Removed != 0 {
+		m.Removed = c.Now
+	}
+	s.Members[m.ID] = &m
+	return nil
 }

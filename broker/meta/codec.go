@@ -23,19 +23,27 @@ import (
 //	            len(Appends) { Stream Epoch First flags [Range] [Producer] [StreamSeq] }
 //	            len(Groups)  { Stream Group Next After }
 //	commit v2:  0x03 as commit v1, then Frames (a uvarint length and the bytes)
+//	commit v3:  0x04 as commit v2 (Frames possibly empty), then
+//	            len(Replicas) { string }
 //	replace v1: 0x02 Stream Object Size
 //	            len(Old) { Object Pos }
 //	            len(New) { Range }
+//	replace v2: 0x05 as replace v1, then len(Replicas) { string }
 //	Range:      First Next Object Pos Len Bytes Count MinTime MaxTime
 //	Producer:   ID Epoch Seq
 //
 // An Append's flags byte says which optional parts follow (and carries
 // Close). A field added to one of these structs must be added here, under a
 // new tag; TestCodecRoundTrip, which fills every field, fails until it is.
+// The encoder writes the oldest version that holds the command, so a
+// broker's entries stay readable by the version before it unless they need
+// what it lacks.
 const (
 	tagCommitV1  = 0x01
 	tagReplaceV1 = 0x02
 	tagCommitV2  = 0x03 // v1 + Frames; v1 still written when there are none
+	tagCommitV3  = 0x04 // v2 + Replicas, written only when there are some
+	tagReplaceV2 = 0x05 // v1 + Replicas, written only when there are some
 	// tagLimit: bytes below it are binary tags, known or not.
 	tagLimit = 0x09
 )
@@ -82,14 +90,23 @@ func Decode(data []byte, c *Command) error {
 	switch data[0] {
 	case tagCommitV1:
 		*c = Command{Op: OpCommit, Commit: d.commit()}
-	case tagCommitV2:
+	case tagCommitV2, tagCommitV3:
 		cm := d.commit()
 		if d.err == nil {
-			cm.Frames = d.bytes()
+			if cm.Frames = d.bytes(); len(cm.Frames) == 0 {
+				cm.Frames = nil
+			}
+		}
+		if data[0] == tagCommitV3 && d.err == nil {
+			cm.Replicas = d.strings()
 		}
 		*c = Command{Op: OpCommit, Commit: cm}
-	case tagReplaceV1:
-		*c = Command{Op: OpReplace, Replace: d.replace()}
+	case tagReplaceV1, tagReplaceV2:
+		rp := d.replace()
+		if data[0] == tagReplaceV2 && d.err == nil {
+			rp.Replicas = d.strings()
+		}
+		*c = Command{Op: OpReplace, Replace: rp}
 	default:
 		// A later version's entry read by an older broker.
 		return fmt.Errorf("meta: unknown binary command tag %#x", data[0])
@@ -106,9 +123,12 @@ func Decode(data []byte, c *Command) error {
 
 func encodeCommit(c *Commit) []byte {
 	// A guess at the size that spares most regrowth: ranges dominate.
-	b := make([]byte, 0, 32+len(c.Appends)*64+len(c.Groups)*24+len(c.Frames))
+	b := make([]byte, 0, 32+len(c.Appends)*64+len(c.Groups)*24+len(c.Frames)+len(c.Replicas)*24)
 	tag := byte(tagCommitV1)
-	if len(c.Frames) > 0 {
+	switch {
+	case len(c.Replicas) > 0:
+		tag = tagCommitV3
+	case len(c.Frames) > 0:
 		tag = tagCommitV2
 	}
 	b = append(b, tag)
@@ -155,16 +175,31 @@ func encodeCommit(c *Commit) []byte {
 		b = binary.AppendUvarint(b, g.Next)
 		b = binary.AppendVarint(b, int64(g.After))
 	}
-	if len(c.Frames) > 0 {
+	if tag >= tagCommitV2 {
 		b = binary.AppendUvarint(b, uint64(len(c.Frames)))
 		b = append(b, c.Frames...)
+	}
+	if tag == tagCommitV3 {
+		b = appendStrings(b, c.Replicas)
+	}
+	return b
+}
+
+func appendStrings(b []byte, ss []string) []byte {
+	b = binary.AppendUvarint(b, uint64(len(ss)))
+	for _, s := range ss {
+		b = appendString(b, s)
 	}
 	return b
 }
 
 func encodeReplace(c *Replace) []byte {
-	b := make([]byte, 0, 32+len(c.Old)*8+len(c.New)*48)
-	b = append(b, tagReplaceV1)
+	b := make([]byte, 0, 32+len(c.Old)*8+len(c.New)*48+len(c.Replicas)*24)
+	tag := byte(tagReplaceV1)
+	if len(c.Replicas) > 0 {
+		tag = tagReplaceV2
+	}
+	b = append(b, tag)
 	b = binary.AppendUvarint(b, c.Stream)
 	b = binary.AppendUvarint(b, c.Object)
 	b = binary.AppendVarint(b, c.Size)
@@ -176,6 +211,9 @@ func encodeReplace(c *Replace) []byte {
 	b = binary.AppendUvarint(b, uint64(len(c.New)))
 	for i := range c.New {
 		b = appendRangeV1(b, &c.New[i])
+	}
+	if tag == tagReplaceV2 {
+		b = appendStrings(b, c.Replicas)
 	}
 	return b
 }
@@ -300,6 +338,19 @@ func (d *decoder) bytes() []byte {
 	b := d.b[:n:n]
 	d.b = d.b[n:]
 	return b
+}
+
+// strings reads a count and that many strings (nil for none).
+func (d *decoder) strings() []string {
+	n := d.count(1) // a string takes at least its length byte
+	if n == 0 {
+		return nil
+	}
+	out := make([]string, n)
+	for i := range out {
+		out[i] = d.string()
+	}
+	return out
 }
 
 // count reads a slice length, refusing one whose elements, of at least min

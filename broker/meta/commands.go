@@ -23,6 +23,8 @@ const (
 	OpTouch          Op = "touch"
 	OpUpdatePolicy   Op = "updatePolicy"
 	OpFork           Op = "fork"
+	OpCluster        Op = "cluster"
+	OpMember         Op = "member"
 )
 
 // Command is one entry of the metadata log: Op and the matching field.
@@ -41,6 +43,8 @@ type Command struct {
 	Touch          *Touch          `json:"touch,omitempty"`
 	UpdatePolicy   *UpdatePolicy   `json:"updatePolicy,omitempty"`
 	Fork           *Fork           `json:"fork,omitempty"`
+	Cluster        *Cluster        `json:"cluster,omitempty"`
+	Member         *MemberChange   `json:"member,omitempty"`
 }
 
 // Create allocates one internal stream per partition and stores the entry
@@ -62,6 +66,9 @@ type Create struct {
 	Object  uint64  `json:"object,omitempty"`
 	Size    int64   `json:"size,omitempty"`
 	Initial []Range `json:"initial,omitempty"`
+	// Replicas names the members holding a durable copy of Object's file
+	// (see Commit.Replicas).
+	Replicas []string `json:"replicas,omitempty"`
 }
 
 // CreateResult is Create's answer.
@@ -126,6 +133,11 @@ type Commit struct {
 	// durable until it is (see core's inline commits). The state machine
 	// ignores them.
 	Frames []byte `json:"frames,omitempty"`
+	// Replicas names the members (their ids) holding a durable copy of
+	// Object's file, the writer's included, once every one of them has
+	// synced it. Empty: the broker is alone, or the frames ride in this
+	// entry, which every member of the log keeps.
+	Replicas []string `json:"replicas,omitempty"`
 }
 
 // Append is one stream's part of a Commit. Range is nil for a close-only
@@ -173,6 +185,9 @@ type Replace struct {
 	New    []Range    `json:"new,omitempty"`
 	Object uint64     `json:"object,omitempty"`
 	Size   int64      `json:"size,omitempty"`
+	// Replicas names the members holding a durable copy of Object's file
+	// (see Commit.Replicas).
+	Replicas []string `json:"replicas,omitempty"`
 }
 
 // GroupOffset records Next as the offset Group reads next on Stream. Inside a
@@ -232,4 +247,30 @@ type Fork struct {
 	Object      uint64  `json:"object,omitempty"`
 	Size        int64   `json:"size,omitempty"`
 	Initial     []Range `json:"initial,omitempty"`
+	// Replicas names the members holding a durable copy of Object's file
+	// (see Commit.Replicas).
+	Replicas []string `json:"replicas,omitempty"`
+}
+
+// Cluster names the cluster this log belongs to, once: the first member
+// proposes it right after bootstrapping, and a later Cluster changes
+// nothing (ClusterResult says which id holds).
+type Cluster struct {
+	ID string `json:"id"`
+}
+
+// ClusterResult is Cluster's answer: the cluster's id.
+type ClusterResult struct {
+	ID string
+}
+
+// MemberChange records a member of the cluster (a broker incarnation) as it
+// joins, as its addresses change, or as it is removed for good. A removed
+// member stays in the registry, so that one coming back with its old data
+// is recognised and refused; its id is never reused (a broker whose data
+// was wiped joins under a new incarnation, hence a new id).
+type MemberChange struct {
+	Member Member `json:"member"`
+	// Now is when the change was made (Unix ns).
+	Now int64 `json:"now"`
 }

@@ -19,4 +19,5 @@ var (
 	PartitionsShrink = node.PartitionsShrink
 	StreamGone       = node.StreamGone
 	ProducerEpochSeq = node.ProducerEpochSeq
+	MemberRemoved    = node.MemberRemoved
 )

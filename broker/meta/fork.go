@@ -10,7 +10,7 @@ import (
 func (s *State) fork(c *Fork) any {
 	if e, ok := s.Names[c.Name]; ok {
 		if c.Object != 0 {
-			s.addObject(c.Object, c.Size)
+			s.addObject(c.Object, c.Size, c.Replicas)
 			s.settleObject(c.Object)
 		}
 		return &CreateResult{Entry: e.Clone()}
@@ -74,7 +74,7 @@ func (s *State) fork(c *Fork) any {
 	}
 	s.Names[c.Name] = e
 	src.Forks++
-	s.addInitial(fin, c.Object, c.Size, c.Initial)
+	s.addInitial(fin, c.Object, c.Size, c.Replicas, c.Initial)
 	return &CreateResult{Entry: e.Clone(), Created: true}
 }
 
@@ -92,11 +92,11 @@ func checkInitial(rs []Range, first uint64, obj uint64) error {
 }
 
 // addInitial registers obj and appends the checked initial ranges to in.
-func (s *State) addInitial(in *Internal, obj uint64, size int64, rs []Range) {
+func (s *State) addInitial(in *Internal, obj uint64, size int64, replicas []string, rs []Range) {
 	if obj == 0 {
 		return
 	}
-	s.addObject(obj, size)
+	s.addObject(obj, size, replicas)
 	for _, r := range rs {
 		in.Ranges = append(in.Ranges, r)
 		in.End = r.Next

@@ -92,6 +92,9 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	if s.Garbage == nil {
 		s.Garbage = map[uint64]bool{}
 	}
+	if s.Members == nil {
+		s.Members = map[string]*Member{}
+	}
 	f.mu.Lock()
 	f.state = s
 	f.mu.Unlock()

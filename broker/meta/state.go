@@ -10,6 +10,7 @@
 package meta
 
 import (
+	"slices"
 	"sort"
 
 	"github.com/picomq/picomq/broker/stream"
@@ -114,6 +115,27 @@ type Object struct {
 	ID   uint64 `json:"id"`
 	Size int64  `json:"size"`
 	Refs int    `json:"refs"`
+	// Replicas names the members holding a copy of its file (empty: every
+	// member of the log holds its frames, or the broker is alone).
+	Replicas []string `json:"replicas,omitempty"`
+}
+
+// Member is one broker incarnation in the cluster. Its ID — the node's name
+// and the incarnation written in its data directory when it was first
+// formatted — is its id in the metadata log's configuration and in object
+// replica sets.
+type Member struct {
+	ID          string `json:"id"`
+	Node        string `json:"node"`
+	Incarnation string `json:"incarnation"`
+	// PeerAddr is where the member's peer port is dialled (a stable name,
+	// resolved at each dial); ClientAddr where its client API is.
+	PeerAddr   string `json:"peerAddr"`
+	ClientAddr string `json:"clientAddr,omitempty"`
+	// Joined is when the member was first recorded, Removed when it was
+	// removed for good (0: it is a member). Unix ns.
+	Joined  int64 `json:"joined"`
+	Removed int64 `json:"removed,omitempty"`
 }
 
 // State is everything the metadata log holds.
@@ -129,6 +151,10 @@ type State struct {
 	// Garbage holds objects no range references any more: their files may be
 	// deleted, after which ObjectsDeleted forgets them.
 	Garbage map[uint64]bool `json:"garbage"`
+	// ClusterID names the cluster ("" on a lone broker's log), Members its
+	// members, removed ones included, by id.
+	ClusterID string             `json:"clusterID,omitempty"`
+	Members   map[string]*Member `json:"members,omitempty"`
 }
 
 // NewState returns an empty state.
@@ -139,6 +165,7 @@ func NewState() *State {
 		Streams:      map[uint64]*Internal{},
 		Objects:      map[uint64]*Object{},
 		Garbage:      map[uint64]bool{},
+		Members:      map[string]*Member{},
 	}
 }
 
@@ -177,13 +204,14 @@ func (s *State) unref(id uint64) {
 	}
 }
 
-// addObject registers a new object with no references yet.
-func (s *State) addObject(id uint64, size int64) {
+// addObject registers a new object with no references yet, its file held
+// by replicas.
+func (s *State) addObject(id uint64, size int64, replicas []string) {
 	if id > s.MaxObjectID {
 		s.MaxObjectID = id
 	}
 	if _, ok := s.Objects[id]; !ok {
-		s.Objects[id] = &Object{ID: id, Size: size}
+		s.Objects[id] = &Object{ID: id, Size: size, Replicas: slices.Clone(replicas)}
 	}
 }
 
@@ -213,6 +241,8 @@ func (s *State) Clone() *State {
 		Streams:      make(map[uint64]*Internal, len(s.Streams)),
 		Objects:      make(map[uint64]*Object, len(s.Objects)),
 		Garbage:      make(map[uint64]bool, len(s.Garbage)),
+		ClusterID:    s.ClusterID,
+		Members:      make(map[string]*Member, len(s.Members)),
 	}
 	for k, e := range s.Names {
 		c.Names[k] = e.Clone()
@@ -222,7 +252,12 @@ func (s *State) Clone() *State {
 	}
 	for k, o := range s.Objects {
 		oc := *o
+		oc.Replicas = slices.Clone(o.Replicas)
 		c.Objects[k] = &oc
+	}
+	for k, m := range s.Members {
+		mc := *m
+		c.Members[k] = &mc
 	}
 	for k := range s.Garbage {
 		c.Garbage[k] = true

@@ -25,6 +25,7 @@ const (
 	CodePartitionsShrink errs.Code = 0x00_10_01_0B
 	CodeStreamGone       errs.Code = 0x00_10_01_0C
 	CodeProducerEpochSeq errs.Code = 0x00_10_01_0D
+	CodeMemberRemoved    errs.Code = 0x00_10_01_0E
 )
 
 var (
@@ -109,6 +110,17 @@ var (
 		"A new producer epoch must start at sequence 0",
 		"broker/meta: Producer-Epoch above the producer's current epoch with a Producer-Seq other than 0; the fields carry both",
 		400, 65)
+)
+
+var (
+	// MemberRemoved: a broker incarnation that was removed from the
+	// cluster for good asks to act as a member again (it came back with its
+	// old data directory). It is never let back in: a broker whose data is
+	// set aside or wiped joins as a new member.
+	MemberRemoved = errs.Static(CodeMemberRemoved, "MEMBER_REMOVED",
+		"This broker was removed from the cluster",
+		"broker/meta: the member id (node and incarnation) was removed from the cluster for good; start the broker on an empty data directory to join as a new member",
+		409, 77)
 )
 
 // Aborted answers an append whose provisional offsets were computed on top

@@ -1,0 +1,110 @@
+package meta
+
+import (
+	"encoding/json"
+	"errors"
+	"reflect"
+	"testing"
+)
+
+// TestClusterIDIsSetOnce: the first Cluster names the cluster; a later one
+// changes nothing and answers the id that holds.
+func TestClusterIDIsSetOnce(t *testing.T) {
+	t.Parallel()
+	s := NewState()
+	if r := mustApply(t, s, &Command{Op: OpCluster, Cluster: &Cluster{ID: "c-1"}}).(*ClusterResult); r.ID != "c-1" {
+		t.Fatalf("first cluster id %q", r.ID)
+	}
+	if r := mustApply(t, s, &Command{Op: OpCluster, Cluster: &Cluster{ID: "c-2"}}).(*ClusterResult); r.ID != "c-1" || s.ClusterID != "c-1" {
+		t.Fatalf("a second Cluster answered %q and left %q, want c-1 kept", r.ID, s.ClusterID)
+	}
+}
+
+// TestMembersAreRecordedAndRemovedForGood: a member joins, changes its
+// address, is removed; a change for the removed id is refused, and the same
+// node under a new incarnation is a new member.
+func TestMembersAreRecordedAndRemovedForGood(t *testing.T) {
+	t.Parallel()
+	s := NewState()
+	m := Member{ID: "demo-1~a", Node: "demo-1", Incarnation: "a", PeerAddr: "demo-1.h:7001"}
+	mustApply(t, s, &Command{Op: OpMember, Member: &MemberChange{Member: m, Now: 10}})
+	m.PeerAddr = "demo-1.h:7002"
+	mustApply(t, s, &Command{Op: OpMember, Member: &MemberChange{Member: m, Now: 20}})
+	if got := s.Members["demo-1~a"]; got.PeerAddr != "demo-1.h:7002" || got.Joined != 10 || got.Removed != 0 {
+		t.Fatalf("member after an address change: %+v", got)
+	}
+	m.Removed = 1
+	mustApply(t, s, &Command{Op: OpMember, Member: &MemberChange{Member: m, Now: 30}})
+	if got := s.Members["demo-1~a"]; got.Removed != 30 {
+		t.Fatalf("removed member: %+v, want removed at 30", got)
+	}
+	m.Removed = 0
+	if err, _ := s.Apply(&Command{Op: OpMember, Member: &MemberChange{Member: m, Now: 40}}).(error); !errors.Is(err, MemberRemoved) {
+		t.Fatalf("a removed member coming back: %v, want MEMBER_REMOVED", err)
+	}
+	fresh := Member{ID: "demo-1~b", Node: "demo-1", Incarnation: "b", PeerAddr: "demo-1.h:7001"}
+	mustApply(t, s, &Command{Op: OpMember, Member: &MemberChange{Member: fresh, Now: 50}})
+	if len(s.Members) != 2 || s.Members["demo-1~a"].Removed == 0 {
+		t.Fatalf("members %v", s.Members)
+	}
+	if err, _ := s.Apply(&Command{Op: OpMember, Member: &MemberChange{Member: Member{ID: "x"}}}).(error); !errors.Is(err, BadCommand) {
+		t.Fatalf("a member without a node: %v, want BAD_COMMAND", err)
+	}
+}
+
+// TestReplicasAreRecordedAndSurviveASnapshot: the members a commit names
+// as holding its object are the object's replicas, in a clone and through
+// the snapshot's JSON.
+func TestReplicasAreRecordedAndSurviveASnapshot(t *testing.T) {
+	t.Parallel()
+	s := NewState()
+	id := mustApply(t, s, create("r", 1)).(*CreateResult).Entry.Streams[0]
+	mustApply(t, s, &Command{Op: OpOpen, Open: &Open{Stream: id, Owner: "n"}})
+	c := commit(7, Append{Stream: id, Epoch: 0, First: 0, Range: rng(0, 1, 7)})
+	c.Commit.Replicas = []string{"a~1", "b~1", "c~1"}
+	mustApply(t, s, c)
+	want := []string{"a~1", "b~1", "c~1"}
+	if got := s.Objects[7].Replicas; !reflect.DeepEqual(got, want) {
+		t.Fatalf("replicas %v, want %v", got, want)
+	}
+	c.Commit.Replicas[0] = "changed after the apply"
+	clone := s.Clone()
+	if got := clone.Objects[7].Replicas; !reflect.DeepEqual(got, want) {
+		t.Fatalf("the state kept the command's slice: %v", got)
+	}
+	raw, err := json.Marshal(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back State
+	if err := json.Unmarshal(raw, &back); err != nil {
+		t.Fatal(err)
+	}
+	if got := back.Objects[7].Replicas; !reflect.DeepEqual(got, want) {
+		t.Fatalf("replicas after a snapshot round trip %v", got)
+	}
+}
+
+// TestCodecWritesTheOldestVersionThatFits: commits and replaces without
+// replicas keep the tags the previous version reads.
+func TestCodecWritesTheOldestVersionThatFits(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		cmd *Command
+		tag byte
+	}{
+		{&Command{Op: OpCommit, Commit: &Commit{Object: 1}}, tagCommitV1},
+		{&Command{Op: OpCommit, Commit: &Commit{Object: 1, Frames: []byte("f")}}, tagCommitV2},
+		{&Command{Op: OpCommit, Commit: &Commit{Object: 1, Replicas: []string{"a"}}}, tagCommitV3},
+		{&Command{Op: OpReplace, Replace: &Replace{Stream: 1}}, tagReplaceV1},
+		{&Command{Op: OpReplace, Replace: &Replace{Stream: 1, Replicas: []string{"a"}}}, tagReplaceV2},
+	} {
+		raw, err := Encode(c.cmd)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if raw[0] != c.tag {
+			t.Errorf("%s %+v: tag %#x, want %#x", c.cmd.Op, c.cmd, raw[0], c.tag)
+		}
+	}
+}
