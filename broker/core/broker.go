@@ -62,8 +62,9 @@ type Broker struct {
 	objs *objstore.Store
 	out  ObjectStore // where object files are written: objs, or a cluster's wrapper of it
 
-	mu     sync.Mutex        // guards named and closed
+	mu     sync.Mutex        // guards named, byID and closed
 	named  map[string]*named // the views of the streams this node loaded
+	byID   map[uint64]*named // the same views by their partitions' internal ids
 	closed bool
 
 	flush  *flusher
@@ -104,6 +105,7 @@ func Open(cfg Config) (*Broker, error) {
 		cfg:    cfg,
 		fsm:    meta.NewFSM(),
 		named:  map[string]*named{},
+		byID:   map[uint64]*named{},
 		frames: newFrameCache(64 << 20),
 		inline: newInlineObjects(objectsDir(cfg.DataDir), cfg.syncObjects),
 		stop:   make(chan struct{}),

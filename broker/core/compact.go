@@ -80,11 +80,11 @@ func (b *Broker) Compact(ctx context.Context, name string, partition int) (strea
 	if len(old) == 0 {
 		return v, nil
 	}
-	obj, size, fresh, err := b.writeRanges(groups, bounds)
+	obj, fresh, err := b.writeRanges(groups, bounds)
 	if err != nil {
 		return stream.CompactValue{}, err
 	}
-	if err := b.replace(ctx, id, old, obj, size, fresh); err != nil {
+	if err := b.replace(ctx, id, old, obj, fresh); err != nil {
 		return stream.CompactValue{}, err
 	}
 	n.freed()

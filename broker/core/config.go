@@ -99,6 +99,9 @@ type Config struct {
 	// a cluster can copy each object to its replicas before the commit that
 	// references it (default: this node's directory only).
 	Placement func(local ObjectStore) ObjectStore
+	// Fetcher reads frames of objects this node has no file of (default
+	// none: on one node every committed object is local).
+	Fetcher Fetcher
 	// Logger receives operational logs (default: discard).
 	Logger *slog.Logger
 	// Metrics, when set, receives the broker's measurements.

@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/picomq/picomq/broker/errs"
 	"github.com/picomq/picomq/broker/meta"
 	"github.com/picomq/picomq/broker/node"
 	"github.com/picomq/picomq/broker/stream"
@@ -415,29 +416,43 @@ func TestMergeLeavesLargeRangesAlone(t *testing.T) {
 	}
 }
 
-// TestStaleEpochRollsBackAndReopens: when another owner opens the stream
-// (its epoch moves), this owner's next commit is refused, its provisional
-// state rolls back, and the append after that reopens at a new epoch and
-// continues the committed offsets without a gap.
-func TestStaleEpochRollsBackAndReopens(t *testing.T) {
+// TestForeignOpenFencesThisNode: when another node opens the stream (its
+// epoch moves), this node's appends in flight fail retriably with nothing
+// written, its provisional state is dropped, and the append after that
+// reopens at a new epoch and continues the committed offsets without a gap.
+func TestForeignOpenFencesThisNode(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	b := openTest(t, t.TempDir())
+	b := openTest(t, t.TempDir(), func(c *Config) { c.MaxHold = time.Minute })
 	defer b.Close()
 	mustCreate(t, b, "s", node.CreateOptions{})
 	if _, err := b.Append(ctx, "s", recs("a", "b"), node.AppendOptions{Partition: -1}); err != nil {
 		t.Fatal(err)
 	}
 	e, _ := b.Get("s")
+	// An append admitted under epoch 0 and not committed yet (the hold
+	// keeps it queued) when another node opens the partition: it fails
+	// retriably, and nothing of it is written.
+	hold := b.Hold()
+	pd, err := b.Admit(ctx, "s", recs("in flight"), node.AppendOptions{Partition: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
 	if _, err := b.apply(ctx, &meta.Command{Op: meta.OpOpen, Open: &meta.Open{Stream: e.Partitions[0], Owner: "other"}}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.Append(ctx, "s", recs("c"), node.AppendOptions{Partition: -1}); !errors.Is(err, meta.StaleEpoch) {
-		t.Fatalf("append under a stale epoch = %v, want STALE_EPOCH", err)
+	hold()
+	if _, err := pd.Wait(ctx); err == nil || errs.HTTPStatus(err) != 503 {
+		t.Fatalf("an append in flight when another node opened its partition: %v, want a retriable refusal (503)", err)
 	}
+	if in, _ := b.fsm.Internal(e.Partitions[0]); in.End != 2 || in.Owner != "other" {
+		t.Fatalf("after the foreign open %+v: want end 2, owner other", in)
+	}
+	// This node may still open it (SingleNode ownership): the next append
+	// reopens at the next epoch and continues at the committed end.
 	res, err := b.Append(ctx, "s", recs("d"), node.AppendOptions{Partition: -1})
 	if err != nil || res.First != 2 {
-		t.Fatalf("append after rollback = %+v, %v; want offset 2", res, err)
+		t.Fatalf("append after the fence = %+v, %v; want offset 2", res, err)
 	}
 	in, _ := b.fsm.Internal(e.Partitions[0])
 	if in.Epoch != 2 || in.Owner != b.NodeID() {

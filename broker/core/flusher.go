@@ -2,6 +2,7 @@ package core
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 
@@ -289,7 +290,7 @@ func (f *flusher) write(batch []*pendingAppend) *written {
 			return nil
 		}
 		b.cfg.Metrics.FsyncSeconds.Observe(time.Since(start).Seconds())
-		c.Object, c.Size = w.ID(), w.Size()
+		c.Object, c.Size, c.Replicas = w.ID(), w.Size(), w.Replicas()
 		if err := w.Close(); err != nil {
 			f.fail(live, err)
 			return nil
@@ -399,9 +400,13 @@ func (f *flusher) settle(p *proposal) {
 			pa.n.mu.Lock()
 			stale := pa.n.gen != pa.gen
 			pa.n.mu.Unlock()
-			if stale {
+			switch {
+			case stale:
 				// Built on an append refused before it: not its own fault.
 				err = node.Aborted.Wrap(err, "name", pa.n.name, "first", pa.app.First)
+			case errors.Is(err, meta.StaleEpoch):
+				// Fenced by another owner's open: nothing was written.
+				err = node.OwnerChanged.Wrap(err, "name", pa.n.name, "stream", pa.app.Stream)
 			}
 			b.rollback(pa.n, pa.gen, err)
 			pa.answer(err, false)

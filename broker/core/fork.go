@@ -45,11 +45,11 @@ func (b *Broker) Fork(ctx context.Context, name string, o node.ForkOptions) (*no
 			// Refuse before writing an object nobody would reference.
 			return nil, false, stream.OffsetAhead.With("partition", 0, "offset", o.At, "next", in.End)
 		}
-		obj, size, rs, err := b.writeInitial(o.At, o.Initial)
+		obj, rs, err := b.writeInitial(o.At, o.Initial)
 		if err != nil {
 			return nil, false, err
 		}
-		c.Object, c.Size, c.Initial = obj, size, rs
+		c.Object, c.Size, c.Replicas, c.Initial = obj.id, obj.size, obj.replicas, rs
 	}
 	res, err := b.apply(ctx, &meta.Command{Op: meta.OpFork, Fork: c})
 	if err != nil {
@@ -60,7 +60,7 @@ func (b *Broker) Fork(ctx context.Context, name string, o node.ForkOptions) (*no
 
 // writeInitial writes records from offset first on as one frame of a new,
 // synced object, and returns the range naming them.
-func (b *Broker) writeInitial(first uint64, records []stream.RecordValue) (uint64, int64, []meta.Range, error) {
+func (b *Broker) writeInitial(first uint64, records []stream.RecordValue) (placed, []meta.Range, error) {
 	at := b.now().UnixNano()
 	group := make([]record, len(records))
 	for i, r := range records {

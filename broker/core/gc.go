@@ -61,7 +61,10 @@ func (b *Broker) collectGarbage(ctx context.Context, grace time.Duration, orphan
 		deleted = append(deleted, id)
 	}
 	b.garbageSince = seen
-	if len(deleted) > 0 {
+	// Every member deletes its own copies; one, the metadata leader, tells
+	// the log (a copy another member still holds then is an orphan there,
+	// collected after OrphanGrace).
+	if len(deleted) > 0 && b.log.IsLeader() {
 		if _, err := b.apply(ctx, &meta.Command{Op: meta.OpObjectsDeleted, ObjectsDeleted: &meta.ObjectsDeleted{IDs: deleted}}); err != nil {
 			return err
 		}

@@ -79,12 +79,19 @@ func (o *inlineObjects) restore(s *objstore.Store, st *meta.State) error {
 	return nil
 }
 
-// applied runs on the log's apply goroutine after each command. A commit
+// applied runs on the log's apply goroutine after each command. Another
+// node's open of a partition this node writes fences it here. A commit
 // carrying frames of an object this broker does not hold is one the
 // replay at start meets: its frames wait for restore. (Once the store is
 // open, such an object is held, or was spilled before its commit applied;
 // EnsureObject checks its file.)
-func (b *Broker) applied(c *meta.Command, _ any) {
+func (b *Broker) applied(c *meta.Command, res any) {
+	if c.Op == meta.OpOpen && c.Open != nil && c.Open.Owner != b.cfg.NodeID {
+		if r, ok := res.(*meta.OpenResult); ok {
+			b.fence(c.Open.Stream, r.Internal.Epoch)
+		}
+		return
+	}
 	if c.Op != meta.OpCommit || c.Commit == nil || len(c.Commit.Frames) == 0 {
 		return
 	}

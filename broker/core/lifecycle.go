@@ -33,11 +33,11 @@ func (b *Broker) Create(ctx context.Context, name string, o node.CreateOptions) 
 		if _, err := stream.CheckBatch(stream.PolicyValue{MaxRecordBytes: o.Policy.MaxRecordBytes}, o.Initial); err != nil {
 			return nil, false, err
 		}
-		obj, size, rs, err := b.writeInitial(0, o.Initial)
+		obj, rs, err := b.writeInitial(0, o.Initial)
 		if err != nil {
 			return nil, false, err
 		}
-		c.Object, c.Size, c.Initial = obj, size, rs
+		c.Object, c.Size, c.Replicas, c.Initial = obj.id, obj.size, obj.replicas, rs
 	}
 	res, err := b.apply(ctx, &meta.Command{Op: meta.OpCreate, Create: c})
 	if err != nil {

@@ -90,6 +90,9 @@ func (b *Broker) maintain(ctx context.Context) {
 			}
 		}
 	})
+	if !b.log.IsLeader() {
+		expired = nil // the metadata leader expires streams, once for the cluster
+	}
 	for _, e := range expired {
 		if err := b.deleteEntry(ctx, e); err == nil {
 			b.cfg.Metrics.ExpiredStreams.Inc()
@@ -98,6 +101,9 @@ func (b *Broker) maintain(ctx context.Context) {
 	}
 	for _, o := range loaded {
 		for _, id := range o.streams {
+			if b.cfg.Ownership.MayOpen(id) != nil {
+				continue // another node writes it, and rewrites and trims it
+			}
 			if err := b.persistRetention(ctx, o.n, id); err != nil {
 				b.cfg.Logger.Warn("retention failed", "name", o.n.name, "err", err)
 			}

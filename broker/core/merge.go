@@ -71,11 +71,11 @@ func (b *Broker) merge(ctx context.Context, n *named, id uint64) error {
 		if len(cur) > 0 {
 			groups = append(groups, cur)
 		}
-		obj, osize, fresh, err := b.writeRanges(groups, nil)
+		obj, fresh, err := b.writeRanges(groups, nil)
 		if err != nil {
 			return err
 		}
-		if err := b.replace(ctx, id, take, obj, osize, fresh); err != nil {
+		if err := b.replace(ctx, id, take, obj, fresh); err != nil {
 			return err
 		}
 		b.cfg.Metrics.MergedRanges.Add(float64(len(take)))

@@ -136,14 +136,21 @@ func (b *Broker) stream(name string) (*named, error) {
 		if cur, ok := b.named[name]; ok && slices.Equal(cur.streams, fresh.Streams) {
 			return cur, nil
 		}
+		if old, ok := b.named[name]; ok {
+			b.unindexLocked(old)
+		}
 		n = newNamed(fresh)
 		b.named[name] = n
+		for _, id := range fresh.Streams {
+			b.byID[id] = n
+		}
 		return n, nil
 	}
 	n.mu.Lock()
 	if len(ids) > len(n.streams) { // partitions grew (and no one added them meanwhile)
 		for _, id := range ids[len(n.streams):] {
 			n.parts = append(n.parts, &part{id: id})
+			b.byID[id] = n
 		}
 		n.streams = ids
 	}
@@ -159,11 +166,26 @@ func (b *Broker) views() []*named {
 	return slices.Collect(maps.Values(b.named))
 }
 
+// unindexLocked drops n's partitions from b.byID. Called with b.mu held.
+func (b *Broker) unindexLocked(n *named) {
+	n.mu.Lock()
+	ids := n.streams
+	n.mu.Unlock()
+	for _, id := range ids {
+		if b.byID[id] == n {
+			delete(b.byID, id)
+		}
+	}
+}
+
 // forget drops the cached view of name (delete, policy change).
 func (b *Broker) forget(name string) {
 	b.mu.Lock()
 	n := b.named[name]
 	delete(b.named, name)
+	if n != nil {
+		b.unindexLocked(n)
+	}
 	b.mu.Unlock()
 	if n != nil {
 		n.mu.Lock()
@@ -308,6 +330,31 @@ func (b *Broker) Wake(name string) (<-chan struct{}, error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	return n.wake, nil
+}
+
+// fence stops this node writing internal stream id after another node's
+// open of it applied (epoch, the open's): appends queued for it are
+// aborted, those already proposed are refused by the state machine
+// (OWNER_CHANGED), and the next append must open it again. It runs on the
+// log's apply goroutine.
+func (b *Broker) fence(id uint64, epoch int64) {
+	b.mu.Lock()
+	n := b.byID[id]
+	b.mu.Unlock()
+	if n == nil {
+		return
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for _, p := range n.parts {
+		if p.id == id && p.opened && p.epoch < epoch {
+			p.opened = false
+			n.gen++ // queued appends were built on the fenced epoch
+			n.pendingBytes = 0
+			n.signal()
+			b.cfg.Logger.Info("partition fenced: another node opened it", "name", n.name, "stream", id, "epoch", p.epoch, "by", epoch)
+		}
+	}
 }
 
 // rollback resets the provisional state of n to what the log committed,

@@ -32,35 +32,29 @@ type SingleNode struct{}
 // MayOpen always allows.
 func (SingleNode) MayOpen(uint64) error { return nil }
 
-// Release closes, through one metadata command, the partitions among ids
-// that this node holds open, after their appends already admitted are
-// committed or answered; their next writer opens them at the next epoch
-// without waiting. Appends admitted after Release reopen them, if
-// Ownership allows. Closing a partition another node reopened meanwhile
+// Release closes, through one metadata command, the partitions this node
+// holds open whose internal ids which selects, after their appends already
+// admitted are committed or answered; their next writer opens them at the
+// next epoch without waiting. Appends admitted after Release reopen them,
+// if Ownership allows. Closing a partition another node reopened meanwhile
 // changes nothing.
-func (b *Broker) Release(ctx context.Context, ids []uint64) error {
-	want := make(map[uint64]bool, len(ids))
-	for _, id := range ids {
-		want[id] = true
-	}
-	return b.closeOpen(ctx, func(id uint64) bool { return want[id] })
+func (b *Broker) Release(ctx context.Context, which func(id uint64) bool) error {
+	return b.closeOpen(ctx, which)
 }
 
-// Revoke stops this node writing the partitions among ids at once, without
-// the metadata log: their appends not yet committed are aborted (a
-// retriable refusal; nothing of them is acknowledged), and the next append
-// must open them again. Use it when ownership is lost and the log cannot be
-// reached; the epoch still fences whatever was in flight.
-func (b *Broker) Revoke(ids []uint64) {
-	want := make(map[uint64]bool, len(ids))
-	for _, id := range ids {
-		want[id] = true
-	}
+// Revoke stops this node writing the partitions whose internal ids which
+// selects at once, without the metadata log: their appends not yet
+// proposed are aborted (a retriable refusal; nothing of them is written),
+// those already proposed are answered as their commit says, and the next
+// append must open them again. Use it when ownership is lost and the log
+// cannot be reached in time; the epoch still fences whatever was in
+// flight.
+func (b *Broker) Revoke(which func(id uint64) bool) {
 	for _, n := range b.views() {
 		n.mu.Lock()
 		revoked := false
 		for _, p := range n.parts {
-			if p.opened && want[p.id] {
+			if p.opened && which(p.id) {
 				p.opened = false
 				revoked = true
 			}

@@ -145,7 +145,7 @@ func TestReleaseClosesThroughTheLog(t *testing.T) {
 		t.Fatal(err)
 	}
 	released := make(chan error, 1)
-	go func() { released <- b.Release(ctx, []uint64{p0}) }()
+	go func() { released <- b.Release(ctx, func(id uint64) bool { return id == p0 }) }()
 	select {
 	case err := <-released:
 		t.Fatalf("Release returned (%v) before the append admitted under the old epoch was answered", err)
@@ -192,7 +192,7 @@ func TestRevokeAbortsWhatIsNotProposed(t *testing.T) {
 		t.Fatal(err)
 	}
 	commands := b.fsm.Commands()
-	b.Revoke([]uint64{id})
+	b.Revoke(func(x uint64) bool { return x == id })
 	if n := b.fsm.Commands() - commands; n != 0 {
 		t.Fatalf("Revoke wrote %d commands", n)
 	}

@@ -27,8 +27,11 @@ type ObjectWriter interface {
 	// return the frame's position and length.
 	AppendFrame(payload []byte) (pos, n int64, err error)
 	AppendFrameRef(payload []byte) (pos, n int64, err error)
-	// Sync makes every frame appended so far durable.
+	// Sync makes every frame appended so far durable, on every replica.
 	Sync() error
+	// Replicas names the members holding a durable copy once Sync
+	// returned (nil: this node alone), for the commit to record.
+	Replicas() []string
 	// Close finishes a synced object; Abort discards one that will not be
 	// committed (it does nothing after a successful Close).
 	Close() error
@@ -41,9 +44,21 @@ type localObjects struct{ s *objstore.Store }
 func (l localObjects) Create() (ObjectWriter, error) {
 	w, err := l.s.Create()
 	if err != nil {
-		return nil, err // not a nil *objstore.Writer in a non-nil interface
+		return nil, err
 	}
-	return w, nil
+	return localWriter{w}, nil
 }
 
-var _ ObjectWriter = (*objstore.Writer)(nil)
+// localWriter is an object written to this node's directory only.
+type localWriter struct{ *objstore.Writer }
+
+// Replicas is nil: the copy is this node's.
+func (localWriter) Replicas() []string { return nil }
+
+// Fetcher reads a frame of an object file this node holds no copy of from
+// one of the members that do (in a cluster, an object's replicas). The
+// frame is checked as a local read checks it: a failed checksum is
+// objstore.ErrCorrupt, an object no replica holds fs.ErrNotExist.
+type Fetcher interface {
+	FetchFrame(object uint64, replicas []string, pos, n int64) ([]byte, error)
+}

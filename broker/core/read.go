@@ -181,6 +181,9 @@ func (b *Broker) frame(r meta.Range) ([]byte, error) {
 		return p, nil
 	}
 	p, err := b.objs.ReadFrame(r.Object, r.Pos, r.Len)
+	if errors.Is(err, fs.ErrNotExist) && b.cfg.Fetcher != nil {
+		p, err = b.fetch(r, err)
+	}
 	if err != nil {
 		if errors.Is(err, objstore.ErrCorrupt) {
 			return nil, b.corrupt(r, err)
@@ -189,6 +192,27 @@ func (b *Broker) frame(r meta.Range) ([]byte, error) {
 	}
 	b.frames.put(key, p)
 	return p, nil
+}
+
+// fetch reads a frame this node holds no copy of from the replicas the
+// state names for its object. An object the state no longer holds is
+// answered with notHere, the local miss: it was collected, and the reader
+// looks its ranges up again.
+func (b *Broker) fetch(r meta.Range, notHere error) ([]byte, error) {
+	var replicas []string
+	b.fsm.View(func(s *meta.State) {
+		if o, ok := s.Objects[r.Object]; ok {
+			for _, id := range o.Replicas {
+				if id != b.cfg.NodeID {
+					replicas = append(replicas, id)
+				}
+			}
+		}
+	})
+	if len(replicas) == 0 {
+		return nil, notHere
+	}
+	return b.cfg.Fetcher.FetchFrame(r.Object, replicas, r.Pos, r.Len)
 }
 
 // corrupt reports a committed frame that failed its checks: logged, counted,

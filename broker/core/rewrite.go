@@ -93,10 +93,10 @@ func (b *Broker) decodeRun(rs []meta.Range, start uint64) ([]record, error) {
 // returns their ranges. bounds[i], when its Next is set, is the [First,
 // Next) range i keeps (compaction keeps a range's bounds around its holes);
 // otherwise the range spans its records.
-func (b *Broker) writeRanges(groups [][]record, bounds []meta.Range) (uint64, int64, []meta.Range, error) {
+func (b *Broker) writeRanges(groups [][]record, bounds []meta.Range) (placed, []meta.Range, error) {
 	w, err := b.out.Create()
 	if err != nil {
-		return 0, 0, nil, err
+		return placed{}, nil, err
 	}
 	var out []meta.Range
 	var buf []byte
@@ -119,26 +119,34 @@ func (b *Broker) writeRanges(groups [][]record, bounds []meta.Range) (uint64, in
 		pos, n, err := w.AppendFrame(buf)
 		if err != nil {
 			w.Abort()
-			return 0, 0, nil, err
+			return placed{}, nil, err
 		}
 		r.Pos, r.Len = pos, n
 		out = append(out, r)
 	}
 	if err := w.Sync(); err != nil {
 		w.Abort()
-		return 0, 0, nil, err
+		return placed{}, nil, err
 	}
-	size := w.Size()
+	p := placed{id: w.ID(), size: w.Size(), replicas: w.Replicas()}
 	if err := w.Close(); err != nil {
-		return 0, 0, nil, err
+		return placed{}, nil, err
 	}
-	return w.ID(), size, out, nil
+	return p, out, nil
+}
+
+// placed is an object file written and made durable through the
+// ObjectStore: its id, its size and the members holding copies of it.
+type placed struct {
+	id       uint64
+	size     int64
+	replicas []string
 }
 
 // replace swaps old, ranges of internal stream id, for fresh, written in
-// object obj of size bytes, with one command.
-func (b *Broker) replace(ctx context.Context, id uint64, old []meta.Range, obj uint64, size int64, fresh []meta.Range) error {
-	c := &meta.Replace{Stream: id, Object: obj, Size: size, New: fresh}
+// object obj, with one command.
+func (b *Broker) replace(ctx context.Context, id uint64, old []meta.Range, obj placed, fresh []meta.Range) error {
+	c := &meta.Replace{Stream: id, Object: obj.id, Size: obj.size, Replicas: obj.replicas, New: fresh}
 	for _, r := range old {
 		c.Old = append(c.Old, meta.RangeRef{Object: r.Object, Pos: r.Pos})
 	}

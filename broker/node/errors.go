@@ -138,6 +138,15 @@ var Corrupt = errs.Static(0x00_10_02_02, "OBJECT_CORRUPT",
 	"broker/core: a committed object's frame failed its CRC or is short; the fields name the object and position; the records are not served",
 	500, 74)
 
+// OwnerChanged answers an append the metadata log refused because another
+// node opened its partition meanwhile (a higher epoch fenced this one):
+// nothing of it was written, and it may be retried — at the partition's
+// new owner.
+var OwnerChanged = errs.Static(0x00_10_02_03, "OWNER_CHANGED",
+	"The partition moved to another broker; the append was not written and may be retried",
+	"broker/core: a commit carried an epoch the metadata log no longer holds, because another node opened the partition; nothing of the append was written",
+	503, 75)
+
 // ErrWouldWait is what an append with NoRoomWait returns when it would
 // have waited for room under MaxBytes.
 var ErrWouldWait = errors.New("node: the append would wait for room")
