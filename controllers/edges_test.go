@@ -20,6 +20,7 @@ import (
 // implement yet, is ErrNotSupported — so a scale-down is held, never
 // executed.
 func TestHTTPBrokerAdminAgainstARealBroker(t *testing.T) {
+	needsEnvtest(t)
 	b := shared(t)
 	a := brokeradmin.NewHTTP()
 	target := brokeradmin.Broker{Namespace: "ns", Cluster: "demo", Pod: "broker-0", URL: b.URL}
@@ -40,6 +41,7 @@ func TestHTTPBrokerAdminAgainstARealBroker(t *testing.T) {
 
 // Events reach the API as events.k8s.io/v1 Events from the operator.
 func TestEventsAreWrittenToTheAPI(t *testing.T) {
+	needsEnvtest(t)
 	ns := newNamespace(t)
 	startManager(t, ns, Options{})
 	newCluster(t, ns, "demo", nil)
@@ -62,6 +64,7 @@ func TestEventsAreWrittenToTheAPI(t *testing.T) {
 // of other managers, and refuses to write over a newer version than the
 // one a decision was based on.
 func TestApplierAgainstTheAPIServer(t *testing.T) {
+	needsEnvtest(t)
 	ns := newNamespace(t)
 	ctx := context.Background()
 	a := applier{c: k8s, reader: k8s}

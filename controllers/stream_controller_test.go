@@ -92,6 +92,7 @@ func brokerClient(t *testing.T, url string) *client.Client {
 }
 
 func TestStreamCreateReportsPartitionsAndOffsets(t *testing.T) {
+	needsEnvtest(t)
 	b := shared(t)
 	ns := newNamespace(t)
 	h := startManager(t, ns, Options{ResyncPeriod: time.Second})
@@ -147,6 +148,7 @@ func TestStreamCreateReportsPartitionsAndOffsets(t *testing.T) {
 }
 
 func TestStreamPolicyUpdatesReachTheBroker(t *testing.T) {
+	needsEnvtest(t)
 	b := shared(t)
 	ns := newNamespace(t)
 	h := startManager(t, ns, Options{})
@@ -186,6 +188,7 @@ func TestStreamPolicyUpdatesReachTheBroker(t *testing.T) {
 }
 
 func TestStreamDeletionPolicyDeleteAndRetain(t *testing.T) {
+	needsEnvtest(t)
 	b := shared(t)
 	ns := newNamespace(t)
 	startManager(t, ns, Options{})
@@ -217,6 +220,7 @@ func TestStreamDeletionPolicyDeleteAndRetain(t *testing.T) {
 }
 
 func TestStreamFinalizerDroppedWhenTheClusterIsGone(t *testing.T) {
+	needsEnvtest(t)
 	b := shared(t)
 	ns := newNamespace(t)
 	h := startManager(t, ns, Options{})
@@ -255,6 +259,7 @@ func TestStreamFinalizerDroppedWhenTheClusterIsGone(t *testing.T) {
 }
 
 func TestStreamBrokerUnreachableBacksOffWithoutHotLoop(t *testing.T) {
+	needsEnvtest(t)
 	b := shared(t)
 	ns := newNamespace(t)
 	h := startManager(t, ns, Options{ErrorBackoffBase: 200 * time.Millisecond, ErrorBackoffMax: 10 * time.Second})
@@ -264,7 +269,7 @@ func TestStreamBrokerUnreachableBacksOffWithoutHotLoop(t *testing.T) {
 
 	// Backoff 200ms, 400ms, 800ms, 1.6s, 3.2s...: about 5 attempts in 3.5s.
 	start := h.counts.get("stream", ns, "lost")
-	time.Sleep(3500 * time.Millisecond)
+	time.Sleep(3500 * time.Millisecond) // measures: how many reconciles in 3.5s
 	n := h.counts.get("stream", ns, "lost") - start
 	if n < 2 || n > 7 {
 		t.Errorf("%d reconciles in 3.5s with the broker unreachable; want a few (exponential backoff), not 0 and not a hot loop", n)
@@ -289,6 +294,7 @@ func TestStreamBrokerUnreachableBacksOffWithoutHotLoop(t *testing.T) {
 }
 
 func TestStreamDeletedOutOfBandIsRecreated(t *testing.T) {
+	needsEnvtest(t)
 	b := shared(t)
 	ns := newNamespace(t)
 	h := startManager(t, ns, Options{ResyncPeriod: 500 * time.Millisecond})
@@ -311,6 +317,7 @@ func TestStreamDeletedOutOfBandIsRecreated(t *testing.T) {
 }
 
 func TestStreamPolicyDriftIsRepaired(t *testing.T) {
+	needsEnvtest(t)
 	b := shared(t)
 	ns := newNamespace(t)
 	h := startManager(t, ns, Options{ResyncPeriod: 500 * time.Millisecond})
@@ -336,6 +343,7 @@ func TestStreamPolicyDriftIsRepaired(t *testing.T) {
 }
 
 func TestStreamManagedFalseDetaches(t *testing.T) {
+	needsEnvtest(t)
 	b := shared(t)
 	ns := newNamespace(t)
 	startManager(t, ns, Options{})
@@ -376,6 +384,7 @@ func TestStreamManagedFalseDetaches(t *testing.T) {
 }
 
 func TestStreamContentTypeConflictIsRefusedInStatus(t *testing.T) {
+	needsEnvtest(t)
 	b := shared(t)
 	ns := newNamespace(t)
 	h := startManager(t, ns, Options{})
@@ -393,9 +402,10 @@ func TestStreamContentTypeConflictIsRefusedInStatus(t *testing.T) {
 	if err != nil || info.ContentType != "text/plain" {
 		t.Errorf("the broker stream was changed: %+v %v", info, err)
 	}
-	time.Sleep(500 * time.Millisecond) // the cluster's first status may enqueue it once more
+	// The cluster's first status may enqueue it once more: let that run.
+	settle(t, 500*time.Millisecond, func() int { return h.counts.get("stream", ns, "taken") })
 	before := h.counts.get("stream", ns, "taken")
-	time.Sleep(1500 * time.Millisecond)
+	time.Sleep(1500 * time.Millisecond) // measures: no reconcile for 1.5s
 	if n := h.counts.get("stream", ns, "taken") - before; n > 0 {
 		t.Errorf("a Conflict was retried %d times in 1.5s: it cannot resolve itself", n)
 	}
@@ -405,6 +415,7 @@ func TestStreamContentTypeConflictIsRefusedInStatus(t *testing.T) {
 // An idle Stream is reconciled at most once per resync period (and at
 // least about once: that is when drift is repaired).
 func TestStreamIdleIsReconciledOncePerResyncPeriod(t *testing.T) {
+	needsEnvtest(t)
 	b := shared(t)
 	ns := newNamespace(t)
 	const period = time.Second
@@ -412,11 +423,12 @@ func TestStreamIdleIsReconciledOncePerResyncPeriod(t *testing.T) {
 	newCluster(t, ns, "demo", nil)
 	newStream(t, ns, "idle", b.URL, nil)
 	waitReady(t, ns, "idle", metav1.ConditionTrue, ReasonCreated)
-	time.Sleep(300 * time.Millisecond) // let the creation's own reconciles settle
+	// Let the creation's own reconciles run.
+	settle(t, 300*time.Millisecond, func() int { return h.counts.get("stream", ns, "idle") })
 
 	const window = 6 * time.Second
 	start := h.counts.get("stream", ns, "idle")
-	time.Sleep(window)
+	time.Sleep(window) // measures: how many reconciles in the window
 	n := h.counts.get("stream", ns, "idle") - start
 	// Jitter stretches each period by up to 20%: between window/(1.2 period)
 	// and window/period reconciles, plus one for the window's edges.

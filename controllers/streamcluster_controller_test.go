@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -123,6 +124,7 @@ func wantCondition(c *streamsv1alpha1.StreamCluster, typ string, status metav1.C
 }
 
 func TestStreamClusterCreatesChildrenWithOwnerReferences(t *testing.T) {
+	needsEnvtest(t)
 	ns := newNamespace(t)
 	h := startManager(t, ns, Options{BrokerImage: "registry.example/picomq:test"})
 	c := newCluster(t, ns, "demo", nil)
@@ -233,6 +235,7 @@ func TestStreamClusterCreatesChildrenWithOwnerReferences(t *testing.T) {
 }
 
 func TestStreamClusterSpecChangesPropagate(t *testing.T) {
+	needsEnvtest(t)
 	ns := newNamespace(t)
 	startManager(t, ns, Options{})
 	newCluster(t, ns, "demo", nil)
@@ -289,6 +292,7 @@ func TestStreamClusterSpecChangesPropagate(t *testing.T) {
 }
 
 func TestStreamClusterConfigChangeRollsPodsAndNothingElseDoes(t *testing.T) {
+	needsEnvtest(t)
 	ns := newNamespace(t)
 	h := startManager(t, ns, Options{})
 	newCluster(t, ns, "demo", nil)
@@ -346,6 +350,7 @@ func TestStreamClusterConfigChangeRollsPodsAndNothingElseDoes(t *testing.T) {
 }
 
 func TestStreamClusterPauseFreezesChildren(t *testing.T) {
+	needsEnvtest(t)
 	ns := newNamespace(t)
 	h := startManager(t, ns, Options{})
 	newCluster(t, ns, "demo", nil)
@@ -361,11 +366,23 @@ func TestStreamClusterPauseFreezesChildren(t *testing.T) {
 	if err := wantCondition(c, streamsv1alpha1.ConditionProgressing, metav1.ConditionFalse, ReasonPaused); err != nil {
 		t.Fatal(err)
 	}
-	// Deleting a child while paused: not recreated either.
+	// Deleting a child while paused: reconciled, not recreated either.
+	before := h.counts.get("streamcluster", ns, "demo")
 	if err := k8s.Delete(context.Background(), &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "demo"}}); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(500 * time.Millisecond) // let the delete event be reconciled
+	eventually(t, 10*time.Second, func() error {
+		if h.counts.get("streamcluster", ns, "demo") == before {
+			return fmt.Errorf("the deletion was not reconciled")
+		}
+		return nil
+	})
+	consistently(t, 500*time.Millisecond, func() error {
+		if err := get(t, ns, "demo", &corev1.Service{}); !apierrors.IsNotFound(err) {
+			return fmt.Errorf("paused: the deleted client Service was recreated (err %v)", err)
+		}
+		return nil
+	})
 	sts := waitSTS(t, ns, "demo", nil)
 	if *sts.Spec.Replicas != 3 || sts.Generation != sts0.Generation {
 		t.Errorf("paused: the StatefulSet changed (replicas %d, generation %d→%d)", *sts.Spec.Replicas, sts0.Generation, sts.Generation)
@@ -391,6 +408,7 @@ func TestStreamClusterPauseFreezesChildren(t *testing.T) {
 }
 
 func TestStreamClusterStatefulSetStatusDrivesReadyAndProgressing(t *testing.T) {
+	needsEnvtest(t)
 	ns := newNamespace(t)
 	h := startManager(t, ns, Options{NotReadyPollInterval: 300 * time.Millisecond})
 	h.admin.set(func(f *fakeAdmin) {
@@ -472,6 +490,7 @@ func (d *drainTable) drain(pod string) (brokeradmin.DrainStatus, error) {
 }
 
 func TestStreamClusterScaleDownWaitsForDrain(t *testing.T) {
+	needsEnvtest(t)
 	ns := newNamespace(t)
 	h := startManager(t, ns, Options{DrainPollInterval: 200 * time.Millisecond})
 	h.admin.set(func(f *fakeAdmin) { f.leader = "demo-0" })
@@ -526,6 +545,7 @@ func TestStreamClusterScaleDownWaitsForDrain(t *testing.T) {
 }
 
 func TestStreamClusterScaleDownHeldWhenBrokersCannotDrain(t *testing.T) {
+	needsEnvtest(t)
 	ns := newNamespace(t)
 	h := startManager(t, ns, Options{DrainPollInterval: 200 * time.Millisecond})
 	h.admin.set(func(f *fakeAdmin) { f.leader = "demo-0" }) // drain nil: ErrNotSupported
@@ -557,13 +577,21 @@ func TestStreamClusterScaleDownHeldWhenBrokersCannotDrain(t *testing.T) {
 		t.Errorf("Degraded message does not say why: %q", msg)
 	}
 
-	// A broker that does not answer holds it too.
+	// A broker that does not answer holds it too: asked again (by the
+	// drain poll) and refused, the StatefulSet keeps its replicas.
+	var unanswered atomic.Int32
 	h.admin.set(func(f *fakeAdmin) {
 		f.drain = func(pod string) (brokeradmin.DrainStatus, error) {
+			unanswered.Add(1)
 			return brokeradmin.DrainStatus{}, fmt.Errorf("dial tcp: i/o timeout")
 		}
 	})
-	time.Sleep(500 * time.Millisecond)
+	eventually(t, 10*time.Second, func() error {
+		if n := unanswered.Load(); n < 2 {
+			return fmt.Errorf("drain asked %d times since the broker stopped answering", n)
+		}
+		return nil
+	})
 	if sts := waitSTS(t, ns, "demo", nil); *sts.Spec.Replicas != 3 {
 		t.Fatalf("StatefulSet replicas = %d with an unreachable broker", *sts.Spec.Replicas)
 	}
@@ -580,6 +608,7 @@ func TestStreamClusterScaleDownHeldWhenBrokersCannotDrain(t *testing.T) {
 }
 
 func TestStreamClusterRevertedScaleDownCancelsDrain(t *testing.T) {
+	needsEnvtest(t)
 	ns := newNamespace(t)
 	h := startManager(t, ns, Options{DrainPollInterval: 200 * time.Millisecond})
 	h.admin.set(func(f *fakeAdmin) {
@@ -611,6 +640,7 @@ func TestStreamClusterRevertedScaleDownCancelsDrain(t *testing.T) {
 }
 
 func TestStreamClusterDoesNotFightOtherFieldManagers(t *testing.T) {
+	needsEnvtest(t)
 	ns := newNamespace(t)
 	h := startManager(t, ns, Options{DrainPollInterval: 200 * time.Millisecond})
 	h.admin.set(func(f *fakeAdmin) {
@@ -682,17 +712,20 @@ func TestStreamClusterDoesNotFightOtherFieldManagers(t *testing.T) {
 		}
 		return nil
 	})
-	time.Sleep(300 * time.Millisecond)
-	after := waitSTS(t, ns, "demo", nil)
-	if after.ResourceVersion != sts.ResourceVersion {
-		t.Errorf("a no-op reconcile rewrote the StatefulSet (resourceVersion %s→%s)", sts.ResourceVersion, after.ResourceVersion)
-	}
+	consistently(t, 300*time.Millisecond, func() error {
+		after := waitSTS(t, ns, "demo", nil)
+		if after.ResourceVersion != sts.ResourceVersion {
+			return fmt.Errorf("a no-op reconcile rewrote the StatefulSet (resourceVersion %s→%s)", sts.ResourceVersion, after.ResourceVersion)
+		}
+		return nil
+	})
 	if n := h.counts.get("streamcluster", ns, "demo") - before; n > 2 {
 		t.Errorf("%d reconciles after one child change: a write loop", n)
 	}
 }
 
 func TestStreamClusterStorageChangeIsReportedNotForced(t *testing.T) {
+	needsEnvtest(t)
 	ns := newNamespace(t)
 	h := startManager(t, ns, Options{})
 	newCluster(t, ns, "demo", nil)
@@ -713,6 +746,7 @@ func TestStreamClusterStorageChangeIsReportedNotForced(t *testing.T) {
 }
 
 func TestStreamClusterServiceMonitorOnlyWhenTheCRDExists(t *testing.T) {
+	needsEnvtest(t)
 	ns := newNamespace(t)
 	h := startManager(t, ns, Options{})
 	newCluster(t, ns, "demo", func(c *streamsv1alpha1.StreamCluster) { c.Spec.Monitoring.ServiceMonitor = true })

@@ -5,10 +5,15 @@ package controllers
 // manager per test restricted to the test's namespace, fakes at the edges
 // (BrokerAdmin), and a real broker (cmd/broker, built here) for the Stream
 // controller.
+//
+// Under -short none of that starts: the tests that need it skip (see
+// needsEnvtest), the unit tests run alone, on a machine with no control
+// plane. Without -short, a missing KUBEBUILDER_ASSETS fails the package.
 
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -29,6 +34,7 @@ import (
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/rand"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/events"
@@ -56,14 +62,7 @@ func init() {
 }
 
 func TestMain(m *testing.M) {
-	os.Exit(runSuite(m))
-}
-
-func runSuite(m *testing.M) int {
-	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
-		fmt.Fprintln(os.Stderr, "KUBEBUILDER_ASSETS is not set: run `make test`, or export KUBEBUILDER_ASSETS=$(hack/envtest-assets.sh)")
-		return 1
-	}
+	flag.Parse()
 	// Quiet unless PICOMQ_TEST_LOG is set: some tests make reconciles fail
 	// on purpose.
 	logOut := io.Discard
@@ -71,7 +70,26 @@ func runSuite(m *testing.M) int {
 		logOut = os.Stderr
 	}
 	logf.SetLogger(zap.New(zap.WriteTo(logOut), zap.UseDevMode(true)))
+	if testing.Short() {
+		os.Exit(m.Run())
+	}
+	os.Exit(runSuite(m))
+}
 
+// needsEnvtest skips a test that needs the apiserver (or the broker built
+// by TestMain) under -short, where TestMain starts neither.
+func needsEnvtest(t testing.TB) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("envtest: skipped under -short")
+	}
+}
+
+func runSuite(m *testing.M) int {
+	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
+		fmt.Fprintln(os.Stderr, "KUBEBUILDER_ASSETS is not set: run `make test`, or export KUBEBUILDER_ASSETS=$(hack/envtest-assets.sh); `go test -short` runs the unit tests alone")
+		return 1
+	}
 	tmp, err := os.MkdirTemp("", "picomq-controllers-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -119,6 +137,7 @@ func runSuite(m *testing.M) int {
 // controller, so it is left Terminating at the end; names never repeat.
 func newNamespace(t *testing.T) string {
 	t.Helper()
+	needsEnvtest(t)
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "t-" + strings.ToLower(rand.String(8))}}
 	if err := k8s.Create(context.Background(), ns); err != nil {
 		t.Fatal(err)
@@ -367,6 +386,7 @@ var (
 // stream names), started on first use.
 func shared(t *testing.T) *brokerProc {
 	t.Helper()
+	needsEnvtest(t)
 	sharedOnce.Do(func() { sharedBroker, sharedErr = startBroker() })
 	if sharedErr != nil {
 		t.Fatal(sharedErr)
@@ -399,19 +419,18 @@ func startBroker() (*brokerProc, error) {
 		return nil, err
 	}
 	b := &brokerProc{URL: "http://" + addr, cmd: cmd, dir: dir}
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
+	if err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
 		resp, err := http.Get(b.URL + "/readyz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return b, nil
-			}
+		if err != nil {
+			return false, nil
 		}
-		time.Sleep(50 * time.Millisecond)
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK, nil
+	}); err != nil {
+		b.stop()
+		return nil, errors.New("the broker did not become ready in 30s")
 	}
-	b.stop()
-	return nil, errors.New("the broker did not become ready in 30s")
+	return b, nil
 }
 
 func (b *brokerProc) stop() {
@@ -442,20 +461,47 @@ func closedURL(t *testing.T) string {
 // ---------------------------------------------------------------------------
 // Waiting.
 
-// eventually polls cond every 50ms until it returns nil or timeout passes.
+// eventually polls cond every 50ms until it returns nil, and fails the
+// test with cond's last error if it still does not after timeout.
 func eventually(t *testing.T, timeout time.Duration, cond func() error) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	var err error
-	for {
-		if err = cond(); err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			_, file, line, _ := runtime.Caller(1)
-			t.Fatalf("%s:%d: still not true after %s: %v", filepath.Base(file), line, timeout, err)
-		}
-		time.Sleep(50 * time.Millisecond)
+	var last error
+	if err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, timeout, true, func(context.Context) (bool, error) {
+		last = cond()
+		return last == nil, nil
+	}); err != nil {
+		_, file, line, _ := runtime.Caller(1)
+		t.Fatalf("%s:%d: still not true after %s: %v", filepath.Base(file), line, timeout, last)
+	}
+}
+
+// consistently checks cond every 25ms for d and fails the test at its
+// first error: for what a test measures does not happen for a period.
+func consistently(t *testing.T, d time.Duration, cond func() error) {
+	t.Helper()
+	var failed error
+	_ = wait.PollUntilContextTimeout(context.Background(), 25*time.Millisecond, d, true, func(context.Context) (bool, error) {
+		failed = cond()
+		return failed != nil, nil
+	})
+	if failed != nil {
+		_, file, line, _ := runtime.Caller(1)
+		t.Fatalf("%s:%d: not true for %s: %v", filepath.Base(file), line, d, failed)
+	}
+}
+
+// settle waits until count stops changing for a window (at most 10s): the
+// reconciles that earlier changes enqueued have run.
+func settle(t *testing.T, window time.Duration, count func() int) {
+	t.Helper()
+	last := count()
+	if err := wait.PollUntilContextTimeout(context.Background(), window, 10*time.Second, false, func(context.Context) (bool, error) {
+		now := count()
+		done := now == last
+		last = now
+		return done, nil
+	}); err != nil {
+		t.Fatalf("still changing after 10s (%d)", last)
 	}
 }
 
@@ -488,11 +534,13 @@ func (h *harness) expectEvents(object, reason, typ string, n int) {
 		}
 		return k
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for count() < n && time.Now().Before(deadline) {
-		time.Sleep(25 * time.Millisecond)
-	}
-	time.Sleep(150 * time.Millisecond)
+	_ = wait.PollUntilContextTimeout(context.Background(), 25*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		return count() >= n, nil
+	})
+	// No more follow for a while (a duplicate would come right after).
+	_ = wait.PollUntilContextTimeout(context.Background(), 25*time.Millisecond, 150*time.Millisecond, false, func(context.Context) (bool, error) {
+		return count() > n, nil
+	})
 	if got := count(); got != n {
 		h.t.Errorf("%d %s %s events about %s, want %d; events:\n%s", got, typ, reason, object, n, h.events)
 	}

@@ -52,6 +52,7 @@ func brokersWithLeader(leader string, n int) []brokerObservation {
 }
 
 func TestReadyCondition(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name   string
 		o      clusterObservation
@@ -75,6 +76,7 @@ func TestReadyCondition(t *testing.T) {
 }
 
 func TestProgressingCondition(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name   string
 		o      clusterObservation
@@ -100,6 +102,7 @@ func TestProgressingCondition(t *testing.T) {
 }
 
 func TestDegradedCondition(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name   string
 		o      clusterObservation
@@ -120,6 +123,7 @@ func TestDegradedCondition(t *testing.T) {
 }
 
 func TestClusterStatusKeepsTransitionTimes(t *testing.T) {
+	t.Parallel()
 	c := testCluster()
 	o := clusterObservation{desired: 3, sts: stsWith(3, 3, nil), brokers: brokersWithLeader("demo-1", 3)}
 	o.brokers[0].status.SlotsHeld = ptr.To[int32](30)
@@ -148,6 +152,7 @@ func TestClusterStatusKeepsTransitionTimes(t *testing.T) {
 }
 
 func TestMetadataLeaderMajority(t *testing.T) {
+	t.Parallel()
 	b := brokersWithLeader("demo-0", 3)
 	b[1].status.Leader = "demo-2"
 	b[2].status.Leader = "demo-2"
@@ -157,6 +162,7 @@ func TestMetadataLeaderMajority(t *testing.T) {
 }
 
 func TestContains(t *testing.T) {
+	t.Parallel()
 	have := map[string]any{
 		"metadata": map[string]any{"name": "x", "labels": map[string]any{"a": "1", "b": "2"}, "resourceVersion": "9"},
 		"spec":     map[string]any{"replicas": int64(3), "ports": []any{map[string]any{"port": int64(80), "nodePort": int64(30000)}}},
@@ -182,6 +188,7 @@ func TestContains(t *testing.T) {
 }
 
 func TestApplyBody(t *testing.T) {
+	t.Parallel()
 	c := testCluster()
 	cm, _ := resources.ConfigMap(c)
 	sts := resources.StatefulSet(c, resources.StatefulSetParams{Replicas: 3, ConfigHash: resources.ConfigHash(cm)})
@@ -218,6 +225,7 @@ func TestApplyBody(t *testing.T) {
 }
 
 func TestPolicyDiffAndConflicts(t *testing.T) {
+	t.Parallel()
 	if d := policyDiff(stream.PolicyValue{MaxRecordBytes: 1 << 20, Partitions: 1}, stream.PolicyValue{}); len(d) != 0 {
 		t.Errorf("normalized equal policies differ: %v", d)
 	}
@@ -247,6 +255,7 @@ func TestPolicyDiffAndConflicts(t *testing.T) {
 }
 
 func TestAdminEndpoint(t *testing.T) {
+	t.Parallel()
 	c := testCluster()
 	s := &streamsv1alpha1.Stream{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "x"}}
 	if got := adminEndpoint(s, c); got != "http://demo.ns.svc:4437" {
@@ -263,6 +272,7 @@ func TestAdminEndpoint(t *testing.T) {
 }
 
 func TestApplyBrokerInfo(t *testing.T) {
+	t.Parallel()
 	last := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
 	var st streamsv1alpha1.StreamStatus
 	applyBrokerInfo(&st, &client.StreamInfo{TTL: time.Hour, LastAccess: last, Closed: true,
@@ -276,6 +286,7 @@ func TestApplyBrokerInfo(t *testing.T) {
 }
 
 func TestJitter(t *testing.T) {
+	t.Parallel()
 	for range 1000 {
 		if d := jitter(10 * time.Minute); d < 10*time.Minute || d > 12*time.Minute {
 			t.Fatalf("jitter(10m) = %s", d)
@@ -284,6 +295,7 @@ func TestJitter(t *testing.T) {
 }
 
 func TestClaimTemplateChange(t *testing.T) {
+	t.Parallel()
 	c := testCluster()
 	a := resources.StatefulSet(c, resources.StatefulSetParams{Replicas: 3})
 	if msg := claimTemplateChange(a, a); msg != "" {
@@ -302,6 +314,7 @@ func TestClaimTemplateChange(t *testing.T) {
 }
 
 func TestExpired(t *testing.T) {
+	t.Parallel()
 	now := time.Date(2030, 1, 1, 12, 0, 0, 0, time.UTC)
 	s := &streamsv1alpha1.Stream{ObjectMeta: metav1.ObjectMeta{Name: "x", Generation: 2}}
 	s.Status.ObservedGeneration = 2
@@ -329,6 +342,7 @@ func TestExpired(t *testing.T) {
 }
 
 func TestEventNotesFitTheEventsAPI(t *testing.T) {
+	t.Parallel()
 	long := strings.Repeat("é", 800) // 1600 bytes
 	got := truncate(long, maxNote)
 	if len(got) > 1024 || !strings.HasSuffix(got, "…") || !utf8.ValidString(got) {

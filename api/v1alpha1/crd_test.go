@@ -3,11 +3,13 @@ package v1alpha1_test
 // These tests install the generated CRDs into a real kube-apiserver (envtest)
 // and check what users meet first: samples accepted, defaults applied, every
 // validation rule refusing a bad manifest with its message, descriptions
-// served for `kubectl explain`.
+// served for `kubectl explain`. Under -short no apiserver starts and they
+// skip; the package's unit tests (helpers_test.go) run alone.
 
 import (
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -18,6 +20,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
@@ -32,8 +35,12 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	flag.Parse()
+	if testing.Short() {
+		os.Exit(m.Run())
+	}
 	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
-		fmt.Fprintln(os.Stderr, "KUBEBUILDER_ASSETS is not set: run `make test`, or export KUBEBUILDER_ASSETS=$(hack/envtest-assets.sh)")
+		fmt.Fprintln(os.Stderr, "KUBEBUILDER_ASSETS is not set: run `make test`, or export KUBEBUILDER_ASSETS=$(hack/envtest-assets.sh); `go test -short` runs the unit tests alone")
 		os.Exit(1)
 	}
 	env := &envtest.Environment{
@@ -61,6 +68,15 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
+// needsEnvtest skips a test that needs the apiserver under -short, where
+// TestMain starts none.
+func needsEnvtest(t *testing.T) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("envtest: skipped under -short")
+	}
+}
+
 // object decodes a YAML manifest; namespace default.
 func object(t *testing.T, manifest string) *unstructured.Unstructured {
 	t.Helper()
@@ -79,6 +95,7 @@ func cleanup(t *testing.T, u *unstructured.Unstructured) {
 }
 
 func TestSamplesAreAccepted(t *testing.T) {
+	needsEnvtest(t)
 	files, err := filepath.Glob(filepath.Join("..", "..", "config", "samples", "streams_*.yaml"))
 	if err != nil || len(files) < 3 {
 		t.Fatalf("want at least 3 samples, found %v (%v)", files, err)
@@ -99,6 +116,7 @@ func TestSamplesAreAccepted(t *testing.T) {
 }
 
 func TestStreamClusterDefaults(t *testing.T) {
+	needsEnvtest(t)
 	u := object(t, `
 apiVersion: streams.picomq.io/v1alpha1
 kind: StreamCluster
@@ -135,6 +153,7 @@ metadata: {name: defaults}
 }
 
 func TestStreamDefaults(t *testing.T) {
+	needsEnvtest(t)
 	u := object(t, `
 apiVersion: streams.picomq.io/v1alpha1
 kind: Stream
@@ -176,6 +195,7 @@ spec:
 // TestInvalidManifestsAreRefused creates manifests that break one rule each
 // and expects the apiserver's refusal to carry the rule's message.
 func TestInvalidManifestsAreRefused(t *testing.T) {
+	needsEnvtest(t)
 	cases := []struct{ name, manifest, want string }{
 		{"ttl and expiresAt", streamHead + "  ttl: 1h\n  expiresAt: \"2030-01-01T00:00:00Z\"\n", "set ttl or expiresAt, not both"},
 		{"blockTimeout without maxBytes", streamHead + "  blockTimeout: 5s\n", "blockTimeout needs maxBytes"},
@@ -227,6 +247,7 @@ func TestInvalidManifestsAreRefused(t *testing.T) {
 // TestTransitionRulesRefuseChanges creates a valid object, then applies one
 // forbidden change each and expects the rule's message.
 func TestTransitionRulesRefuseChanges(t *testing.T) {
+	needsEnvtest(t)
 	stream := `
 apiVersion: streams.picomq.io/v1alpha1
 kind: Stream
@@ -302,27 +323,25 @@ func set(u *unstructured.Unstructured, v any, path ...string) {
 // TestExplainDescriptions reads the OpenAPI v3 document kubectl explain uses
 // and checks that field documentation reached it.
 func TestExplainDescriptions(t *testing.T) {
+	needsEnvtest(t)
 	hc, err := rest.HTTPClientFor(restCfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	// The apiserver publishes a CRD's schema shortly after it is established.
 	var raw []byte
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	var status int
+	if err := wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
 		resp, err := hc.Get(strings.TrimRight(restCfg.Host, "/") + "/openapi/v3/apis/streams.picomq.io/v1alpha1")
 		if err != nil {
-			t.Fatal(err)
+			return false, err
 		}
 		raw, err = io.ReadAll(resp.Body)
 		resp.Body.Close()
-		if err == nil && resp.StatusCode == 200 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("GET openapi v3 for streams.picomq.io/v1alpha1: %d %v", resp.StatusCode, err)
-		}
-		time.Sleep(200 * time.Millisecond)
+		status = resp.StatusCode
+		return err == nil && status == 200, nil
+	}); err != nil {
+		t.Fatalf("GET openapi v3 for streams.picomq.io/v1alpha1: %d %v", status, err)
 	}
 	var doc struct {
 		Components struct {

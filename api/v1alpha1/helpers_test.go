@@ -9,6 +9,7 @@ import (
 )
 
 func TestValidateStreamName(t *testing.T) {
+	t.Parallel()
 	good := []string{"a", "logs/api/prod", "A.b_c-d", "x/..y", "..a", strings.Repeat("a", 255)}
 	for _, n := range good {
 		if err := ValidateStreamName(n); err != nil {
@@ -37,6 +38,7 @@ func TestValidateStreamName(t *testing.T) {
 }
 
 func TestStreamNameDefaultsToMetadataName(t *testing.T) {
+	t.Parallel()
 	s := &Stream{ObjectMeta: metav1.ObjectMeta{Name: "orders"}}
 	if got := s.StreamName(); got != "orders" {
 		t.Fatalf("StreamName() = %q, want metadata.name", got)
@@ -48,6 +50,7 @@ func TestStreamNameDefaultsToMetadataName(t *testing.T) {
 }
 
 func TestEffectiveReplicationFactor(t *testing.T) {
+	t.Parallel()
 	three := int32(2)
 	cases := []struct {
 		spec StreamClusterSpec
@@ -66,6 +69,7 @@ func TestEffectiveReplicationFactor(t *testing.T) {
 }
 
 func TestEffectiveLeaseTimings(t *testing.T) {
+	t.Parallel()
 	lease, renew, retry, err := (&OwnershipSpec{}).EffectiveLeaseTimings()
 	if err != nil || lease != 15*time.Second || renew != 10*time.Second || retry != 2*time.Second {
 		t.Fatalf("defaults = %s %s %s %v, want 15s 10s 2s", lease, renew, retry, err)
@@ -86,6 +90,7 @@ func TestEffectiveLeaseTimings(t *testing.T) {
 }
 
 func TestDurationParse(t *testing.T) {
+	t.Parallel()
 	for in, want := range map[Duration]time.Duration{"": 0, "1.5h": 90 * time.Minute, "500ms": 500 * time.Millisecond} {
 		got, err := in.Parse()
 		if err != nil || got.Duration != want {
@@ -100,6 +105,7 @@ func TestDurationParse(t *testing.T) {
 }
 
 func TestEffectiveContentType(t *testing.T) {
+	t.Parallel()
 	if got := (&StreamSpec{}).EffectiveContentType(); got != DefaultContentType {
 		t.Fatalf("got %q", got)
 	}

@@ -14,6 +14,7 @@ import (
 func noEnv(string) string { return "" }
 
 func TestParseFlagsDefaults(t *testing.T) {
+	t.Parallel()
 	c, err := parseFlags(nil, noEnv, io.Discard)
 	if err != nil {
 		t.Fatal(err)
@@ -27,6 +28,7 @@ func TestParseFlagsDefaults(t *testing.T) {
 }
 
 func TestParseFlags(t *testing.T) {
+	t.Parallel()
 	env := func(k string) string {
 		if k == "PICOMQ_BROKER_IMAGE" {
 			return "reg.local/picomq:env"
@@ -54,6 +56,7 @@ func TestParseFlags(t *testing.T) {
 }
 
 func TestParseFlagsRefusals(t *testing.T) {
+	t.Parallel()
 	for _, args := range [][]string{
 		{"--stream-concurrency=0"},
 		{"--resync-period=10ms"},
@@ -72,6 +75,7 @@ func TestParseFlagsRefusals(t *testing.T) {
 }
 
 func TestCacheOptions(t *testing.T) {
+	t.Parallel()
 	all := controllers.CacheOptions(nil)
 	if all.DefaultNamespaces != nil || len(all.ByObject) != 7 {
 		t.Errorf("all namespaces: %+v", all)

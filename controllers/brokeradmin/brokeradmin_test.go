@@ -25,6 +25,7 @@ func serve(t *testing.T, h http.HandlerFunc) Broker {
 }
 
 func TestStatusDecodesNodeInfoAndClusterFields(t *testing.T) {
+	t.Parallel()
 	b := serve(t, func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodGet || r.URL.Path != wire.NodePath {
 			t.Errorf("%s %s", r.Method, r.URL.Path)
@@ -51,6 +52,7 @@ func TestStatusDecodesNodeInfoAndClusterFields(t *testing.T) {
 }
 
 func TestDrainNotSupportedIsNeverSuccess(t *testing.T) {
+	t.Parallel()
 	for _, code := range []int{http.StatusNotFound, http.StatusMethodNotAllowed, http.StatusNotImplemented} {
 		b := serve(t, func(w http.ResponseWriter, r *http.Request) {
 			w.WriteHeader(code)
@@ -67,6 +69,7 @@ func TestDrainNotSupportedIsNeverSuccess(t *testing.T) {
 }
 
 func TestDrainProgressAndRefusals(t *testing.T) {
+	t.Parallel()
 	var calls atomic.Int32
 	b := serve(t, func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodPost || r.URL.Path != DrainPath {
@@ -102,6 +105,7 @@ func TestDrainProgressAndRefusals(t *testing.T) {
 }
 
 func TestUnreachableAndTimeout(t *testing.T) {
+	t.Parallel()
 	ln, _ := net.Listen("tcp", "127.0.0.1:0")
 	addr := ln.Addr().String()
 	ln.Close()
@@ -110,7 +114,9 @@ func TestUnreachableAndTimeout(t *testing.T) {
 	if err == nil || !IsUnreachable(err) || IsNotSupported(err) {
 		t.Errorf("closed port: %v", err)
 	}
-	slow := serve(t, func(w http.ResponseWriter, r *http.Request) { time.Sleep(2 * time.Second) })
+	// A broker that never answers: the handler returns once the client
+	// has given up.
+	slow := serve(t, func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() })
 	a.Timeout = 100 * time.Millisecond
 	start := time.Now()
 	if _, err := a.Status(context.Background(), slow); err == nil || time.Since(start) > time.Second {
@@ -119,6 +125,7 @@ func TestUnreachableAndTimeout(t *testing.T) {
 }
 
 func TestClientFactoryReusesClients(t *testing.T) {
+	t.Parallel()
 	f := NewClientFactory()
 	a, err := f.For("http://a:4437")
 	if err != nil {
@@ -135,6 +142,7 @@ func TestClientFactoryReusesClients(t *testing.T) {
 }
 
 func TestErrorClassification(t *testing.T) {
+	t.Parallel()
 	nf := errs.Static(0x7f_00_00_01, "STREAM_NOT_FOUND", "m", "d", 404, 1)
 	if !IsNotFound(fmt.Errorf("wrapped: %w", nf.With("name", "x"))) || IsNotFound(errors.New("STREAM_NOT_FOUND")) {
 		t.Errorf("IsNotFound")

@@ -65,6 +65,7 @@ func checkMeta(t *testing.T, kind string, m metav1.ObjectMeta, name string) {
 }
 
 func TestNamesAndURLs(t *testing.T) {
+	t.Parallel()
 	c := cluster()
 	for got, want := range map[string]string{
 		HeadlessServiceName(c):     "demo-headless",
@@ -92,6 +93,7 @@ func TestNamesAndURLs(t *testing.T) {
 }
 
 func TestHeadlessService(t *testing.T) {
+	t.Parallel()
 	s := HeadlessService(cluster())
 	checkMeta(t, "headless Service", s.ObjectMeta, "demo-headless")
 	if s.Spec.ClusterIP != corev1.ClusterIPNone || !s.Spec.PublishNotReadyAddresses {
@@ -110,6 +112,7 @@ func TestHeadlessService(t *testing.T) {
 }
 
 func TestClientService(t *testing.T) {
+	t.Parallel()
 	s := ClientService(cluster())
 	checkMeta(t, "client Service", s.ObjectMeta, "demo")
 	if s.Spec.Type != corev1.ServiceTypeClusterIP || s.Spec.ClusterIP != "" || len(s.Annotations) != 0 {
@@ -135,6 +138,7 @@ func TestClientService(t *testing.T) {
 }
 
 func TestConfigMapDefaults(t *testing.T) {
+	t.Parallel()
 	cm, err := ConfigMap(cluster())
 	if err != nil {
 		t.Fatal(err)
@@ -161,6 +165,7 @@ func TestConfigMapDefaults(t *testing.T) {
 }
 
 func TestConfigMapOverrides(t *testing.T) {
+	t.Parallel()
 	c := cluster()
 	c.Spec.ReplicationFactor = ptr.To[int32](2)
 	c.Spec.Ownership = streamsv1alpha1.OwnershipSpec{Slots: 128, LeaseDuration: "30s", RenewDeadline: ptr.To[streamsv1alpha1.Duration]("20s"), RetryPeriod: ptr.To[streamsv1alpha1.Duration]("5s")}
@@ -215,6 +220,7 @@ func TestConfigMapOverrides(t *testing.T) {
 }
 
 func TestConfigHash(t *testing.T) {
+	t.Parallel()
 	a, _ := ConfigMap(cluster())
 	b, _ := ConfigMap(cluster())
 	if ConfigHash(a) != ConfigHash(b) || len(ConfigHash(a)) != 16 {
@@ -244,6 +250,7 @@ func TestConfigHash(t *testing.T) {
 }
 
 func TestServiceAccountRoleAndBinding(t *testing.T) {
+	t.Parallel()
 	c := cluster()
 	sa := ServiceAccount(c)
 	checkMeta(t, "ServiceAccount", sa.ObjectMeta, "demo-broker")
@@ -267,6 +274,7 @@ func TestServiceAccountRoleAndBinding(t *testing.T) {
 }
 
 func TestPodDisruptionBudget(t *testing.T) {
+	t.Parallel()
 	p := PodDisruptionBudget(cluster())
 	checkMeta(t, "PodDisruptionBudget", p.ObjectMeta, "demo")
 	if p.Spec.MaxUnavailable.IntValue() != 1 || !reflect.DeepEqual(p.Spec.Selector.MatchLabels, SelectorLabels(cluster())) || p.Spec.MinAvailable != nil {
@@ -287,6 +295,7 @@ func TestPodDisruptionBudget(t *testing.T) {
 }
 
 func TestServiceMonitor(t *testing.T) {
+	t.Parallel()
 	c := cluster()
 	sm := ServiceMonitor(c)
 	if sm.GroupVersionKind() != ServiceMonitorGVK || sm.GetName() != "demo" || sm.GetNamespace() != "ns" {
@@ -312,6 +321,7 @@ func TestServiceMonitor(t *testing.T) {
 }
 
 func TestStatefulSetDefaults(t *testing.T) {
+	t.Parallel()
 	sts := StatefulSet(cluster(), params())
 	checkMeta(t, "StatefulSet", sts.ObjectMeta, "demo")
 	s := sts.Spec
@@ -417,6 +427,7 @@ func TestStatefulSetDefaults(t *testing.T) {
 }
 
 func TestStatefulSetReplicasComeFromParams(t *testing.T) {
+	t.Parallel()
 	p := params()
 	p.Replicas = 5 // a held scale-down: spec says less
 	if got := *StatefulSet(cluster(), p).Spec.Replicas; got != 5 {
@@ -425,6 +436,7 @@ func TestStatefulSetReplicasComeFromParams(t *testing.T) {
 }
 
 func TestImage(t *testing.T) {
+	t.Parallel()
 	c := cluster()
 	for _, tc := range []struct {
 		image, version, def, want string
@@ -449,6 +461,7 @@ func TestImage(t *testing.T) {
 }
 
 func TestStatefulSetStorageOverrides(t *testing.T) {
+	t.Parallel()
 	c := cluster()
 	big := resource.MustParse("50Gi")
 	c.Spec.Storage.Size = &big
@@ -488,6 +501,7 @@ func TestStatefulSetStorageOverrides(t *testing.T) {
 }
 
 func TestStatefulSetResourcesOverride(t *testing.T) {
+	t.Parallel()
 	c := cluster()
 	c.Spec.Resources = &corev1.ResourceRequirements{
 		Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("500m"), corev1.ResourceMemory: resource.MustParse("512Mi")},
@@ -504,6 +518,7 @@ func TestStatefulSetResourcesOverride(t *testing.T) {
 }
 
 func TestStatefulSetPodOverrides(t *testing.T) {
+	t.Parallel()
 	c := cluster()
 	aff := &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{
 		NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{{Key: "zone", Operator: corev1.NodeSelectorOpIn, Values: []string{"a"}}}}},
@@ -544,6 +559,7 @@ func TestStatefulSetPodOverrides(t *testing.T) {
 }
 
 func TestStatefulSetTLSAndAuth(t *testing.T) {
+	t.Parallel()
 	c := cluster()
 	c.Spec.TLS = &streamsv1alpha1.TLSSpec{SecretName: "cert"}
 	c.Spec.Auth = &streamsv1alpha1.AuthSpec{SecretName: "tokens"}
@@ -576,6 +592,7 @@ func TestStatefulSetTLSAndAuth(t *testing.T) {
 }
 
 func TestPolicyValue(t *testing.T) {
+	t.Parallel()
 	v, err := PolicyValue(streamsv1alpha1.StreamPolicy{
 		Partitions: 8, MaxRecordBytes: 65536, RetainFor: ptr.To[streamsv1alpha1.Duration]("168h"), RetainBytes: 10,
 		MaxBytes: 1 << 30, BlockTimeout: ptr.To[streamsv1alpha1.Duration]("5s"), SegmentBytes: 1 << 20, CompactAfter: ptr.To[streamsv1alpha1.Duration]("24h"),
@@ -594,6 +611,7 @@ func TestPolicyValue(t *testing.T) {
 }
 
 func TestBuildersArePure(t *testing.T) {
+	t.Parallel()
 	c := cluster()
 	before := c.DeepCopy()
 	cm, _ := ConfigMap(c)
