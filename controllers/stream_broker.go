@@ -87,7 +87,7 @@ func (r *StreamReconciler) sync(ctx context.Context, s *streamsv1alpha1.Stream, 
 			if why := expired(s, time.Now()); why != "" {
 				// The broker deleted it as asked: recreating it would undo
 				// the lifetime the spec set.
-				return syncOutcome{ready: metav1.Condition{Status: metav1.ConditionFalse, Reason: ReasonExpired, Message: why}}
+				return syncOutcome{ready: metav1.Condition{Status: metav1.ConditionFalse, Reason: streamsv1alpha1.ReasonExpired, Message: why}}
 			}
 		}
 		info, _, err = admin.CreateStream(ctx, name, cfg)
@@ -230,7 +230,7 @@ func (r *StreamReconciler) actionEvents(s *streamsv1alpha1.Stream, out syncOutco
 func (r *StreamReconciler) readyTransitionEvent(s *streamsv1alpha1.Stream, old, now *streamsv1alpha1.StreamStatus) {
 	was := meta.FindStatusCondition(old.Conditions, streamsv1alpha1.ConditionReady)
 	cur := meta.FindStatusCondition(now.Conditions, streamsv1alpha1.ConditionReady)
-	if cur == nil || cur.Status == metav1.ConditionTrue || cur.Reason == ReasonUnmanaged || (was != nil && was.Reason == cur.Reason) {
+	if cur == nil || cur.Status == metav1.ConditionTrue || cur.Reason == streamsv1alpha1.ReasonUnmanaged || (was != nil && was.Reason == cur.Reason) {
 		return
 	}
 	event(r.Recorder, s, eventWarning, cur.Reason, "Sync", "%s", cur.Message)

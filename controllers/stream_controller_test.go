@@ -102,7 +102,7 @@ func TestStreamCreateReportsPartitionsAndOffsets(t *testing.T) {
 		s.Spec.ContentType = "application/json"
 		s.Spec.RetainFor = ptr.To[streamsv1alpha1.Duration]("168h")
 	})
-	s := waitReady(t, ns, "orders", metav1.ConditionTrue, ReasonCreated)
+	s := waitReady(t, ns, "orders", metav1.ConditionTrue, streamsv1alpha1.ReasonCreated)
 	if !controllerutil.ContainsFinalizer(s, StreamFinalizer) {
 		t.Errorf("no finalizer: %v", s.Finalizers)
 	}
@@ -157,7 +157,7 @@ func TestStreamPolicyUpdatesReachTheBroker(t *testing.T) {
 		s.Spec.Partitions = 2
 		s.Spec.RetainFor = ptr.To[streamsv1alpha1.Duration]("1h")
 	})
-	waitReady(t, ns, "logs", metav1.ConditionTrue, ReasonCreated)
+	waitReady(t, ns, "logs", metav1.ConditionTrue, streamsv1alpha1.ReasonCreated)
 	bc := brokerClient(t, b.URL)
 
 	// Retention and limits.
@@ -166,7 +166,7 @@ func TestStreamPolicyUpdatesReachTheBroker(t *testing.T) {
 		s.Spec.RetainBytes = 1 << 20
 		s.Spec.MaxRecordBytes = 4096
 	})
-	waitReady(t, ns, "logs", metav1.ConditionTrue, ReasonCreated)
+	waitReady(t, ns, "logs", metav1.ConditionTrue, streamsv1alpha1.ReasonCreated)
 	info, err := bc.GetStream(context.Background(), ns+"/logs")
 	if err != nil {
 		t.Fatal(err)
@@ -177,7 +177,7 @@ func TestStreamPolicyUpdatesReachTheBroker(t *testing.T) {
 
 	// Partitions grow.
 	updateStream(t, ns, "logs", func(s *streamsv1alpha1.Stream) { s.Spec.Partitions = 5 })
-	s := waitReady(t, ns, "logs", metav1.ConditionTrue, ReasonCreated)
+	s := waitReady(t, ns, "logs", metav1.ConditionTrue, streamsv1alpha1.ReasonCreated)
 	if info, err = bc.GetStream(context.Background(), ns+"/logs"); err != nil || info.PartitionCount != 5 {
 		t.Fatalf("broker partitions = %d (%v), want 5", info.PartitionCount, err)
 	}
@@ -195,8 +195,8 @@ func TestStreamDeletionPolicyDeleteAndRetain(t *testing.T) {
 	newCluster(t, ns, "demo", nil)
 	newStream(t, ns, "gone", b.URL, nil) // deletionPolicy defaults to Delete
 	newStream(t, ns, "kept", b.URL, func(s *streamsv1alpha1.Stream) { s.Spec.DeletionPolicy = streamsv1alpha1.DeletionPolicyRetain })
-	waitReady(t, ns, "gone", metav1.ConditionTrue, ReasonCreated)
-	waitReady(t, ns, "kept", metav1.ConditionTrue, ReasonCreated)
+	waitReady(t, ns, "gone", metav1.ConditionTrue, streamsv1alpha1.ReasonCreated)
+	waitReady(t, ns, "kept", metav1.ConditionTrue, streamsv1alpha1.ReasonCreated)
 	for _, name := range []string{"gone", "kept"} {
 		if err := k8s.Delete(context.Background(), getStream(t, ns, name)); err != nil {
 			t.Fatal(err)
@@ -226,14 +226,14 @@ func TestStreamFinalizerDroppedWhenTheClusterIsGone(t *testing.T) {
 	h := startManager(t, ns, Options{})
 	newCluster(t, ns, "demo", nil)
 	newStream(t, ns, "orphan", b.URL, nil)
-	waitReady(t, ns, "orphan", metav1.ConditionTrue, ReasonCreated)
+	waitReady(t, ns, "orphan", metav1.ConditionTrue, streamsv1alpha1.ReasonCreated)
 
 	// The cluster goes (envtest has no garbage collector: only the
 	// StreamCluster object goes).
 	if err := k8s.Delete(context.Background(), getCluster(t, ns, "demo")); err != nil {
 		t.Fatal(err)
 	}
-	waitReady(t, ns, "orphan", metav1.ConditionFalse, ReasonClusterNotFound)
+	waitReady(t, ns, "orphan", metav1.ConditionFalse, streamsv1alpha1.ReasonClusterNotFound)
 	if err := k8s.Delete(context.Background(), getStream(t, ns, "orphan")); err != nil {
 		t.Fatal(err)
 	}
@@ -246,7 +246,7 @@ func TestStreamFinalizerDroppedWhenTheClusterIsGone(t *testing.T) {
 	h.expectEvents("orphan", "ClusterGone", eventWarning, 1)
 	// A Stream whose cluster never existed is deleted at once too.
 	newStream(t, ns, "never", b.URL, func(s *streamsv1alpha1.Stream) { s.Spec.ClusterRef.Name = "ghost" })
-	waitReady(t, ns, "never", metav1.ConditionFalse, ReasonClusterNotFound)
+	waitReady(t, ns, "never", metav1.ConditionFalse, streamsv1alpha1.ReasonClusterNotFound)
 	if err := k8s.Delete(context.Background(), getStream(t, ns, "never")); err != nil {
 		t.Fatal(err)
 	}
@@ -265,7 +265,7 @@ func TestStreamBrokerUnreachableBacksOffWithoutHotLoop(t *testing.T) {
 	h := startManager(t, ns, Options{ErrorBackoffBase: 200 * time.Millisecond, ErrorBackoffMax: 10 * time.Second})
 	newCluster(t, ns, "demo", nil) // never Ready: no kubelet
 	newStream(t, ns, "lost", closedURL(t), nil)
-	waitReady(t, ns, "lost", metav1.ConditionFalse, ReasonClusterNotReady)
+	waitReady(t, ns, "lost", metav1.ConditionFalse, streamsv1alpha1.ReasonClusterNotReady)
 
 	// Backoff 200ms, 400ms, 800ms, 1.6s, 3.2s...: about 5 attempts in 3.5s.
 	start := h.counts.get("stream", ns, "lost")
@@ -274,23 +274,23 @@ func TestStreamBrokerUnreachableBacksOffWithoutHotLoop(t *testing.T) {
 	if n < 2 || n > 7 {
 		t.Errorf("%d reconciles in 3.5s with the broker unreachable; want a few (exponential backoff), not 0 and not a hot loop", n)
 	}
-	h.expectEvents("lost", ReasonClusterNotReady, eventWarning, 1) // however many retries
+	h.expectEvents("lost", streamsv1alpha1.ReasonClusterNotReady, eventWarning, 1) // however many retries
 
 	// The cluster Ready but its brokers still unreachable: BrokerError
 	// naming the failure.
 	h.admin.set(func(f *fakeAdmin) { f.leader = "demo-0" })
 	setSTSStatus(t, ns, "demo", 3)
 	eventually(t, 10*time.Second, func() error {
-		return wantCondition(getCluster(t, ns, "demo"), streamsv1alpha1.ConditionReady, metav1.ConditionTrue, ReasonAllBrokersReady)
+		return wantCondition(getCluster(t, ns, "demo"), streamsv1alpha1.ConditionReady, metav1.ConditionTrue, streamsv1alpha1.ReasonAllBrokersReady)
 	})
-	s := waitReady(t, ns, "lost", metav1.ConditionFalse, ReasonBrokerError)
+	s := waitReady(t, ns, "lost", metav1.ConditionFalse, streamsv1alpha1.ReasonBrokerError)
 	if msg := condition(s.Status.Conditions, streamsv1alpha1.ConditionReady).Message; !containsAll(msg, "UNREACHABLE", "get") {
 		t.Errorf("BrokerError message = %q", msg)
 	}
 
 	// The broker is found again: Ready.
 	updateStream(t, ns, "lost", func(s *streamsv1alpha1.Stream) { s.Annotations[AnnotationAdminURL] = b.URL })
-	waitReady(t, ns, "lost", metav1.ConditionTrue, ReasonCreated)
+	waitReady(t, ns, "lost", metav1.ConditionTrue, streamsv1alpha1.ReasonCreated)
 }
 
 func TestStreamDeletedOutOfBandIsRecreated(t *testing.T) {
@@ -300,13 +300,13 @@ func TestStreamDeletedOutOfBandIsRecreated(t *testing.T) {
 	h := startManager(t, ns, Options{ResyncPeriod: 500 * time.Millisecond})
 	newCluster(t, ns, "demo", nil)
 	newStream(t, ns, "phoenix", b.URL, func(s *streamsv1alpha1.Stream) { s.Spec.Partitions = 2 })
-	waitReady(t, ns, "phoenix", metav1.ConditionTrue, ReasonCreated)
+	waitReady(t, ns, "phoenix", metav1.ConditionTrue, streamsv1alpha1.ReasonCreated)
 
 	bc := brokerClient(t, b.URL)
 	if err := bc.DeleteStream(context.Background(), ns+"/phoenix"); err != nil {
 		t.Fatal(err)
 	}
-	s := waitReady(t, ns, "phoenix", metav1.ConditionTrue, ReasonRecreated)
+	s := waitReady(t, ns, "phoenix", metav1.ConditionTrue, streamsv1alpha1.ReasonRecreated)
 	if msg := condition(s.Status.Conditions, streamsv1alpha1.ConditionReady).Message; !containsAll(msg, "recreated", "offsets restarted at 0") {
 		t.Errorf("Ready message = %q", msg)
 	}
@@ -323,7 +323,7 @@ func TestStreamPolicyDriftIsRepaired(t *testing.T) {
 	h := startManager(t, ns, Options{ResyncPeriod: 500 * time.Millisecond})
 	newCluster(t, ns, "demo", nil)
 	newStream(t, ns, "steady", b.URL, func(s *streamsv1alpha1.Stream) { s.Spec.RetainBytes = 1 << 30 })
-	waitReady(t, ns, "steady", metav1.ConditionTrue, ReasonCreated)
+	waitReady(t, ns, "steady", metav1.ConditionTrue, streamsv1alpha1.ReasonCreated)
 
 	bc := brokerClient(t, b.URL)
 	if _, err := bc.UpdatePolicy(context.Background(), ns+"/steady", stream.PolicyValue{RetainBytes: 1 << 20, CompactAfter: time.Hour}); err != nil {
@@ -349,7 +349,7 @@ func TestStreamManagedFalseDetaches(t *testing.T) {
 	startManager(t, ns, Options{})
 	newCluster(t, ns, "demo", nil)
 	newStream(t, ns, "loose", b.URL, nil)
-	waitReady(t, ns, "loose", metav1.ConditionTrue, ReasonCreated)
+	waitReady(t, ns, "loose", metav1.ConditionTrue, streamsv1alpha1.ReasonCreated)
 
 	updateStream(t, ns, "loose", func(s *streamsv1alpha1.Stream) { s.Annotations[AnnotationManaged] = "false" })
 	eventually(t, 10*time.Second, func() error {
@@ -357,7 +357,7 @@ func TestStreamManagedFalseDetaches(t *testing.T) {
 		if controllerutil.ContainsFinalizer(s, StreamFinalizer) {
 			return fmt.Errorf("finalizer still there")
 		}
-		if c := condition(s.Status.Conditions, streamsv1alpha1.ConditionReady); c.Reason != ReasonUnmanaged || c.Status != metav1.ConditionUnknown {
+		if c := condition(s.Status.Conditions, streamsv1alpha1.ConditionReady); c.Reason != streamsv1alpha1.ReasonUnmanaged || c.Status != metav1.ConditionUnknown {
 			return fmt.Errorf("Ready = %s/%s", c.Status, c.Reason)
 		}
 		return nil
@@ -394,7 +394,7 @@ func TestStreamContentTypeConflictIsRefusedInStatus(t *testing.T) {
 		t.Fatal(err)
 	}
 	newStream(t, ns, "taken", b.URL, func(s *streamsv1alpha1.Stream) { s.Spec.ContentType = "application/json" })
-	s := waitReady(t, ns, "taken", metav1.ConditionFalse, ReasonConflict)
+	s := waitReady(t, ns, "taken", metav1.ConditionFalse, streamsv1alpha1.ReasonConflict)
 	if msg := condition(s.Status.Conditions, streamsv1alpha1.ConditionReady).Message; !containsAll(msg, "text/plain", "application/json") {
 		t.Errorf("Conflict message = %q", msg)
 	}
@@ -409,7 +409,7 @@ func TestStreamContentTypeConflictIsRefusedInStatus(t *testing.T) {
 	if n := h.counts.get("stream", ns, "taken") - before; n > 0 {
 		t.Errorf("a Conflict was retried %d times in 1.5s: it cannot resolve itself", n)
 	}
-	h.expectEvents("taken", ReasonConflict, eventWarning, 1)
+	h.expectEvents("taken", streamsv1alpha1.ReasonConflict, eventWarning, 1)
 }
 
 // An idle Stream is reconciled at most once per resync period (and at
@@ -422,7 +422,7 @@ func TestStreamIdleIsReconciledOncePerResyncPeriod(t *testing.T) {
 	h := startManager(t, ns, Options{ResyncPeriod: period})
 	newCluster(t, ns, "demo", nil)
 	newStream(t, ns, "idle", b.URL, nil)
-	waitReady(t, ns, "idle", metav1.ConditionTrue, ReasonCreated)
+	waitReady(t, ns, "idle", metav1.ConditionTrue, streamsv1alpha1.ReasonCreated)
 	// Let the creation's own reconciles run.
 	settle(t, 300*time.Millisecond, func() int { return h.counts.get("stream", ns, "idle") })
 

@@ -63,7 +63,7 @@ func (r *StreamReconciler) finalize(ctx context.Context, s *streamsv1alpha1.Stre
 	case !c.DeletionTimestamp.IsZero() && brokeradmin.IsUnreachable(err):
 		return drop(eventWarning, "ClusterGone", "StreamCluster %s is being deleted and its brokers do not answer: stream %s not deleted", c.Name, name)
 	}
-	ready := metav1.Condition{Status: metav1.ConditionFalse, Reason: ReasonDeleting, Message: fmt.Sprintf(
+	ready := metav1.Condition{Status: metav1.ConditionFalse, Reason: streamsv1alpha1.ReasonDeleting, Message: fmt.Sprintf(
 		"deleting stream %s on cluster %s failed (retrying with backoff): %v; to delete this resource without deleting the stream, set annotation %s: \"false\"",
 		name, c.Name, err, AnnotationManaged)}
 	old := s.Status.DeepCopy()

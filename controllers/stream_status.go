@@ -13,20 +13,6 @@ import (
 	"github.com/picomq/picomq/controllers/brokeradmin"
 )
 
-// Reasons of a Stream's Ready condition.
-const (
-	ReasonCreated         = "Created"
-	ReasonRecreated       = "Recreated"
-	ReasonClusterNotFound = "ClusterNotFound"
-	ReasonClusterNotReady = "ClusterNotReady"
-	ReasonBrokerError     = "BrokerError"
-	ReasonConflict        = "Conflict"
-	ReasonUnmanaged       = "Unmanaged"
-	ReasonStreamInvalid   = "InvalidSpec"
-	ReasonDeleting        = "Deleting"
-	ReasonExpired         = "Expired"
-)
-
 // streamStatusWith is s's status with ready set (its lastTransitionTime
 // kept when its status did not change) and the generation observed.
 func streamStatusWith(s *streamsv1alpha1.Stream, ready metav1.Condition) *streamsv1alpha1.StreamStatus {
@@ -71,25 +57,25 @@ func streamStatusEqual(a, b *streamsv1alpha1.StreamStatus) bool {
 // deleted out of band and recreated says so until the spec changes.
 func streamReady(s *streamsv1alpha1.Stream, c *streamsv1alpha1.StreamCluster, info client.StreamInfo, recreated bool) metav1.Condition {
 	if recreated {
-		return metav1.Condition{Status: metav1.ConditionTrue, Reason: ReasonRecreated, Message: fmt.Sprintf(
+		return metav1.Condition{Status: metav1.ConditionTrue, Reason: streamsv1alpha1.ReasonRecreated, Message: fmt.Sprintf(
 			"stream %s was deleted on the broker outside the operator and recreated at %s: its offsets restarted at 0",
 			info.Name, time.Now().UTC().Format(time.RFC3339))}
 	}
 	if was := meta.FindStatusCondition(s.Status.Conditions, streamsv1alpha1.ConditionReady); was != nil &&
-		was.Reason == ReasonRecreated && was.ObservedGeneration == s.Generation {
-		return metav1.Condition{Status: metav1.ConditionTrue, Reason: ReasonRecreated, Message: was.Message}
+		was.Reason == streamsv1alpha1.ReasonRecreated && was.ObservedGeneration == s.Generation {
+		return metav1.Condition{Status: metav1.ConditionTrue, Reason: streamsv1alpha1.ReasonRecreated, Message: was.Message}
 	}
-	return metav1.Condition{Status: metav1.ConditionTrue, Reason: ReasonCreated, Message: fmt.Sprintf(
+	return metav1.Condition{Status: metav1.ConditionTrue, Reason: streamsv1alpha1.ReasonCreated, Message: fmt.Sprintf(
 		"stream %s exists on cluster %s with %d partitions", info.Name, c.Name, info.PartitionCount)}
 }
 
 func clusterNotFound(s *streamsv1alpha1.Stream) metav1.Condition {
-	return metav1.Condition{Status: metav1.ConditionFalse, Reason: ReasonClusterNotFound, Message: fmt.Sprintf(
+	return metav1.Condition{Status: metav1.ConditionFalse, Reason: streamsv1alpha1.ReasonClusterNotFound, Message: fmt.Sprintf(
 		"StreamCluster %s does not exist in namespace %s", s.Spec.ClusterRef.Name, s.Namespace)}
 }
 
 func clusterNotReady(c *streamsv1alpha1.StreamCluster, endpoint string, err error) metav1.Condition {
-	return metav1.Condition{Status: metav1.ConditionFalse, Reason: ReasonClusterNotReady, Message: fmt.Sprintf(
+	return metav1.Condition{Status: metav1.ConditionFalse, Reason: streamsv1alpha1.ReasonClusterNotReady, Message: fmt.Sprintf(
 		"StreamCluster %s is not Ready and its admin API at %s does not answer: %v", c.Name, endpoint, err)}
 }
 
@@ -101,20 +87,20 @@ func brokerError(c *streamsv1alpha1.StreamCluster, endpoint, op string, err erro
 	if code == "" {
 		code = "UNKNOWN"
 	}
-	return metav1.Condition{Status: metav1.ConditionFalse, Reason: ReasonBrokerError, Message: fmt.Sprintf(
+	return metav1.Condition{Status: metav1.ConditionFalse, Reason: streamsv1alpha1.ReasonBrokerError, Message: fmt.Sprintf(
 		"%s: %s on cluster %s (%s) failed: %v", code, op, c.Name, endpoint, err)}
 }
 
 func conflict(why string) metav1.Condition {
-	return metav1.Condition{Status: metav1.ConditionFalse, Reason: ReasonConflict, Message: why}
+	return metav1.Condition{Status: metav1.ConditionFalse, Reason: streamsv1alpha1.ReasonConflict, Message: why}
 }
 
 func invalidSpec(err error) metav1.Condition {
-	return metav1.Condition{Status: metav1.ConditionFalse, Reason: ReasonStreamInvalid, Message: err.Error()}
+	return metav1.Condition{Status: metav1.ConditionFalse, Reason: streamsv1alpha1.ReasonInvalidSpec, Message: err.Error()}
 }
 
 func unmanaged(s *streamsv1alpha1.Stream) metav1.Condition {
-	return metav1.Condition{Status: metav1.ConditionUnknown, Reason: ReasonUnmanaged, Message: fmt.Sprintf(
+	return metav1.Condition{Status: metav1.ConditionUnknown, Reason: streamsv1alpha1.ReasonUnmanaged, Message: fmt.Sprintf(
 		"annotation %s is \"false\": the operator does not reconcile stream %s", AnnotationManaged, s.StreamName())}
 }
 

@@ -220,10 +220,10 @@ func TestStreamClusterCreatesChildrenWithOwnerReferences(t *testing.T) {
 	if got.Status.Endpoint != "http://demo."+ns+".svc:4437" {
 		t.Errorf("endpoint = %q", got.Status.Endpoint)
 	}
-	if err := wantCondition(got, streamsv1alpha1.ConditionReady, metav1.ConditionFalse, ReasonBrokersNotReady); err != nil {
+	if err := wantCondition(got, streamsv1alpha1.ConditionReady, metav1.ConditionFalse, streamsv1alpha1.ReasonBrokersNotReady); err != nil {
 		t.Error(err)
 	}
-	if err := wantCondition(got, streamsv1alpha1.ConditionDegraded, metav1.ConditionFalse, ReasonAsExpected); err != nil {
+	if err := wantCondition(got, streamsv1alpha1.ConditionDegraded, metav1.ConditionFalse, streamsv1alpha1.ReasonAsExpected); err != nil {
 		t.Error(err)
 	}
 	eventually(t, 5*time.Second, func() error {
@@ -363,7 +363,7 @@ func TestStreamClusterPauseFreezesChildren(t *testing.T) {
 		c.Spec.Broker.FlushLinger = ptr.To[streamsv1alpha1.Duration]("1ms")
 	})
 	c := waitObserved(t, ns, "demo")
-	if err := wantCondition(c, streamsv1alpha1.ConditionProgressing, metav1.ConditionFalse, ReasonPaused); err != nil {
+	if err := wantCondition(c, streamsv1alpha1.ConditionProgressing, metav1.ConditionFalse, streamsv1alpha1.ReasonPaused); err != nil {
 		t.Fatal(err)
 	}
 	// Deleting a child while paused: reconciled, not recreated either.
@@ -422,10 +422,10 @@ func TestStreamClusterStatefulSetStatusDrivesReadyAndProgressing(t *testing.T) {
 	setSTSStatus(t, ns, "demo", 1)
 	eventually(t, 10*time.Second, func() error {
 		c := getCluster(t, ns, "demo")
-		if err := wantCondition(c, streamsv1alpha1.ConditionReady, metav1.ConditionFalse, ReasonBrokersNotReady); err != nil {
+		if err := wantCondition(c, streamsv1alpha1.ConditionReady, metav1.ConditionFalse, streamsv1alpha1.ReasonBrokersNotReady); err != nil {
 			return err
 		}
-		if err := wantCondition(c, streamsv1alpha1.ConditionProgressing, metav1.ConditionTrue, ReasonBrokersNotStarted); err != nil {
+		if err := wantCondition(c, streamsv1alpha1.ConditionProgressing, metav1.ConditionTrue, streamsv1alpha1.ReasonBrokersNotStarted); err != nil {
 			return err
 		}
 		if c.Status.ReadyReplicas != 1 || c.Status.Replicas != 3 {
@@ -437,10 +437,10 @@ func TestStreamClusterStatefulSetStatusDrivesReadyAndProgressing(t *testing.T) {
 	setSTSStatus(t, ns, "demo", 3)
 	eventually(t, 10*time.Second, func() error {
 		c := getCluster(t, ns, "demo")
-		if err := wantCondition(c, streamsv1alpha1.ConditionReady, metav1.ConditionTrue, ReasonAllBrokersReady); err != nil {
+		if err := wantCondition(c, streamsv1alpha1.ConditionReady, metav1.ConditionTrue, streamsv1alpha1.ReasonAllBrokersReady); err != nil {
 			return err
 		}
-		if err := wantCondition(c, streamsv1alpha1.ConditionProgressing, metav1.ConditionFalse, ReasonStable); err != nil {
+		if err := wantCondition(c, streamsv1alpha1.ConditionProgressing, metav1.ConditionFalse, streamsv1alpha1.ReasonStable); err != nil {
 			return err
 		}
 		if c.Status.MetadataLeader != "demo-1" || len(c.Status.SlotsHeld) != 3 || c.Status.SlotsHeld[0] != (streamsv1alpha1.BrokerSlots{Broker: "demo-0", Slots: 22}) {
@@ -454,11 +454,11 @@ func TestStreamClusterStatefulSetStatusDrivesReadyAndProgressing(t *testing.T) {
 	// Progressing (rolling update).
 	updateCluster(t, ns, "demo", func(c *streamsv1alpha1.StreamCluster) { c.Spec.Image = "example.org/broker:3" })
 	eventually(t, 10*time.Second, func() error {
-		return wantCondition(getCluster(t, ns, "demo"), streamsv1alpha1.ConditionProgressing, metav1.ConditionTrue, ReasonRollingUpdate)
+		return wantCondition(getCluster(t, ns, "demo"), streamsv1alpha1.ConditionProgressing, metav1.ConditionTrue, streamsv1alpha1.ReasonRollingUpdate)
 	})
 	setSTSStatus(t, ns, "demo", 3)
 	eventually(t, 10*time.Second, func() error {
-		return wantCondition(getCluster(t, ns, "demo"), streamsv1alpha1.ConditionProgressing, metav1.ConditionFalse, ReasonStable)
+		return wantCondition(getCluster(t, ns, "demo"), streamsv1alpha1.ConditionProgressing, metav1.ConditionFalse, streamsv1alpha1.ReasonStable)
 	})
 
 	// The brokers answer but know no metadata leader: not Ready, whatever
@@ -467,7 +467,7 @@ func TestStreamClusterStatefulSetStatusDrivesReadyAndProgressing(t *testing.T) {
 	setSTSStatus(t, ns, "demo", 3) // any child event; the not-Ready poll would do too
 	updateCluster(t, ns, "demo", func(c *streamsv1alpha1.StreamCluster) { c.Spec.Service.Annotations = map[string]string{"x": "y"} })
 	eventually(t, 10*time.Second, func() error {
-		return wantCondition(getCluster(t, ns, "demo"), streamsv1alpha1.ConditionReady, metav1.ConditionFalse, ReasonNoMetadataLeader)
+		return wantCondition(getCluster(t, ns, "demo"), streamsv1alpha1.ConditionReady, metav1.ConditionFalse, streamsv1alpha1.ReasonNoMetadataLeader)
 	})
 	h.expectEvents("demo", "NotReady", eventWarning, 1)
 }
@@ -512,7 +512,7 @@ func TestStreamClusterScaleDownWaitsForDrain(t *testing.T) {
 	updateCluster(t, ns, "demo", func(c *streamsv1alpha1.StreamCluster) { c.Spec.Replicas = 2 })
 	eventually(t, 10*time.Second, func() error {
 		c := getCluster(t, ns, "demo")
-		return wantCondition(c, streamsv1alpha1.ConditionProgressing, metav1.ConditionTrue, ReasonDraining)
+		return wantCondition(c, streamsv1alpha1.ConditionProgressing, metav1.ConditionTrue, streamsv1alpha1.ReasonDraining)
 	})
 	if sts := waitSTS(t, ns, "demo", nil); *sts.Spec.Replicas != 4 {
 		t.Fatalf("StatefulSet replicas = %d while the brokers drain, want 4", *sts.Spec.Replicas)
@@ -535,10 +535,10 @@ func TestStreamClusterScaleDownWaitsForDrain(t *testing.T) {
 	setSTSStatus(t, ns, "demo", 2)
 	eventually(t, 10*time.Second, func() error {
 		c := getCluster(t, ns, "demo")
-		if err := wantCondition(c, streamsv1alpha1.ConditionProgressing, metav1.ConditionFalse, ReasonStable); err != nil {
+		if err := wantCondition(c, streamsv1alpha1.ConditionProgressing, metav1.ConditionFalse, streamsv1alpha1.ReasonStable); err != nil {
 			return err
 		}
-		return wantCondition(c, streamsv1alpha1.ConditionReady, metav1.ConditionTrue, ReasonAllBrokersReady)
+		return wantCondition(c, streamsv1alpha1.ConditionReady, metav1.ConditionTrue, streamsv1alpha1.ReasonAllBrokersReady)
 	})
 	h.expectEvents("demo", "ScaledDown", eventNormal, 2)
 	h.expectEvents("demo", "Draining", eventNormal, 1)
@@ -556,10 +556,10 @@ func TestStreamClusterScaleDownHeldWhenBrokersCannotDrain(t *testing.T) {
 	updateCluster(t, ns, "demo", func(c *streamsv1alpha1.StreamCluster) { c.Spec.Replicas = 2 })
 	eventually(t, 10*time.Second, func() error {
 		c := getCluster(t, ns, "demo")
-		if err := wantCondition(c, streamsv1alpha1.ConditionProgressing, metav1.ConditionFalse, ReasonScaleDownBlocked); err != nil {
+		if err := wantCondition(c, streamsv1alpha1.ConditionProgressing, metav1.ConditionFalse, streamsv1alpha1.ReasonScaleDownBlocked); err != nil {
 			return err
 		}
-		return wantCondition(c, streamsv1alpha1.ConditionDegraded, metav1.ConditionTrue, ReasonScaleDownBlocked)
+		return wantCondition(c, streamsv1alpha1.ConditionDegraded, metav1.ConditionTrue, streamsv1alpha1.ReasonScaleDownBlocked)
 	})
 	// Polled several times, never executed, one Warning event.
 	eventually(t, 10*time.Second, func() error {
@@ -571,7 +571,7 @@ func TestStreamClusterScaleDownHeldWhenBrokersCannotDrain(t *testing.T) {
 	if sts := waitSTS(t, ns, "demo", nil); *sts.Spec.Replicas != 3 {
 		t.Fatalf("StatefulSet replicas = %d: the scale-down was executed blindly", *sts.Spec.Replicas)
 	}
-	h.expectEvents("demo", ReasonScaleDownBlocked, eventWarning, 1)
+	h.expectEvents("demo", streamsv1alpha1.ReasonScaleDownBlocked, eventWarning, 1)
 	c := getCluster(t, ns, "demo")
 	if msg := condition(c.Status.Conditions, streamsv1alpha1.ConditionDegraded).Message; !containsAll(msg, "demo-2", "does not implement drain", "held at 3") {
 		t.Errorf("Degraded message does not say why: %q", msg)
@@ -600,10 +600,10 @@ func TestStreamClusterScaleDownHeldWhenBrokersCannotDrain(t *testing.T) {
 	updateCluster(t, ns, "demo", func(c *streamsv1alpha1.StreamCluster) { c.Spec.Replicas = 3 })
 	eventually(t, 10*time.Second, func() error {
 		c := getCluster(t, ns, "demo")
-		if err := wantCondition(c, streamsv1alpha1.ConditionDegraded, metav1.ConditionFalse, ReasonAsExpected); err != nil {
+		if err := wantCondition(c, streamsv1alpha1.ConditionDegraded, metav1.ConditionFalse, streamsv1alpha1.ReasonAsExpected); err != nil {
 			return err
 		}
-		return wantCondition(c, streamsv1alpha1.ConditionProgressing, metav1.ConditionFalse, ReasonStable)
+		return wantCondition(c, streamsv1alpha1.ConditionProgressing, metav1.ConditionFalse, streamsv1alpha1.ReasonStable)
 	})
 }
 
@@ -736,13 +736,13 @@ func TestStreamClusterStorageChangeIsReportedNotForced(t *testing.T) {
 		c.Spec.Replicas = 4 // and a change that can be applied
 	})
 	eventually(t, 10*time.Second, func() error {
-		return wantCondition(getCluster(t, ns, "demo"), streamsv1alpha1.ConditionDegraded, metav1.ConditionTrue, ReasonStorageImmutable)
+		return wantCondition(getCluster(t, ns, "demo"), streamsv1alpha1.ConditionDegraded, metav1.ConditionTrue, streamsv1alpha1.ReasonStorageImmutable)
 	})
 	sts := waitSTS(t, ns, "demo", nil)
 	if q := sts.Spec.VolumeClaimTemplates[0].Spec.Resources.Requests[corev1.ResourceStorage]; q.String() != "10Gi" || *sts.Spec.Replicas != 4 {
 		t.Errorf("claim size %s (want 10Gi kept), replicas %d (want 4 applied)", q.String(), *sts.Spec.Replicas)
 	}
-	h.expectEvents("demo", ReasonStorageImmutable, eventWarning, 1)
+	h.expectEvents("demo", streamsv1alpha1.ReasonStorageImmutable, eventWarning, 1)
 }
 
 func TestStreamClusterServiceMonitorOnlyWhenTheCRDExists(t *testing.T) {
@@ -752,7 +752,7 @@ func TestStreamClusterServiceMonitorOnlyWhenTheCRDExists(t *testing.T) {
 	newCluster(t, ns, "demo", func(c *streamsv1alpha1.StreamCluster) { c.Spec.Monitoring.ServiceMonitor = true })
 	waitSTS(t, ns, "demo", nil)
 	c := waitObserved(t, ns, "demo")
-	if err := wantCondition(c, streamsv1alpha1.ConditionDegraded, metav1.ConditionFalse, ReasonAsExpected); err != nil {
+	if err := wantCondition(c, streamsv1alpha1.ConditionDegraded, metav1.ConditionFalse, streamsv1alpha1.ReasonAsExpected); err != nil {
 		t.Errorf("a missing ServiceMonitor CRD degraded the cluster: %v", err)
 	}
 	h.expectEvents("demo", "ServiceMonitorUnavailable", eventWarning, 1)

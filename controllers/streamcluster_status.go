@@ -13,26 +13,6 @@ import (
 	"github.com/picomq/picomq/controllers/resources"
 )
 
-// Condition reasons of a StreamCluster.
-const (
-	ReasonAllBrokersReady   = "AllBrokersReady"
-	ReasonBrokersNotReady   = "BrokersNotReady"
-	ReasonNoMetadataLeader  = "NoMetadataLeader"
-	ReasonCreating          = "Creating"
-	ReasonRollingUpdate     = "RollingUpdate"
-	ReasonScalingUp         = "ScalingUp"
-	ReasonScalingDown       = "ScalingDown"
-	ReasonDraining          = "Draining"
-	ReasonScaleDownBlocked  = "ScaleDownBlocked"
-	ReasonStable            = "Stable"
-	ReasonPaused            = "Paused"
-	ReasonInvalidSpec       = "InvalidSpec"
-	ReasonApplyFailed       = "ApplyFailed"
-	ReasonStorageImmutable  = "StorageChangeNotApplied"
-	ReasonAsExpected        = "AsExpected"
-	ReasonBrokersNotStarted = "BrokersStarting"
-)
-
 // clusterStatus is the status one reconcile observed: the previous
 // conditions updated by the three condition functions (a condition whose
 // status did not change keeps its lastTransitionTime), and the counts,
@@ -106,22 +86,22 @@ func readyCondition(o clusterObservation) metav1.Condition {
 	c := metav1.Condition{Type: streamsv1alpha1.ConditionReady, Status: metav1.ConditionFalse}
 	sts := o.sts
 	if sts == nil {
-		c.Reason, c.Message = ReasonCreating, "the brokers' StatefulSet does not exist yet"
+		c.Reason, c.Message = streamsv1alpha1.ReasonCreating, "the brokers' StatefulSet does not exist yet"
 		return c
 	}
 	ready := sts.Status.ReadyReplicas
 	if ready < o.desired || sts.Status.Replicas > o.desired && ready < sts.Status.Replicas {
-		c.Reason = ReasonBrokersNotReady
+		c.Reason = streamsv1alpha1.ReasonBrokersNotReady
 		c.Message = fmt.Sprintf("%d of %d brokers ready", ready, o.desired)
 		return c
 	}
 	leader := metadataLeader(o.brokers)
 	if leader == "" && answered(o.brokers) > 0 {
-		c.Reason = ReasonNoMetadataLeader
+		c.Reason = streamsv1alpha1.ReasonNoMetadataLeader
 		c.Message = fmt.Sprintf("%d of %d brokers ready, but the %d brokers that answered know no metadata leader", ready, o.desired, answered(o.brokers))
 		return c
 	}
-	c.Status, c.Reason = metav1.ConditionTrue, ReasonAllBrokersReady
+	c.Status, c.Reason = metav1.ConditionTrue, streamsv1alpha1.ReasonAllBrokersReady
 	c.Message = fmt.Sprintf("%d of %d brokers ready", ready, o.desired)
 	if leader != "" {
 		c.Message += "; metadata leader " + leader
@@ -137,18 +117,18 @@ func progressingCondition(o clusterObservation) metav1.Condition {
 	sts := o.sts
 	switch {
 	case o.paused:
-		c.Status, c.Reason = metav1.ConditionFalse, ReasonPaused
+		c.Status, c.Reason = metav1.ConditionFalse, streamsv1alpha1.ReasonPaused
 		c.Message = "spec.paused is true: the operator changes no child object until it is false"
 	case o.plan.blocked != "":
-		c.Status, c.Reason, c.Message = metav1.ConditionFalse, ReasonScaleDownBlocked, o.plan.blocked
+		c.Status, c.Reason, c.Message = metav1.ConditionFalse, streamsv1alpha1.ReasonScaleDownBlocked, o.plan.blocked
 	case o.plan.draining != "":
-		c.Reason, c.Message = ReasonDraining, o.plan.draining
+		c.Reason, c.Message = streamsv1alpha1.ReasonDraining, o.plan.draining
 	case sts == nil:
-		c.Reason, c.Message = ReasonCreating, "creating the brokers"
+		c.Reason, c.Message = streamsv1alpha1.ReasonCreating, "creating the brokers"
 	default:
 		reason, msg := rollout(sts)
 		if reason == "" {
-			c.Status, c.Reason = metav1.ConditionFalse, ReasonStable
+			c.Status, c.Reason = metav1.ConditionFalse, streamsv1alpha1.ReasonStable
 			c.Message = fmt.Sprintf("%d brokers at the current revision", sts.Status.Replicas)
 		} else {
 			c.Reason, c.Message = reason, msg
@@ -166,15 +146,15 @@ func rollout(sts *appsv1.StatefulSet) (reason, message string) {
 	s := sts.Status
 	switch {
 	case s.ObservedGeneration < sts.Generation:
-		return ReasonRollingUpdate, fmt.Sprintf("the StatefulSet controller has not yet seen generation %d", sts.Generation)
+		return streamsv1alpha1.ReasonRollingUpdate, fmt.Sprintf("the StatefulSet controller has not yet seen generation %d", sts.Generation)
 	case s.Replicas < want:
-		return ReasonScalingUp, fmt.Sprintf("%d of %d brokers created", s.Replicas, want)
+		return streamsv1alpha1.ReasonScalingUp, fmt.Sprintf("%d of %d brokers created", s.Replicas, want)
 	case s.Replicas > want:
-		return ReasonScalingDown, fmt.Sprintf("%d brokers, going to %d", s.Replicas, want)
+		return streamsv1alpha1.ReasonScalingDown, fmt.Sprintf("%d brokers, going to %d", s.Replicas, want)
 	case s.UpdatedReplicas < want || (s.UpdateRevision != "" && s.CurrentRevision != s.UpdateRevision):
-		return ReasonRollingUpdate, fmt.Sprintf("%d of %d brokers at revision %s", s.UpdatedReplicas, want, s.UpdateRevision)
+		return streamsv1alpha1.ReasonRollingUpdate, fmt.Sprintf("%d of %d brokers at revision %s", s.UpdatedReplicas, want, s.UpdateRevision)
 	case s.ReadyReplicas < want:
-		return ReasonBrokersNotStarted, fmt.Sprintf("%d of %d brokers ready", s.ReadyReplicas, want)
+		return streamsv1alpha1.ReasonBrokersNotStarted, fmt.Sprintf("%d of %d brokers ready", s.ReadyReplicas, want)
 	}
 	return "", ""
 }
@@ -186,15 +166,15 @@ func degradedCondition(o clusterObservation) metav1.Condition {
 	c := metav1.Condition{Type: streamsv1alpha1.ConditionDegraded, Status: metav1.ConditionTrue}
 	switch {
 	case o.specErr != nil:
-		c.Reason, c.Message = ReasonInvalidSpec, o.specErr.Error()
+		c.Reason, c.Message = streamsv1alpha1.ReasonInvalidSpec, o.specErr.Error()
 	case o.applyErr != nil:
-		c.Reason, c.Message = ReasonApplyFailed, o.applyErr.Error()
+		c.Reason, c.Message = streamsv1alpha1.ReasonApplyFailed, o.applyErr.Error()
 	case o.plan.blocked != "":
-		c.Reason, c.Message = ReasonScaleDownBlocked, o.plan.blocked
+		c.Reason, c.Message = streamsv1alpha1.ReasonScaleDownBlocked, o.plan.blocked
 	case o.storageChange != "":
-		c.Reason, c.Message = ReasonStorageImmutable, o.storageChange
+		c.Reason, c.Message = streamsv1alpha1.ReasonStorageImmutable, o.storageChange
 	default:
-		c.Status, c.Reason, c.Message = metav1.ConditionFalse, ReasonAsExpected, "nothing needs attention"
+		c.Status, c.Reason, c.Message = metav1.ConditionFalse, streamsv1alpha1.ReasonAsExpected, "nothing needs attention"
 	}
 	return c
 }
@@ -225,12 +205,12 @@ func (r *StreamClusterReconciler) transitionEvents(c *streamsv1alpha1.StreamClus
 	if now, ok := changed(streamsv1alpha1.ConditionProgressing); ok {
 		was := meta.FindStatusCondition(c.Status.Conditions, streamsv1alpha1.ConditionProgressing)
 		switch {
-		case now.Reason == ReasonPaused:
+		case now.Reason == streamsv1alpha1.ReasonPaused:
 			event(r.Recorder, c, eventNormal, "Paused", "Pause", "%s", now.Message)
-		case was != nil && was.Reason == ReasonPaused:
+		case was != nil && was.Reason == streamsv1alpha1.ReasonPaused:
 			event(r.Recorder, c, eventNormal, "Resumed", "Pause", "spec.paused is false: the operator manages the children again")
 		}
-		if now.Reason == ReasonDraining {
+		if now.Reason == streamsv1alpha1.ReasonDraining {
 			event(r.Recorder, c, eventNormal, "Draining", "ScaleDown", "%s", now.Message)
 		}
 	}

@@ -59,14 +59,14 @@ func TestReadyCondition(t *testing.T) {
 		status metav1.ConditionStatus
 		reason string
 	}{
-		{"no StatefulSet", clusterObservation{desired: 3}, metav1.ConditionFalse, ReasonCreating},
-		{"starting", clusterObservation{desired: 3, sts: stsWith(3, 1, nil)}, metav1.ConditionFalse, ReasonBrokersNotReady},
-		{"all ready, leader known", clusterObservation{desired: 3, sts: stsWith(3, 3, nil), brokers: brokersWithLeader("demo-0", 3)}, metav1.ConditionTrue, ReasonAllBrokersReady},
+		{"no StatefulSet", clusterObservation{desired: 3}, metav1.ConditionFalse, streamsv1alpha1.ReasonCreating},
+		{"starting", clusterObservation{desired: 3, sts: stsWith(3, 1, nil)}, metav1.ConditionFalse, streamsv1alpha1.ReasonBrokersNotReady},
+		{"all ready, leader known", clusterObservation{desired: 3, sts: stsWith(3, 3, nil), brokers: brokersWithLeader("demo-0", 3)}, metav1.ConditionTrue, streamsv1alpha1.ReasonAllBrokersReady},
 		{"all ready, nobody answers: readiness implies a leader", clusterObservation{desired: 3, sts: stsWith(3, 3, nil),
-			brokers: []brokerObservation{{pod: "demo-0", err: errors.New("dns")}}}, metav1.ConditionTrue, ReasonAllBrokersReady},
-		{"all ready, answers without leader", clusterObservation{desired: 3, sts: stsWith(3, 3, nil), brokers: brokersWithLeader("", 3)}, metav1.ConditionFalse, ReasonNoMetadataLeader},
-		{"held scale-down, extra broker not ready", clusterObservation{desired: 2, sts: stsWith(3, 2, nil)}, metav1.ConditionFalse, ReasonBrokersNotReady},
-		{"held scale-down, all ready", clusterObservation{desired: 2, sts: stsWith(3, 3, nil)}, metav1.ConditionTrue, ReasonAllBrokersReady},
+			brokers: []brokerObservation{{pod: "demo-0", err: errors.New("dns")}}}, metav1.ConditionTrue, streamsv1alpha1.ReasonAllBrokersReady},
+		{"all ready, answers without leader", clusterObservation{desired: 3, sts: stsWith(3, 3, nil), brokers: brokersWithLeader("", 3)}, metav1.ConditionFalse, streamsv1alpha1.ReasonNoMetadataLeader},
+		{"held scale-down, extra broker not ready", clusterObservation{desired: 2, sts: stsWith(3, 2, nil)}, metav1.ConditionFalse, streamsv1alpha1.ReasonBrokersNotReady},
+		{"held scale-down, all ready", clusterObservation{desired: 2, sts: stsWith(3, 3, nil)}, metav1.ConditionTrue, streamsv1alpha1.ReasonAllBrokersReady},
 	} {
 		c := readyCondition(tc.o)
 		if c.Status != tc.status || c.Reason != tc.reason || c.Type != streamsv1alpha1.ConditionReady || c.Message == "" {
@@ -83,16 +83,16 @@ func TestProgressingCondition(t *testing.T) {
 		status metav1.ConditionStatus
 		reason string
 	}{
-		{"paused wins", clusterObservation{paused: true, sts: stsWith(3, 1, nil)}, metav1.ConditionFalse, ReasonPaused},
-		{"blocked", clusterObservation{plan: scalePlan{blocked: "x"}, sts: stsWith(3, 3, nil)}, metav1.ConditionFalse, ReasonScaleDownBlocked},
-		{"draining", clusterObservation{plan: scalePlan{draining: "x"}, sts: stsWith(3, 3, nil)}, metav1.ConditionTrue, ReasonDraining},
-		{"creating", clusterObservation{}, metav1.ConditionTrue, ReasonCreating},
-		{"generation not observed", clusterObservation{sts: stsWith(3, 3, func(s *appsv1.StatefulSet) { s.Generation = 3 })}, metav1.ConditionTrue, ReasonRollingUpdate},
-		{"scaling up", clusterObservation{sts: stsWith(3, 3, func(s *appsv1.StatefulSet) { s.Spec.Replicas = ptr.To[int32](5) })}, metav1.ConditionTrue, ReasonScalingUp},
-		{"scaling down", clusterObservation{sts: stsWith(3, 3, func(s *appsv1.StatefulSet) { s.Spec.Replicas = ptr.To[int32](2) })}, metav1.ConditionTrue, ReasonScalingDown},
-		{"revision rolling", clusterObservation{sts: stsWith(3, 3, func(s *appsv1.StatefulSet) { s.Status.UpdateRevision = "r2"; s.Status.UpdatedReplicas = 1 })}, metav1.ConditionTrue, ReasonRollingUpdate},
-		{"pods starting", clusterObservation{sts: stsWith(3, 2, nil)}, metav1.ConditionTrue, ReasonBrokersNotStarted},
-		{"stable", clusterObservation{sts: stsWith(3, 3, nil)}, metav1.ConditionFalse, ReasonStable},
+		{"paused wins", clusterObservation{paused: true, sts: stsWith(3, 1, nil)}, metav1.ConditionFalse, streamsv1alpha1.ReasonPaused},
+		{"blocked", clusterObservation{plan: scalePlan{blocked: "x"}, sts: stsWith(3, 3, nil)}, metav1.ConditionFalse, streamsv1alpha1.ReasonScaleDownBlocked},
+		{"draining", clusterObservation{plan: scalePlan{draining: "x"}, sts: stsWith(3, 3, nil)}, metav1.ConditionTrue, streamsv1alpha1.ReasonDraining},
+		{"creating", clusterObservation{}, metav1.ConditionTrue, streamsv1alpha1.ReasonCreating},
+		{"generation not observed", clusterObservation{sts: stsWith(3, 3, func(s *appsv1.StatefulSet) { s.Generation = 3 })}, metav1.ConditionTrue, streamsv1alpha1.ReasonRollingUpdate},
+		{"scaling up", clusterObservation{sts: stsWith(3, 3, func(s *appsv1.StatefulSet) { s.Spec.Replicas = ptr.To[int32](5) })}, metav1.ConditionTrue, streamsv1alpha1.ReasonScalingUp},
+		{"scaling down", clusterObservation{sts: stsWith(3, 3, func(s *appsv1.StatefulSet) { s.Spec.Replicas = ptr.To[int32](2) })}, metav1.ConditionTrue, streamsv1alpha1.ReasonScalingDown},
+		{"revision rolling", clusterObservation{sts: stsWith(3, 3, func(s *appsv1.StatefulSet) { s.Status.UpdateRevision = "r2"; s.Status.UpdatedReplicas = 1 })}, metav1.ConditionTrue, streamsv1alpha1.ReasonRollingUpdate},
+		{"pods starting", clusterObservation{sts: stsWith(3, 2, nil)}, metav1.ConditionTrue, streamsv1alpha1.ReasonBrokersNotStarted},
+		{"stable", clusterObservation{sts: stsWith(3, 3, nil)}, metav1.ConditionFalse, streamsv1alpha1.ReasonStable},
 	} {
 		c := progressingCondition(tc.o)
 		if c.Status != tc.status || c.Reason != tc.reason || c.Message == "" {
@@ -109,11 +109,11 @@ func TestDegradedCondition(t *testing.T) {
 		status metav1.ConditionStatus
 		reason string
 	}{
-		{"fine", clusterObservation{}, metav1.ConditionFalse, ReasonAsExpected},
-		{"invalid spec", clusterObservation{specErr: errors.New("bad")}, metav1.ConditionTrue, ReasonInvalidSpec},
-		{"apply failed", clusterObservation{applyErr: errors.New("forbidden")}, metav1.ConditionTrue, ReasonApplyFailed},
-		{"blocked", clusterObservation{plan: scalePlan{blocked: "no drain"}}, metav1.ConditionTrue, ReasonScaleDownBlocked},
-		{"storage", clusterObservation{storageChange: "size"}, metav1.ConditionTrue, ReasonStorageImmutable},
+		{"fine", clusterObservation{}, metav1.ConditionFalse, streamsv1alpha1.ReasonAsExpected},
+		{"invalid spec", clusterObservation{specErr: errors.New("bad")}, metav1.ConditionTrue, streamsv1alpha1.ReasonInvalidSpec},
+		{"apply failed", clusterObservation{applyErr: errors.New("forbidden")}, metav1.ConditionTrue, streamsv1alpha1.ReasonApplyFailed},
+		{"blocked", clusterObservation{plan: scalePlan{blocked: "no drain"}}, metav1.ConditionTrue, streamsv1alpha1.ReasonScaleDownBlocked},
+		{"storage", clusterObservation{storageChange: "size"}, metav1.ConditionTrue, streamsv1alpha1.ReasonStorageImmutable},
 	} {
 		c := degradedCondition(tc.o)
 		if c.Status != tc.status || c.Reason != tc.reason {

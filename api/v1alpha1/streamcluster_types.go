@@ -238,17 +238,6 @@ type MonitoringSpec struct {
 	ServiceMonitor bool `json:"serviceMonitor,omitempty"`
 }
 
-// Condition types of a StreamCluster.
-const (
-	// ConditionReady: every replica is ready and the metadata log has a leader.
-	ConditionReady = "Ready"
-	// ConditionProgressing: a rollout or scaling is under way.
-	ConditionProgressing = "Progressing"
-	// ConditionDegraded: something needs an operator's attention; the reason
-	// and message say what.
-	ConditionDegraded = "Degraded"
-)
-
 // StreamClusterStatus is what the operator observed of the cluster.
 type StreamClusterStatus struct {
 	// Conditions: Ready, Progressing, Degraded.

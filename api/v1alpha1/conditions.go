@@ -1,0 +1,185 @@
+package v1alpha1
+
+// Conditions and their reasons, as the operator writes them in
+// status.conditions (metav1.Condition). The strings are part of the API:
+// health checks, alerts and scripts match on them, so they never change.
+//
+// Every condition carries observedGeneration; a condition whose
+// observedGeneration is below metadata.generation describes an older spec
+// (the operator has not looked at the latest one yet), so a health check
+// should report it as progressing whatever it says.
+//
+// # StreamCluster
+//
+// A StreamCluster has three conditions: Ready, Progressing and Degraded.
+//
+//   - Healthy: Ready=True.
+//   - Progressing: Ready=False and Degraded=False (brokers starting, a
+//     rollout, a scaling, a drain, a metadata election), or Progressing=True.
+//   - Degraded: Degraded=True. The operator cannot do what the spec asks
+//     without a person: the reason says why (InvalidSpec, ApplyFailed,
+//     ScaleDownBlocked, StorageChangeNotApplied) and the message what to do.
+//   - Suspended: Progressing=False with reason Paused (spec.paused).
+//
+// For Argo CD, a custom health check (resource.customizations.health.
+// streams.picomq.io_StreamCluster in argocd-cm) along these lines:
+//
+//	hs = {status = "Progressing", message = "waiting for the operator"}
+//	if obj.status ~= nil and obj.status.conditions ~= nil then
+//	  for _, c in ipairs(obj.status.conditions) do
+//	    if c.type == "Degraded" and c.status == "True" then
+//	      return {status = "Degraded", message = c.reason .. ": " .. c.message}
+//	    end
+//	    if c.type == "Progressing" and c.reason == "Paused" then
+//	      hs = {status = "Suspended", message = c.message}
+//	    end
+//	    if c.type == "Ready" and c.status == "True" and hs.status ~= "Suspended" then
+//	      hs = {status = "Healthy", message = c.message}
+//	    end
+//	  end
+//	end
+//	return hs
+//
+// Flux (kstatus) reads Ready and observedGeneration without configuration:
+// Ready=True at the current generation is Current, anything else
+// InProgress until the timeout. To fail fast on Degraded, a
+// Kustomization's spec.healthCheckExprs can say, for this kind:
+//
+//	current: status.conditions.exists(e, e.type == 'Ready' && e.status == 'True' && e.observedGeneration == metadata.generation)
+//	failed: status.conditions.exists(e, e.type == 'Degraded' && e.status == 'True')
+//
+// # Stream
+//
+// A Stream has one condition, Ready.
+//
+//   - Healthy: Ready=True (reason Created, or Recreated: the stream exists as
+//     asked, but was deleted outside the operator once and restarted at
+//     offset 0).
+//   - Progressing: Ready=False with reason ClusterNotReady, BrokerError or
+//     Deleting: the operator retries with backoff.
+//   - Degraded: Ready=False with reason Conflict, InvalidSpec,
+//     ClusterNotFound or Expired: the operator does not retry until the spec,
+//     the cluster or the broker's stream changes.
+//   - Unknown (or Suspended): Ready=Unknown with reason Unmanaged (the
+//     streams.picomq.io/managed: "false" annotation).
+
+// Condition types.
+const (
+	// ConditionReady is True when the object is what its spec asks for and
+	// serves: for a StreamCluster, every desired broker is ready and the
+	// metadata log has a leader; for a Stream, the stream exists on its
+	// cluster with the spec's configuration.
+	ConditionReady = "Ready"
+	// ConditionProgressing (StreamCluster) is True while a rollout, a
+	// scaling or a drain is under way; False when the cluster is stable,
+	// paused, or its scale-down is held.
+	ConditionProgressing = "Progressing"
+	// ConditionDegraded (StreamCluster) is True when something needs a
+	// person's attention; the reason and message say what.
+	ConditionDegraded = "Degraded"
+)
+
+// Reasons of a StreamCluster's Ready condition.
+const (
+	// ReasonAllBrokersReady (Ready=True): every desired broker is ready and
+	// the metadata log has a leader. Healthy.
+	ReasonAllBrokersReady = "AllBrokersReady"
+	// ReasonBrokersNotReady (Ready=False): fewer brokers ready than desired
+	// (starting, rolling, or failing: the pods say which). Progressing.
+	ReasonBrokersNotReady = "BrokersNotReady"
+	// ReasonNoMetadataLeader (Ready=False): the brokers are ready but those
+	// that answer know no metadata leader (an election under way).
+	// Progressing; lasting, it needs a look at the brokers' logs.
+	ReasonNoMetadataLeader = "NoMetadataLeader"
+	// ReasonCreating (Ready=False, Progressing=True): the brokers'
+	// StatefulSet does not exist yet. Progressing.
+	ReasonCreating = "Creating"
+)
+
+// Reasons of a StreamCluster's Progressing condition.
+const (
+	// ReasonRollingUpdate (Progressing=True): the StatefulSet has not
+	// observed its latest spec, or not every broker runs its latest
+	// revision.
+	ReasonRollingUpdate = "RollingUpdate"
+	// ReasonScalingUp (Progressing=True): brokers are being added.
+	ReasonScalingUp = "ScalingUp"
+	// ReasonScalingDown (Progressing=True): drained brokers are being
+	// removed.
+	ReasonScalingDown = "ScalingDown"
+	// ReasonDraining (Progressing=True): a scale-down waits for the
+	// departing brokers to hand their streams off.
+	ReasonDraining = "Draining"
+	// ReasonBrokersNotStarted (Progressing=True): every broker runs the
+	// latest revision but not all are ready yet.
+	ReasonBrokersNotStarted = "BrokersStarting"
+	// ReasonStable (Progressing=False): nothing is under way.
+	ReasonStable = "Stable"
+	// ReasonPaused (Progressing=False): spec.paused is true; the operator
+	// changes no child object. Suspended.
+	ReasonPaused = "Paused"
+	// ReasonScaleDownBlocked (Progressing=False and Degraded=True): a
+	// scale-down is held because a departing broker cannot drain (it does
+	// not implement drain, or does not answer). Degraded.
+	ReasonScaleDownBlocked = "ScaleDownBlocked"
+)
+
+// Reasons of a StreamCluster's Degraded condition (and, for InvalidSpec, of
+// a Stream's Ready condition).
+const (
+	// ReasonAsExpected (Degraded=False): nothing needs attention.
+	ReasonAsExpected = "AsExpected"
+	// ReasonInvalidSpec (StreamCluster Degraded=True, Stream Ready=False):
+	// the spec cannot be turned into children or a broker stream; the
+	// message names the field. Degraded until the spec changes.
+	ReasonInvalidSpec = "InvalidSpec"
+	// ReasonApplyFailed (Degraded=True): applying a child object failed
+	// (refused by the apiserver or an admission webhook); retried with
+	// backoff. Degraded.
+	ReasonApplyFailed = "ApplyFailed"
+	// ReasonStorageImmutable (Degraded=True): spec.storage asks for a claim
+	// template the StatefulSet cannot take (its claim templates are
+	// immutable); the old one is kept and everything else is applied.
+	// Degraded until the spec changes back or the claims are changed by
+	// hand.
+	ReasonStorageImmutable = "StorageChangeNotApplied"
+)
+
+// Reasons of a Stream's Ready condition.
+const (
+	// ReasonCreated (Ready=True): the stream exists on its cluster as the
+	// spec asks. Healthy.
+	ReasonCreated = "Created"
+	// ReasonRecreated (Ready=True): the stream had been deleted on the
+	// broker outside the operator and was recreated empty (its offsets
+	// restarted at 0). Healthy, but data was lost; it stays until the spec
+	// changes.
+	ReasonRecreated = "Recreated"
+	// ReasonClusterNotFound (Ready=False): spec.clusterRef names no
+	// StreamCluster in the namespace. Degraded until the cluster exists.
+	ReasonClusterNotFound = "ClusterNotFound"
+	// ReasonClusterNotReady (Ready=False): the cluster is not Ready and its
+	// admin API does not answer; retried with backoff. Progressing.
+	ReasonClusterNotReady = "ClusterNotReady"
+	// ReasonBrokerError (Ready=False): a call to the broker failed; the
+	// message starts with the broker's error code (or UNREACHABLE).
+	// Retried with backoff, except a configuration the broker refuses.
+	// Progressing; lasting, Degraded.
+	ReasonBrokerError = "BrokerError"
+	// ReasonConflict (Ready=False): the broker's stream cannot become what
+	// the spec asks without losing data (another content type, fewer
+	// partitions, another lifetime). Not retried until something changes.
+	// Degraded.
+	ReasonConflict = "Conflict"
+	// ReasonUnmanaged (Ready=Unknown): the streams.picomq.io/managed
+	// annotation is "false"; the operator leaves the broker's stream alone.
+	ReasonUnmanaged = "Unmanaged"
+	// ReasonDeleting (Ready=False): the Stream is being deleted and deleting
+	// the broker's stream failed; retried with backoff. Progressing.
+	ReasonDeleting = "Deleting"
+	// ReasonExpired (Ready=False): the stream reached the end of the
+	// lifetime its spec gave it (spec.expiresAt, or spec.ttl unused) and the
+	// broker deleted it; not recreated until the spec changes. Degraded (or
+	// expected: delete the resource).
+	ReasonExpired = "Expired"
+)
