@@ -68,50 +68,34 @@ func (r *StreamReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 	if !managed(&s) {
 		return r.detach(ctx, &s)
 	}
-	if !controllerutil.ContainsFinalizer(&s, StreamFinalizer) {
-		patched := s.DeepCopy()
-		controllerutil.AddFinalizer(patched, StreamFinalizer)
-		if err := r.Client.Patch(ctx, patched, client.MergeFromWithOptions(&s, client.MergeFromWithOptimisticLock{})); err != nil {
-			if apierrors.IsConflict(err) {
-				return ctrl.Result{RequeueAfter: conflictRetry}, nil
-			}
-			return ctrl.Result{}, err
-		}
-		s = *patched
+	if _, err := patchObject(ctx, r.Client, &s, addFinalizer); err != nil {
+		return requeueOnConflict(err)
 	}
 
 	var cluster streamsv1alpha1.StreamCluster
 	switch err := r.Client.Get(ctx, types.NamespacedName{Namespace: s.Namespace, Name: s.Spec.ClusterRef.Name}, &cluster); {
 	case apierrors.IsNotFound(err):
-		st := streamStatusWith(&s, clusterNotFound(&s))
-		return r.finish(ctx, &s, st, nil, jitter(r.Options.ResyncPeriod))
+		return r.finish(ctx, &s, nil, jitter(r.Options.ResyncPeriod), withReady(clusterNotFound(&s)))
 	case err != nil:
 		return ctrl.Result{}, err
 	}
 
 	out := r.sync(ctx, &s, &cluster)
 	r.actionEvents(&s, out)
-	st := streamStatusWith(&s, out.ready)
-	if out.info != nil {
-		applyBrokerInfo(st, out.info)
-	}
 	next := jitter(r.Options.ResyncPeriod)
-	return r.finish(ctx, &s, st, out.retry, next)
+	return r.finish(ctx, &s, out.retry, next, withReady(out.ready), withBrokerInfo(out.info))
 }
 
-// finish writes the status if it changed, then returns retryErr (the
-// rate limiter backs off) or schedules the next look.
-func (r *StreamReconciler) finish(ctx context.Context, s *streamsv1alpha1.Stream, st *streamsv1alpha1.StreamStatus, retryErr error, next time.Duration) (ctrl.Result, error) {
+// finish writes the status txs make if it changed, then returns retryErr
+// (the rate limiter backs off) or schedules the next look.
+func (r *StreamReconciler) finish(ctx context.Context, s *streamsv1alpha1.Stream, retryErr error, next time.Duration, txs ...func(*streamsv1alpha1.Stream)) (ctrl.Result, error) {
 	old := s.Status.DeepCopy()
-	written, err := r.patchStatus(ctx, s, st)
+	written, err := patchStatus(ctx, r.Client, s, txs...)
 	if err != nil {
-		if apierrors.IsConflict(err) {
-			return ctrl.Result{RequeueAfter: conflictRetry}, nil
-		}
-		return ctrl.Result{}, err
+		return requeueOnConflict(err)
 	}
 	if written {
-		r.readyTransitionEvent(s, old, st)
+		r.readyTransitionEvent(s, old, &s.Status)
 	}
 	if retryErr != nil {
 		return ctrl.Result{}, retryErr
@@ -119,28 +103,16 @@ func (r *StreamReconciler) finish(ctx context.Context, s *streamsv1alpha1.Stream
 	return ctrl.Result{RequeueAfter: next}, nil
 }
 
-// patchStatus writes st if it changed, with optimistic locking.
-func (r *StreamReconciler) patchStatus(ctx context.Context, s *streamsv1alpha1.Stream, st *streamsv1alpha1.StreamStatus) (written bool, err error) {
-	if streamStatusEqual(&s.Status, st) {
-		return false, nil
-	}
-	patched := s.DeepCopy()
-	patched.Status = *st
-	if err := r.Client.Status().Patch(ctx, patched, client.MergeFromWithOptions(s, client.MergeFromWithOptimisticLock{})); err != nil {
-		return false, err
-	}
-	*s = *patched
-	return true, nil
-}
+// addFinalizer and removeFinalizer are the finalizer changes patchObject
+// writes.
+func addFinalizer(s *streamsv1alpha1.Stream)    { controllerutil.AddFinalizer(s, StreamFinalizer) }
+func removeFinalizer(s *streamsv1alpha1.Stream) { controllerutil.RemoveFinalizer(s, StreamFinalizer) }
 
-// removeFinalizer drops the operator's finalizer, with optimistic locking.
-func (r *StreamReconciler) removeFinalizer(ctx context.Context, s *streamsv1alpha1.Stream) error {
-	if !controllerutil.ContainsFinalizer(s, StreamFinalizer) {
-		return nil
-	}
-	patched := s.DeepCopy()
-	controllerutil.RemoveFinalizer(patched, StreamFinalizer)
-	return client.IgnoreNotFound(r.Client.Patch(ctx, patched, client.MergeFromWithOptions(s, client.MergeFromWithOptimisticLock{})))
+// dropFinalizer removes the operator's finalizer, with optimistic locking;
+// a Stream already gone is no error.
+func (r *StreamReconciler) dropFinalizer(ctx context.Context, s *streamsv1alpha1.Stream) error {
+	_, err := patchObject(ctx, r.Client, s, removeFinalizer)
+	return client.IgnoreNotFound(err)
 }
 
 // managed is false when the Stream carries streams.picomq.io/managed: "false".
@@ -164,22 +136,15 @@ func adminEndpoint(s *streamsv1alpha1.Stream, c *streamsv1alpha1.StreamCluster) 
 // the status says why nothing is reconciled.
 func (r *StreamReconciler) detach(ctx context.Context, s *streamsv1alpha1.Stream) (ctrl.Result, error) {
 	had := controllerutil.ContainsFinalizer(s, StreamFinalizer)
-	if err := r.removeFinalizer(ctx, s); err != nil {
-		if apierrors.IsConflict(err) {
-			return ctrl.Result{RequeueAfter: conflictRetry}, nil
-		}
-		return ctrl.Result{}, err
+	if err := r.dropFinalizer(ctx, s); err != nil {
+		return requeueOnConflict(err)
 	}
 	if had {
 		event(r.Recorder, s, eventNormal, "Detached", "Detach",
 			"annotation %s is \"false\": the operator leaves stream %s on the broker alone, and deleting this resource will not delete it", AnnotationManaged, s.StreamName())
 	}
-	st := streamStatusWith(s, unmanaged(s))
-	if _, err := r.patchStatus(ctx, s, st); err != nil && !apierrors.IsNotFound(err) {
-		if apierrors.IsConflict(err) {
-			return ctrl.Result{RequeueAfter: conflictRetry}, nil
-		}
-		return ctrl.Result{}, err
+	if _, err := patchStatus(ctx, r.Client, s, withReady(unmanaged(s))); client.IgnoreNotFound(err) != nil {
+		return requeueOnConflict(err)
 	}
 	return ctrl.Result{}, nil
 }

@@ -25,11 +25,8 @@ func (r *StreamReconciler) finalize(ctx context.Context, s *streamsv1alpha1.Stre
 	}
 	name := s.StreamName()
 	drop := func(typ, reason, note string, args ...any) (ctrl.Result, error) {
-		if err := r.removeFinalizer(ctx, s); err != nil {
-			if apierrors.IsConflict(err) {
-				return ctrl.Result{RequeueAfter: conflictRetry}, nil
-			}
-			return ctrl.Result{}, err
+		if err := r.dropFinalizer(ctx, s); err != nil {
+			return requeueOnConflict(err)
 		}
 		event(r.Recorder, s, typ, reason, "Finalize", note, args...)
 		return ctrl.Result{}, nil
@@ -67,13 +64,14 @@ func (r *StreamReconciler) finalize(ctx context.Context, s *streamsv1alpha1.Stre
 		"deleting stream %s on cluster %s failed (retrying with backoff): %v; to delete this resource without deleting the stream, set annotation %s: \"false\"",
 		name, c.Name, err, AnnotationManaged)}
 	old := s.Status.DeepCopy()
-	st := streamStatusWith(s, ready)
-	written, perr := r.patchStatus(ctx, s, st)
+	written, perr := patchStatus(ctx, r.Client, s, withReady(ready))
+	// A Conflict or a Stream gone is no error of its own: the error below
+	// retries the deletion with backoff anyway.
 	if perr != nil && !apierrors.IsConflict(perr) && !apierrors.IsNotFound(perr) {
 		return ctrl.Result{}, perr
 	}
 	if written {
-		r.readyTransitionEvent(s, old, st)
+		r.readyTransitionEvent(s, old, &s.Status)
 	}
 	return ctrl.Result{}, fmt.Errorf("delete stream %s on cluster %s: %w", name, c.Name, err)
 }

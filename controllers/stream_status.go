@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"time"
 
-	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -13,15 +12,25 @@ import (
 	"github.com/picomq/picomq/controllers/brokeradmin"
 )
 
-// streamStatusWith is s's status with ready set (its lastTransitionTime
-// kept when its status did not change) and the generation observed.
-func streamStatusWith(s *streamsv1alpha1.Stream, ready metav1.Condition) *streamsv1alpha1.StreamStatus {
-	st := s.Status.DeepCopy()
-	st.ObservedGeneration = s.Generation
-	ready.Type = streamsv1alpha1.ConditionReady
-	ready.ObservedGeneration = s.Generation
-	meta.SetStatusCondition(&st.Conditions, ready)
-	return st
+// withReady sets a Stream's Ready condition (its lastTransitionTime kept
+// when its status does not change) and the generation observed.
+func withReady(ready metav1.Condition) func(*streamsv1alpha1.Stream) {
+	return func(s *streamsv1alpha1.Stream) {
+		s.Status.ObservedGeneration = s.Generation
+		ready.Type = streamsv1alpha1.ConditionReady
+		ready.ObservedGeneration = s.Generation
+		meta.SetStatusCondition(&s.Status.Conditions, ready)
+	}
+}
+
+// withBrokerInfo copies the broker's view of the stream into a Stream's
+// status; nil (unknown) leaves it as it was.
+func withBrokerInfo(info *client.StreamInfo) func(*streamsv1alpha1.Stream) {
+	return func(s *streamsv1alpha1.Stream) {
+		if info != nil {
+			applyBrokerInfo(&s.Status, info)
+		}
+	}
 }
 
 // applyBrokerInfo copies the broker's view of the stream into st: every
@@ -47,10 +56,6 @@ func applyBrokerInfo(st *streamsv1alpha1.StreamStatus, info *client.StreamInfo) 
 	case info.TTL > 0 && !info.LastAccess.IsZero():
 		st.ExpiresAt = &metav1.Time{Time: info.LastAccess.Add(info.TTL).Truncate(time.Second)}
 	}
-}
-
-func streamStatusEqual(a, b *streamsv1alpha1.StreamStatus) bool {
-	return equality.Semantic.DeepEqual(a, b)
 }
 
 // streamReady is Ready=True: the stream exists as asked. A stream found

@@ -22,10 +22,6 @@ import (
 	"github.com/picomq/picomq/controllers/resources"
 )
 
-// conflictRetry is how soon a reconcile whose status write lost an
-// optimistic-locking race runs again (against the newer object).
-const conflictRetry = 200 * time.Millisecond
-
 // StreamClusterReconciler turns a StreamCluster into its brokers: the
 // children built by controllers/resources, applied with server-side apply,
 // a scale-down that drains the departing brokers first, and a status made
@@ -111,7 +107,7 @@ func (r *StreamClusterReconciler) Reconcile(ctx context.Context, req ctrl.Reques
 		if apierrors.IsConflict(err) {
 			// A child changed since it was read: decide again from the
 			// newer version.
-			return ctrl.Result{RequeueAfter: conflictRetry}, nil
+			return requeueOnConflict(err)
 		}
 		o.applyErr = err
 		if applied != nil {
@@ -122,21 +118,20 @@ func (r *StreamClusterReconciler) Reconcile(ctx context.Context, req ctrl.Reques
 		o.plan = scalePlan{replicas: current, from: current}
 	}
 
-	status := clusterStatus(&c, o)
-	written, err := r.patchStatus(ctx, &c, status)
+	old := c.Status.DeepCopy()
+	written, err := patchStatus(ctx, r.Client, &c, func(c *streamsv1alpha1.StreamCluster) {
+		c.Status = clusterStatus(c, o)
+	})
 	if err != nil {
-		if apierrors.IsConflict(err) {
-			// A reconcile that read a stale cluster: the one that won has
-			// written this status (and recorded its events).
-			return ctrl.Result{RequeueAfter: conflictRetry}, nil
-		}
-		return ctrl.Result{}, err
+		// A Conflict: a reconcile that read a stale cluster; the one that
+		// won has written its status (and recorded its events).
+		return requeueOnConflict(err)
 	}
 	if written {
 		// Events about status transitions are recorded once the transition
 		// is written, so that two reconciles racing on a stale cache do not
 		// both report it.
-		r.transitionEvents(&c, &status, o)
+		r.transitionEvents(&c, old, o)
 		for _, e := range o.deferred {
 			e()
 		}
@@ -144,7 +139,7 @@ func (r *StreamClusterReconciler) Reconcile(ctx context.Context, req ctrl.Reques
 	if o.applyErr != nil {
 		return ctrl.Result{}, o.applyErr
 	}
-	return ctrl.Result{RequeueAfter: r.nextLook(o, &status)}, nil
+	return ctrl.Result{RequeueAfter: r.nextLook(o, &c.Status)}, nil
 }
 
 // nextLook is when the cluster is looked at again with no event: soon while
@@ -158,21 +153,6 @@ func (r *StreamClusterReconciler) nextLook(o clusterObservation, st *streamsv1al
 		return min(r.Options.NotReadyPollInterval, r.Options.ResyncPeriod)
 	}
 	return jitter(r.Options.ResyncPeriod)
-}
-
-// patchStatus writes status if it changed, as a merge patch carrying the
-// resourceVersion read: a concurrent writer makes it fail with a conflict
-// rather than be overwritten.
-func (r *StreamClusterReconciler) patchStatus(ctx context.Context, c *streamsv1alpha1.StreamCluster, status streamsv1alpha1.StreamClusterStatus) (written bool, err error) {
-	if statusEqual(c.Status, status) {
-		return false, nil
-	}
-	patched := c.DeepCopy()
-	patched.Status = status
-	if err := r.Client.Status().Patch(ctx, patched, client.MergeFromWithOptions(c, client.MergeFromWithOptimisticLock{})); err != nil {
-		return false, err
-	}
-	return true, nil
 }
 
 // SetupWithManager registers the controller: StreamClusters on generation

@@ -184,17 +184,17 @@ func degradedCondition(o clusterObservation) metav1.Condition {
 // resumed, started draining, became Degraded (a Warning naming why). A
 // condition that stays as it was records nothing, so a held scale-down or a
 // retried failure does not repeat its event on every reconcile.
-func (r *StreamClusterReconciler) transitionEvents(c *streamsv1alpha1.StreamCluster, st *streamsv1alpha1.StreamClusterStatus, _ clusterObservation) {
+func (r *StreamClusterReconciler) transitionEvents(c *streamsv1alpha1.StreamCluster, old *streamsv1alpha1.StreamClusterStatus, _ clusterObservation) {
 	changed := func(typ string) (now *metav1.Condition, ok bool) {
-		now = meta.FindStatusCondition(st.Conditions, typ)
-		was := meta.FindStatusCondition(c.Status.Conditions, typ)
+		now = meta.FindStatusCondition(c.Status.Conditions, typ)
+		was := meta.FindStatusCondition(old.Conditions, typ)
 		if now == nil {
 			return nil, false
 		}
 		return now, was == nil || was.Status != now.Status || was.Reason != now.Reason
 	}
 	if now, ok := changed(streamsv1alpha1.ConditionReady); ok {
-		wasReady := meta.IsStatusConditionTrue(c.Status.Conditions, streamsv1alpha1.ConditionReady)
+		wasReady := meta.IsStatusConditionTrue(old.Conditions, streamsv1alpha1.ConditionReady)
 		switch {
 		case now.Status == metav1.ConditionTrue:
 			event(r.Recorder, c, eventNormal, "Ready", "Observe", "%s", now.Message)
@@ -203,7 +203,7 @@ func (r *StreamClusterReconciler) transitionEvents(c *streamsv1alpha1.StreamClus
 		}
 	}
 	if now, ok := changed(streamsv1alpha1.ConditionProgressing); ok {
-		was := meta.FindStatusCondition(c.Status.Conditions, streamsv1alpha1.ConditionProgressing)
+		was := meta.FindStatusCondition(old.Conditions, streamsv1alpha1.ConditionProgressing)
 		switch {
 		case now.Reason == streamsv1alpha1.ReasonPaused:
 			event(r.Recorder, c, eventNormal, "Paused", "Pause", "%s", now.Message)
