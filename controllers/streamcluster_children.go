@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -157,7 +158,7 @@ func (r *StreamClusterReconciler) reconcileServiceMonitor(ctx context.Context, c
 	if err != nil {
 		return err
 	}
-	if !metav1IsControlledBy(existing, c) {
+	if !metav1.IsControlledBy(existing, c) {
 		return nil
 	}
 	if err := r.Client.Delete(ctx, existing); client.IgnoreNotFound(err) != nil {

@@ -138,7 +138,8 @@ func VolumeClaimTemplate(c *streamsv1alpha1.StreamCluster) corev1.PersistentVolu
 }
 
 func podTemplate(c *streamsv1alpha1.StreamCluster, p StatefulSetParams) corev1.PodTemplateSpec {
-	o := &c.Spec.PodTemplate
+	// A copy: the built object shares nothing with c.
+	o := c.Spec.PodTemplate.DeepCopy()
 	selector := SelectorLabels(c)
 
 	labels := Labels(c)
@@ -159,7 +160,7 @@ func podTemplate(c *streamsv1alpha1.StreamCluster, p StatefulSetParams) corev1.P
 		LabelSelector:     &metav1.LabelSelector{MatchLabels: selector},
 	}}
 	if len(o.TopologySpreadConstraints) > 0 {
-		spread = deepCopySpread(o.TopologySpreadConstraints)
+		spread = o.TopologySpreadConstraints
 	}
 
 	spec := corev1.PodSpec{
@@ -181,15 +182,10 @@ func podTemplate(c *streamsv1alpha1.StreamCluster, p StatefulSetParams) corev1.P
 		Containers:                []corev1.Container{container(c, p)},
 		Volumes:                   volumes(c),
 		TopologySpreadConstraints: spread,
-		Affinity:                  o.Affinity.DeepCopy(),
-		NodeSelector:              cloneMap(o.NodeSelector),
+		Affinity:                  o.Affinity,
+		NodeSelector:              o.NodeSelector,
+		Tolerations:               o.Tolerations,
 		PriorityClassName:         o.PriorityClassName,
-	}
-	if len(o.Tolerations) > 0 {
-		spec.Tolerations = make([]corev1.Toleration, len(o.Tolerations))
-		for i := range o.Tolerations {
-			o.Tolerations[i].DeepCopyInto(&spec.Tolerations[i])
-		}
 	}
 	return corev1.PodTemplateSpec{
 		ObjectMeta: metav1.ObjectMeta{Labels: labels, Annotations: annotations},
@@ -287,23 +283,4 @@ func volumes(c *streamsv1alpha1.StreamCluster) []corev1.Volume {
 		}})
 	}
 	return vs
-}
-
-func deepCopySpread(in []corev1.TopologySpreadConstraint) []corev1.TopologySpreadConstraint {
-	out := make([]corev1.TopologySpreadConstraint, len(in))
-	for i := range in {
-		in[i].DeepCopyInto(&out[i])
-	}
-	return out
-}
-
-func cloneMap(m map[string]string) map[string]string {
-	if len(m) == 0 {
-		return nil
-	}
-	out := make(map[string]string, len(m))
-	for k, v := range m {
-		out[k] = v
-	}
-	return out
 }
