@@ -2,13 +2,17 @@ package controllers
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
-	"strings"
+	"reflect"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	utiljson "k8s.io/apimachinery/pkg/util/json"
+	"k8s.io/apimachinery/pkg/util/managedfields"
+	"k8s.io/client-go/applyconfigurations"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 )
@@ -51,9 +55,9 @@ func (a applier) applyIfUnchanged(ctx context.Context, obj client.Object, basedO
 	if err != nil {
 		return 0, err
 	}
-	u, err := toApplyConfiguration(obj, gvk.GroupVersion().String(), gvk.Kind)
+	body, err := applyBody(obj, gvk)
 	if err != nil {
-		return 0, err
+		return 0, fmt.Errorf("building the apply of %s %s: %w", gvk.Kind, obj.GetName(), err)
 	}
 	existed := true
 	prev := obj.DeepCopyObject().(client.Object)
@@ -65,30 +69,32 @@ func (a applier) applyIfUnchanged(ctx context.Context, obj client.Object, basedO
 	}
 	if basedOn != "" {
 		if !existed || prev.GetResourceVersion() != basedOn {
-			return 0, apierrors.NewConflict(schemaGroupResource(gvk.Group, gvk.Kind), obj.GetName(),
+			mapping, err := a.c.RESTMapper().RESTMapping(gvk.GroupKind(), gvk.Version)
+			if err != nil {
+				return 0, err
+			}
+			return 0, apierrors.NewConflict(mapping.Resource.GroupResource(), obj.GetName(),
 				fmt.Errorf("changed since resourceVersion %s", basedOn))
 		}
-		u.SetResourceVersion(basedOn)
 	}
-	if existed {
-		have, err := toUnstructured(prev)
-		if err != nil {
+	if existed && holds(a.c.Scheme(), gvk, prev, body) {
+		reflect.ValueOf(obj).Elem().Set(reflect.ValueOf(prev).Elem())
+		return applyUnchanged, nil
+	}
+	if basedOn != "" {
+		if err := unstructured.SetNestedField(body, basedOn, "metadata", "resourceVersion"); err != nil {
 			return 0, err
 		}
-		body := u.DeepCopy().Object
-		delete(body, "apiVersion")
-		delete(body, "kind")
-		if md, ok := body["metadata"].(map[string]any); ok {
-			delete(md, "resourceVersion")
-		}
-		if contains(have, body) {
-			return applyUnchanged, setFrom(obj, have)
-		}
 	}
-	if err := a.c.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner(FieldOwner), client.ForceOwnership); err != nil {
+	ac, err := applyConfiguration(body, gvk)
+	if err != nil {
+		return 0, fmt.Errorf("building the apply of %s %s: %w", gvk.Kind, obj.GetName(), err)
+	}
+	if err := a.c.Apply(ctx, ac, client.FieldOwner(FieldOwner), client.ForceOwnership); err != nil {
 		return 0, fmt.Errorf("applying %s %s: %w", gvk.Kind, obj.GetName(), err)
 	}
-	if err := setFrom(obj, u.Object); err != nil {
+	// The apply configuration now holds the server's answer.
+	if err := decodeInto(obj, ac); err != nil {
 		return 0, fmt.Errorf("decoding applied %s %s: %w", gvk.Kind, obj.GetName(), err)
 	}
 	switch {
@@ -100,151 +106,115 @@ func (a applier) applyIfUnchanged(ctx context.Context, obj client.Object, basedO
 	return applyUpdated, nil
 }
 
-func schemaGroupResource(group, kind string) schema.GroupResource {
-	return schema.GroupResource{Group: group, Resource: strings.ToLower(kind)}
-}
-
-// setFrom decodes m into obj.
-func setFrom(obj client.Object, m map[string]any) error {
-	if u, ok := obj.(*unstructured.Unstructured); ok {
-		u.Object = runtime.DeepCopyJSON(m)
-		return nil
+// applyBody is obj as the body of an apply, unstructured: the fields its
+// builder set, and nothing of what the server fills in (resourceVersion,
+// uid, managed fields...) nor the status blocks, which the operator never
+// owns. A StatefulSet's claim templates go without their status,
+// apiVersion and kind too: the apiserver keeps none of them (it sets the
+// status phase Pending), and the claim templates are compared whole.
+//
+// A typed object goes through client-go's apply configuration of its kind
+// (applyconfigurations.ForKind), whose fields are all optional: decoding
+// the object into it leaves out the members a Go struct cannot (null
+// members such as creationTimestamp: null, empty omitempty lists and
+// maps). A kind client-go does not know (the ServiceMonitor) is built
+// unstructured, and taken as it is.
+func applyBody(obj client.Object, gvk schema.GroupVersionKind) (map[string]any, error) {
+	raw, err := json.Marshal(obj)
+	if err != nil {
+		return nil, err
 	}
-	return runtime.DefaultUnstructuredConverter.FromUnstructured(m, obj)
-}
-
-func toUnstructured(obj client.Object) (map[string]any, error) {
-	if u, ok := obj.(*unstructured.Unstructured); ok {
-		return u.Object, nil
-	}
-	return runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
-}
-
-// contains reports whether have holds every member of want with the same
-// value: maps may have more members, lists must have the same length and
-// each element contain want's. An empty map or list in want is held by a
-// missing member (the server drops them).
-func contains(have, want any) bool {
-	switch w := want.(type) {
-	case map[string]any:
-		h, ok := have.(map[string]any)
-		if !ok {
-			return len(w) == 0 && have == nil
+	if ac := applyconfigurations.ForKind(gvk); ac != nil {
+		if err := json.Unmarshal(raw, ac); err != nil {
+			return nil, err
 		}
-		for k, wv := range w {
-			hv, ok := h[k]
-			if !ok {
-				if isEmpty(wv) {
-					continue
-				}
-				return false
-			}
-			if !contains(hv, wv) {
-				return false
-			}
-		}
-		return true
-	case []any:
-		h, ok := have.([]any)
-		if !ok {
-			return len(w) == 0 && have == nil
-		}
-		if len(h) != len(w) {
-			return false
-		}
-		for i := range w {
-			if !contains(h[i], w[i]) {
-				return false
-			}
-		}
-		return true
-	case int64:
-		switch h := have.(type) {
-		case int64:
-			return h == w
-		case float64:
-			return h == float64(w)
-		}
-		return false
-	case float64:
-		switch h := have.(type) {
-		case int64:
-			return float64(h) == w
-		case float64:
-			return h == w
-		}
-		return false
-	default:
-		return have == want
-	}
-}
-
-func isEmpty(v any) bool {
-	switch x := v.(type) {
-	case map[string]any:
-		return len(x) == 0
-	case []any:
-		return len(x) == 0
-	}
-	return false
-}
-
-// toApplyConfiguration turns a built object into the body of an apply: its
-// fields as set by the builder, with what a typed Go object cannot leave
-// out removed — null members (creationTimestamp: null) and the empty
-// status blocks, which the operator never owns.
-func toApplyConfiguration(obj client.Object, apiVersion, kind string) (*unstructured.Unstructured, error) {
-	var m map[string]any
-	if u, ok := obj.(*unstructured.Unstructured); ok {
-		m = runtime.DeepCopyJSON(u.Object)
-	} else {
-		var err error
-		m, err = runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
-		if err != nil {
+		if raw, err = json.Marshal(ac); err != nil {
 			return nil, err
 		}
 	}
-	delete(m, "status")
-	if spec, ok := m["spec"].(map[string]any); ok {
-		if vcts, ok := spec["volumeClaimTemplates"].([]any); ok {
-			for _, v := range vcts {
-				if vm, ok := v.(map[string]any); ok {
-					delete(vm, "status")
-				}
-			}
-		}
+	var m map[string]any
+	// utiljson keeps integers int64, as the unstructured converter does.
+	if err := utiljson.Unmarshal(raw, &m); err != nil {
+		return nil, err
 	}
-	pruneNulls(m)
 	u := &unstructured.Unstructured{Object: m}
-	u.SetAPIVersion(apiVersion)
-	u.SetKind(kind)
-	// The server fills these; sending them would be refused or owned.
+	u.SetGroupVersionKind(gvk)
 	u.SetResourceVersion("")
-	u.SetManagedFields(nil)
 	u.SetUID("")
 	u.SetGeneration(0)
-	return u, nil
-}
-
-// pruneNulls removes null members from m, recursively; a map left empty
-// by it is removed too.
-func pruneNulls(m map[string]any) {
-	for k, v := range m {
-		switch x := v.(type) {
-		case nil:
-			delete(m, k)
-		case map[string]any:
-			had := len(x) > 0
-			pruneNulls(x)
-			if had && len(x) == 0 {
-				delete(m, k)
-			}
-		case []any:
-			for _, e := range x {
-				if em, ok := e.(map[string]any); ok {
-					pruneNulls(em)
-				}
+	u.SetManagedFields(nil)
+	unstructured.RemoveNestedField(m, "metadata", "creationTimestamp")
+	unstructured.RemoveNestedField(m, "status")
+	if claims, ok, _ := unstructured.NestedSlice(m, "spec", "volumeClaimTemplates"); ok {
+		for _, c := range claims {
+			if cm, ok := c.(map[string]any); ok {
+				delete(cm, "status")
+				delete(cm, "apiVersion")
+				delete(cm, "kind")
 			}
 		}
+		if err := unstructured.SetNestedSlice(m, claims, "spec", "volumeClaimTemplates"); err != nil {
+			return nil, err
+		}
 	}
+	return m, nil
+}
+
+// applyConfiguration is body as what client.Apply sends: client-go's typed
+// apply configuration of its kind, or an unstructured one for a kind
+// client-go does not know.
+func applyConfiguration(body map[string]any, gvk schema.GroupVersionKind) (runtime.ApplyConfiguration, error) {
+	ac, ok := applyconfigurations.ForKind(gvk).(runtime.ApplyConfiguration)
+	if !ok {
+		return client.ApplyConfigurationFromUnstructured(&unstructured.Unstructured{Object: body}), nil
+	}
+	raw, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	return ac, json.Unmarshal(raw, ac)
+}
+
+// holds reports whether current already holds every field of body with
+// the same value, that is whether applying body would change nothing: body
+// merged into current's own apply body, by the kind's schema (lists whose
+// elements have keys are merged by key, atomic lists and maps replaced
+// whole), is current's. Members current has and body has not (defaults,
+// other managers' fields) make no difference. The schema is client-go's
+// for the kinds it knows, deduced from the objects for the others (maps
+// merged by key, lists atomic). When either side does not fit the schema
+// the answer is no: the apply is sent and the server decides.
+func holds(scheme *runtime.Scheme, gvk schema.GroupVersionKind, current client.Object, body map[string]any) bool {
+	have, err := applyBody(current, gvk)
+	if err != nil {
+		return false
+	}
+	tc := managedfields.NewDeducedTypeConverter()
+	if applyconfigurations.ForKind(gvk) != nil {
+		tc = applyconfigurations.NewTypeConverter(scheme)
+	}
+	haveTV, err := tc.ObjectToTyped(&unstructured.Unstructured{Object: have})
+	if err != nil {
+		return false
+	}
+	wantTV, err := tc.ObjectToTyped(&unstructured.Unstructured{Object: body})
+	if err != nil {
+		return false
+	}
+	merged, err := haveTV.Merge(wantTV)
+	if err != nil {
+		return false
+	}
+	cmp, err := haveTV.Compare(merged)
+	return err == nil && cmp.IsSame()
+}
+
+// decodeInto sets obj (zeroed first) from v's JSON.
+func decodeInto(obj client.Object, v any) error {
+	raw, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	reflect.ValueOf(obj).Elem().SetZero()
+	return json.Unmarshal(raw, obj)
 }

@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/picomq/picomq/controllers/brokeradmin"
+	"github.com/picomq/picomq/controllers/resources"
 )
 
 // The HTTP BrokerAdmin against a real broker: node status answers with the
@@ -107,5 +108,47 @@ func TestApplierAgainstTheAPIServer(t *testing.T) {
 	}
 	if out, err := a.applyIfUnchanged(ctx, cm("3"), cur.ResourceVersion); err != nil || out != applyUpdated {
 		t.Errorf("apply based on the current version: %v %v", out, err)
+	}
+}
+
+// Every child of a cluster, applied again as built, makes no request: the
+// apiserver's defaults (a claim template's volumeMode and status, a
+// Service's clusterIP, a container's terminationMessagePath...) and the
+// fields it drops (a claim template's kind) do not count as changes.
+func TestApplierSteadyStateSendsNothing(t *testing.T) {
+	needsEnvtest(t)
+	ns := newNamespace(t)
+	ctx := context.Background()
+	c := newCluster(t, ns, "demo", nil)
+	direct, err := client.NewWithWatch(restCfg, client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	counted, applies := countApplies(t, direct)
+	a := applier{c: counted, reader: k8s}
+	children := func() []client.Object {
+		cm, err := resources.ConfigMap(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return []client.Object{
+			resources.ServiceAccount(c), resources.Role(c), resources.RoleBinding(c), cm,
+			resources.HeadlessService(c), resources.ClientService(c), resources.PodDisruptionBudget(c),
+			resources.StatefulSet(c, resources.StatefulSetParams{Replicas: 3, ConfigHash: resources.ConfigHash(cm)}),
+		}
+	}
+	for _, child := range children() {
+		if out, err := a.apply(ctx, child); err != nil || out != applyCreated {
+			t.Fatalf("creating %T %s: %v %v", child, child.GetName(), out, err)
+		}
+	}
+	for _, child := range children() {
+		before := applies.Load()
+		if out, err := a.apply(ctx, child); err != nil || out != applyUnchanged {
+			t.Errorf("%T %s applied again: %v %v", child, child.GetName(), out, err)
+		}
+		if n := applies.Load() - before; n != 0 {
+			t.Errorf("%T %s applied again as built: %d requests, want none", child, child.GetName(), n)
+		}
 	}
 }

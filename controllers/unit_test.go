@@ -1,7 +1,9 @@
 package controllers
 
-// Unit tests of the controllers' pure parts: status functions, the apply
-// body and its containment check, the Stream's conflict and diff rules.
+// Unit tests of the controllers' pure parts: status functions, the
+// Stream's conflict and diff rules. The applier's and the status patch's
+// tests, against controller-runtime's fake client, are in apply_test.go and
+// status_test.go.
 
 import (
 	"errors"
@@ -160,69 +162,6 @@ func TestMetadataLeaderMajority(t *testing.T) {
 	if got := metadataLeader(b); got != "demo-2" {
 		t.Errorf("leader = %s, want the one most brokers name", got)
 	}
-}
-
-func TestContains(t *testing.T) {
-	t.Parallel()
-	have := map[string]any{
-		"metadata": map[string]any{"name": "x", "labels": map[string]any{"a": "1", "b": "2"}, "resourceVersion": "9"},
-		"spec":     map[string]any{"replicas": int64(3), "ports": []any{map[string]any{"port": int64(80), "nodePort": int64(30000)}}},
-	}
-	for _, tc := range []struct {
-		want any
-		ok   bool
-	}{
-		{map[string]any{"metadata": map[string]any{"labels": map[string]any{"a": "1"}}}, true},
-		{map[string]any{"spec": map[string]any{"replicas": int64(3)}}, true},
-		{map[string]any{"spec": map[string]any{"replicas": float64(3)}}, true},
-		{map[string]any{"spec": map[string]any{"replicas": int64(4)}}, false},
-		{map[string]any{"spec": map[string]any{"ports": []any{map[string]any{"port": int64(80)}}}}, true},
-		{map[string]any{"spec": map[string]any{"ports": []any{}}}, false},
-		{map[string]any{"spec": map[string]any{"resources": map[string]any{}}}, true},
-		{map[string]any{"spec": map[string]any{"selector": map[string]any{"x": "y"}}}, false},
-		{map[string]any{"metadata": map[string]any{"labels": map[string]any{"c": "3"}}}, false},
-	} {
-		if got := contains(have, tc.want); got != tc.ok {
-			t.Errorf("contains(%v) = %v, want %v", tc.want, got, tc.ok)
-		}
-	}
-}
-
-func TestApplyBody(t *testing.T) {
-	t.Parallel()
-	c := testCluster()
-	cm, _ := resources.ConfigMap(c)
-	sts := resources.StatefulSet(c, resources.StatefulSetParams{Replicas: 3, ConfigHash: resources.ConfigHash(cm)})
-	sts.ResourceVersion = "12"
-	u, err := toApplyConfiguration(sts, "apps/v1", "StatefulSet")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, ok := u.Object["status"]; ok {
-		t.Errorf("status sent in an apply")
-	}
-	if u.GetResourceVersion() != "" || u.GetAPIVersion() != "apps/v1" || u.GetKind() != "StatefulSet" {
-		t.Errorf("meta: rv %q %s %s", u.GetResourceVersion(), u.GetAPIVersion(), u.GetKind())
-	}
-	var walk func(path string, v any)
-	walk = func(path string, v any) {
-		switch x := v.(type) {
-		case nil:
-			t.Errorf("null at %s", path)
-		case map[string]any:
-			for k, e := range x {
-				if k == "status" && strings.Contains(path, "volumeClaimTemplates") {
-					t.Errorf("claim template status sent at %s", path)
-				}
-				walk(path+"."+k, e)
-			}
-		case []any:
-			for _, e := range x {
-				walk(path+"[]", e)
-			}
-		}
-	}
-	walk("", u.Object)
 }
 
 func TestPolicyDiffAndConflicts(t *testing.T) {

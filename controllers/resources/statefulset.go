@@ -113,6 +113,12 @@ func VolumeClaimTemplate(c *streamsv1alpha1.StreamCluster) corev1.PersistentVolu
 	if len(spec.AccessModes) == 0 {
 		spec.AccessModes = []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}
 	}
+	if spec.VolumeMode == nil {
+		// The apiserver's default, set here so that the template built is
+		// the one the StatefulSet keeps: a claim template is compared and
+		// applied whole.
+		spec.VolumeMode = ptr.To(corev1.PersistentVolumeFilesystem)
+	}
 	if spec.StorageClassName == nil && c.Spec.Storage.StorageClassName != nil {
 		spec.StorageClassName = ptr.To(*c.Spec.Storage.StorageClassName)
 	}
