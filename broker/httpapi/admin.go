@@ -96,6 +96,9 @@ func (s *Server) createStream(w http.ResponseWriter, r *http.Request, name strin
 		s.fail(w, r, err)
 		return
 	}
+	if c.Policy == (wire.Policy{}) && s.opts.DefaultPolicy != nil {
+		o.Policy = *s.opts.DefaultPolicy
+	}
 	e, created, err := s.b.Create(r.Context(), name, o)
 	if err != nil {
 		s.fail(w, r, err)

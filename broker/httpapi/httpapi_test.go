@@ -696,3 +696,27 @@ func TestHandleExtraRoute(t *testing.T) {
 		t.Fatalf("extra route: %d %s", resp.StatusCode, body)
 	}
 }
+
+// TestDefaultPolicy: a stream created without a policy takes the broker's
+// default one; a policy given wins.
+func TestDefaultPolicy(t *testing.T) {
+	t.Parallel()
+	def := stream.PolicyValue{Partitions: 3, RetainFor: time.Hour}
+	f := newFixture(t, Options{DefaultPolicy: &def})
+	if resp, body := f.do("PUT", "/v1/admin/streams/d/plain", nil, []byte(`{}`)); resp.StatusCode != 201 {
+		t.Fatalf("create without a policy: %d %s", resp.StatusCode, body)
+	}
+	if resp, body := f.do("PUT", "/v1/admin/streams/d/own", nil, []byte(`{"policy":{"partitions":1}}`)); resp.StatusCode != 201 {
+		t.Fatalf("create with a policy: %d %s", resp.StatusCode, body)
+	}
+	if e, err := f.b.Get("d/plain"); err != nil || len(e.Partitions) != 3 || e.Policy.RetainFor != time.Hour {
+		t.Fatalf("stream created without a policy: %+v, %v; want the default", e, err)
+	}
+	if e, err := f.b.Get("d/own"); err != nil || len(e.Partitions) != 1 || e.Policy.RetainFor != 0 {
+		t.Fatalf("stream created with its own policy: %+v, %v", e, err)
+	}
+	// The same create again is the same stream, not a conflict.
+	if resp, body := f.do("PUT", "/v1/admin/streams/d/plain", nil, []byte(`{}`)); resp.StatusCode != 200 {
+		t.Fatalf("repeated create without a policy: %d %s", resp.StatusCode, body)
+	}
+}

@@ -24,6 +24,7 @@ import (
 	"github.com/picomq/picomq/broker/frontend"
 	"github.com/picomq/picomq/broker/httpapi/wire"
 	"github.com/picomq/picomq/broker/node"
+	"github.com/picomq/picomq/broker/stream"
 )
 
 // Defaults of Options.
@@ -51,6 +52,9 @@ type Options struct {
 	// Registerer, when set, receives the HTTP request metrics and the
 	// metadata log's state (picomq_raft_*, picomq_streams).
 	Registerer prometheus.Registerer
+	// DefaultPolicy, when set, is the policy of a stream created through
+	// the admin API without one (an empty "policy" member).
+	DefaultPolicy *stream.PolicyValue
 	// TestClock, when set, is the broker's clock and GET/PUT
 	// /v1/admin/clock read and set it. Only tests set it (cmd/broker
 	// --test-clock): a production broker runs on the real clock and serves

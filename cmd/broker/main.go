@@ -34,6 +34,7 @@ import (
 	"github.com/picomq/picomq/broker/errs"
 	"github.com/picomq/picomq/broker/frontend"
 	"github.com/picomq/picomq/broker/httpapi"
+	"github.com/picomq/picomq/broker/settings"
 )
 
 func main() {
@@ -55,13 +56,18 @@ const (
 // run runs the broker until ctx ends and returns the process exit code.
 // started, when set, is told the address the API listens on.
 func run(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer, started func(addr string)) int {
-	cfg, err := parseConfig(args, getenv, stderr)
+	cfg, err := settings.Parse(args, getenv, stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return 0
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "broker: %v\n", err)
+		terminationMessage(cfg.TerminationLog, err)
 		return exitUsage
+	}
+	if cfg.CheckConfig {
+		fmt.Fprintf(stderr, "broker: configuration ok (%s)\n", describe(cfg))
+		return 0
 	}
 	logger := newLogger(cfg, stderr)
 	gcAttrs, undoGC := applyGCSettings(getenv, os.ReadFile)
@@ -86,10 +92,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		DataDir:        cfg.DataDir,
 		NodeID:         cfg.NodeID,
 		FlushLinger:    cfg.FlushLinger,
-		SyncLinger:     zeroMeansNever(cfg.SyncLinger),
+		SyncLinger:     settings.ZeroMeansNever(cfg.SyncLinger),
 		MaxBatchBytes:  cfg.MaxBatchBytes,
-		InlineBytes:    zeroMeansNever(cfg.InlineBytes),
-		PageCacheBytes: zeroMeansNever(cfg.PageCacheBytes),
+		InlineBytes:    settings.ZeroMeansNever(cfg.InlineBytes),
+		PageCacheBytes: settings.ZeroMeansNever(cfg.PageCacheBytes),
 		Clock:          clock,
 		Logger:         logger,
 		Metrics:        core.NewMetrics(reg),
@@ -97,10 +103,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	})
 	if err != nil {
 		logger.Error("cannot open the broker", "dataDir", cfg.DataDir, "err", err)
+		terminationMessage(cfg.TerminationLog, fmt.Errorf("cannot open the broker on %s: %w", cfg.DataDir, err))
 		return errs.ExitCode(err)
 	}
 	front := frontend.Options{LongPollTimeout: cfg.LongPollTimeout, MaxBodyBytes: cfg.MaxBodyBytes, Logger: logger}
-	api := httpapi.New(b, reg, httpapi.Options{Options: front, Registerer: reg, TestClock: testClock})
+	api := httpapi.New(b, reg, httpapi.Options{Options: front, Registerer: reg, TestClock: testClock, DefaultPolicy: cfg.DefaultStreamPolicy})
 	ds := dsapi.New(b, dsapi.Options{Options: front})
 	api.Handle(dsapi.Prefix, ds) // the Durable Streams protocol
 	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
@@ -116,6 +123,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		logger.Error("cannot listen", "addr", cfg.Listen, "err", err)
+		terminationMessage(cfg.TerminationLog, fmt.Errorf("cannot listen on %s: %w", cfg.Listen, err))
 		if cerr := b.Close(); cerr != nil {
 			logger.Error("closing the broker failed", "err", cerr)
 		}
@@ -160,7 +168,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	return code
 }
 
-func newLogger(cfg config, w io.Writer) *slog.Logger {
+func newLogger(cfg settings.Settings, w io.Writer) *slog.Logger {
 	opts := &slog.HandlerOptions{Level: cfg.LogLevel}
 	if cfg.LogFormat == "text" {
 		return slog.New(slog.NewTextHandler(w, opts))
@@ -178,4 +186,28 @@ func (w *slogWriter) Write(p []byte) (int, error) {
 	}
 	w.l.Warn("http server", "msg", msg)
 	return len(p), nil
+}
+
+// terminationMessage writes why the broker could not run to path, the
+// container's termination-message file, so that Kubernetes shows it in the
+// pod's status (lastState.terminated.message) and the operator can name it.
+// A path that cannot be written — not in a container — is ignored.
+func terminationMessage(path string, err error) {
+	if path == "" {
+		return
+	}
+	msg := err.Error()
+	if len(msg) > 4096 { // the kubelet keeps at most 4096 bytes
+		msg = msg[:4096]
+	}
+	_ = os.WriteFile(path, []byte(msg+"\n"), 0o644)
+}
+
+// describe summarizes a configuration for --check-config.
+func describe(s settings.Settings) string {
+	mode := "a lone broker"
+	if c := s.Cluster; c.Name != "" {
+		mode = fmt.Sprintf("node %s of cluster %s/%s, %d slots, leases %v/%v/%v", s.NodeID, c.Namespace, c.Name, c.Slots, c.LeaseDuration, c.RenewDeadline, c.RetryPeriod)
+	}
+	return fmt.Sprintf("data %s, listen %s, %s", s.DataDir, s.Listen, mode)
 }

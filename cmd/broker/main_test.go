@@ -3,11 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
-	"errors"
-	"flag"
-	"github.com/picomq/picomq/broker/core"
 	"io"
-	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -23,67 +19,49 @@ func env(kv map[string]string) func(string) string {
 	return func(k string) string { return kv[k] }
 }
 
-func TestParseConfig(t *testing.T) {
-	host, _ := os.Hostname()
-	c, err := parseConfig([]string{"--data-dir", "/d"}, env(nil), io.Discard)
-	if err != nil {
+// TestCheckConfig: --check-config exits 0 on a configuration the broker
+// runs with, 64 on one it refuses, and starts nothing either way.
+func TestCheckConfig(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "never-created")
+	var out syncBuffer
+	if code := run(context.Background(), []string{"--check-config", "--data-dir", dir}, env(nil), &out, nil); code != 0 {
+		t.Fatalf("check of a good configuration: exit %d\n%s", code, out.String())
+	}
+	if !strings.Contains(out.String(), "configuration ok") {
+		t.Fatalf("check printed %q", out.String())
+	}
+	out.Reset()
+	if code := run(context.Background(), []string{"--check-config", "--data-dir", dir, "--long-poll-timeout", "0s"}, env(nil), &out, nil); code != exitUsage {
+		t.Fatalf("check of a refused configuration: exit %d, want %d", code, exitUsage)
+	}
+	if !strings.Contains(out.String(), "--long-poll-timeout") {
+		t.Fatalf("the refusal %q does not name the flag", out.String())
+	}
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Fatal("--check-config created the data directory")
+	}
+}
+
+// TestFatalErrorGoesToTheTerminationLog: a configuration refused, or a
+// data directory that cannot be opened, is written to --termination-log
+// for Kubernetes to show as the container's termination message.
+func TestFatalErrorGoesToTheTerminationLog(t *testing.T) {
+	log := filepath.Join(t.TempDir(), "termination-log")
+	if code := run(context.Background(), []string{"--data-dir", "/d", "--long-poll-timeout", "0s", "--termination-log", log}, env(nil), io.Discard, nil); code != exitUsage {
+		t.Fatalf("exit %d", code)
+	}
+	if msg, err := os.ReadFile(log); err != nil || !strings.Contains(string(msg), "--long-poll-timeout") {
+		t.Fatalf("termination log %q, %v: want the refusal", msg, err)
+	}
+	file := filepath.Join(t.TempDir(), "a-file")
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	want := config{DataDir: "/d", Listen: ":4437", NodeID: host, MaxBatchBytes: 8 << 20, InlineBytes: core.DefaultInlineBytes, PageCacheBytes: core.DefaultPageCacheBytes, SyncLinger: core.DefaultSyncLinger, LongPollTimeout: time.Second,
-		MaxBodyBytes: 16 << 20, ShutdownTimeout: 20 * time.Second, LogLevel: slog.LevelInfo, LogFormat: "json"}
-	if c != want {
-		t.Fatalf("defaults = %+v, want %+v", c, want)
+	if code := run(context.Background(), []string{"--data-dir", file, "--listen", "127.0.0.1:0", "--termination-log", log}, env(nil), io.Discard, nil); code == 0 {
+		t.Fatal("a broker on a file as data directory started")
 	}
-
-	// Every setting from the environment.
-	c, err = parseConfig(nil, env(map[string]string{
-		"PICOMQ_DATA_DIR": "/env", "PICOMQ_LISTEN": "127.0.0.1:9000", "PICOMQ_NODE_ID": "b-1",
-		"PICOMQ_FLUSH_LINGER": "2ms", "PICOMQ_MAX_BATCH_BYTES": "4MiB", "PICOMQ_LONG_POLL_TIMEOUT": "30s",
-		"PICOMQ_LOG_LEVEL": "debug", "PICOMQ_LOG_FORMAT": "text", "PICOMQ_MAX_BODY_BYTES": "1024",
-		"PICOMQ_INLINE_BYTES": "0", "PICOMQ_SYNC_LINGER": "0", "PICOMQ_PAGE_CACHE_BYTES": "64MiB",
-	}), io.Discard)
-	if err != nil {
-		t.Fatal(err)
-	}
-	want = config{DataDir: "/env", Listen: "127.0.0.1:9000", NodeID: "b-1", FlushLinger: 2 * time.Millisecond, MaxBatchBytes: 4 << 20,
-		PageCacheBytes: 64 << 20, LongPollTimeout: 30 * time.Second, MaxBodyBytes: 1024, ShutdownTimeout: 20 * time.Second, LogLevel: slog.LevelDebug, LogFormat: "text"}
-	if c != want {
-		t.Fatalf("from env = %+v, want %+v", c, want)
-	}
-
-	// A flag wins over its variable.
-	c, err = parseConfig([]string{"--listen", ":1", "--log-level", "warn", "--max-batch-bytes", "1GiB"},
-		env(map[string]string{"PICOMQ_DATA_DIR": "/env", "PICOMQ_LISTEN": ":2", "PICOMQ_LOG_LEVEL": "error"}), io.Discard)
-	if err != nil || c.Listen != ":1" || c.LogLevel != slog.LevelWarn || c.DataDir != "/env" || c.MaxBatchBytes != 1<<30 {
-		t.Fatalf("flags over env = %+v, %v", c, err)
-	}
-
-	for _, bad := range []struct {
-		args []string
-		env  map[string]string
-		says string
-	}{
-		{nil, nil, "--data-dir"},
-		{[]string{"--data-dir", "/d", "extra"}, nil, "unexpected"},
-		{[]string{"--data-dir", "/d", "--flush-linger", "soon"}, nil, "flush-linger"},
-		{[]string{"--data-dir", "/d"}, map[string]string{"PICOMQ_FLUSH_LINGER": "soon"}, "PICOMQ_FLUSH_LINGER"},
-		{[]string{"--data-dir", "/d"}, map[string]string{"PICOMQ_MAX_BATCH_BYTES": "8MB"}, "PICOMQ_MAX_BATCH_BYTES"},
-		{[]string{"--data-dir", "/d", "--log-level", "chatty"}, nil, "log-level"},
-		{[]string{"--data-dir", "/d", "--inline-bytes", "2MiB"}, nil, "--inline-bytes"},
-		{[]string{"--data-dir", "/d", "--log-format", "xml"}, nil, "log-format"},
-		{[]string{"--data-dir", "/d", "--long-poll-timeout", "0s"}, nil, "long-poll-timeout"},
-		{[]string{"--data-dir", "/d", "--sync-linger", "-1ms"}, nil, "negative"},
-		{[]string{"--data-dir", "/d", "--max-body-bytes", "0"}, nil, "byte sizes"},
-		{[]string{"--nope"}, nil, "nope"},
-	} {
-		_, err := parseConfig(bad.args, env(bad.env), io.Discard)
-		if !errors.Is(err, errUsage) || !strings.Contains(err.Error(), bad.says) {
-			t.Errorf("parseConfig(%q, %v) = %v, want a usage error naming %s", bad.args, bad.env, err, bad.says)
-		}
-	}
-	var help bytes.Buffer
-	if _, err := parseConfig([]string{"--help"}, env(nil), &help); !errors.Is(err, flag.ErrHelp) || !strings.Contains(help.String(), "PICOMQ_DATA_DIR") {
-		t.Fatalf("--help = %v:\n%s", err, help.String())
+	if msg, err := os.ReadFile(log); err != nil || !strings.Contains(string(msg), "cannot open the broker") {
+		t.Fatalf("termination log %q, %v: want why the broker could not open", msg, err)
 	}
 }
 
@@ -241,23 +219,6 @@ func TestRunExitCodes(t *testing.T) {
 	}
 	if !strings.Contains(out.String(), "STREAM_DIRECTORY_UNUSABLE") {
 		t.Fatalf("log does not name the refusal:\n%s", out.String())
-	}
-}
-
-// TestZeroMeansNever: a flag's 0 turns inline commits or the sync linger
-// off, which the broker's Config spells negative (its 0 is the default).
-func TestZeroMeansNever(t *testing.T) {
-	if n := zeroMeansNever(int64(0)); n >= 0 {
-		t.Fatalf("zeroMeansNever(0) = %d", n)
-	}
-	if n := zeroMeansNever(int64(4096)); n != 4096 {
-		t.Fatalf("zeroMeansNever(4096) = %d", n)
-	}
-	if d := zeroMeansNever(time.Duration(0)); d >= 0 {
-		t.Fatalf("zeroMeansNever(0s) = %v", d)
-	}
-	if d := zeroMeansNever(time.Millisecond); d != time.Millisecond {
-		t.Fatalf("zeroMeansNever(1ms) = %v", d)
 	}
 }
 

@@ -1,0 +1,383 @@
+// Package settings is the broker process's configuration: its flags, each
+// also readable as a PICOMQ_* environment variable (--data-dir is
+// PICOMQ_DATA_DIR), with the defaults and the checks the broker applies
+// before it starts. The operator renders exactly these variables into a
+// StreamCluster's ConfigMap, and its tests run Parse on what it renders, so
+// the CRD refuses a value exactly when the broker would (cmd/broker
+// --check-config runs the same check).
+package settings
+
+import (
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/picomq/picomq/broker/core"
+	"github.com/picomq/picomq/broker/httpapi/wire"
+	"github.com/picomq/picomq/broker/stream"
+)
+
+// Settings is a broker's configuration.
+type Settings struct {
+	DataDir         string
+	Listen          string
+	NodeID          string
+	FlushLinger     time.Duration
+	SyncLinger      time.Duration
+	MaxBatchBytes   int64
+	InlineBytes     int64
+	PageCacheBytes  int64
+	LongPollTimeout time.Duration
+	MaxBodyBytes    int64
+	ShutdownTimeout time.Duration
+	LogLevel        slog.Level
+	LogFormat       string
+	TestClock       bool
+	Pprof           bool
+	// DefaultStreamPolicy is the policy of a stream created without one
+	// (nil: the SDK's defaults).
+	DefaultStreamPolicy *stream.PolicyValue
+	// TerminationLog is where a fatal error is written before the process
+	// exits, for Kubernetes to show as the container's termination message
+	// ("" or a path that cannot be written: nowhere).
+	TerminationLog string
+	// CheckConfig: check the configuration, report, and exit.
+	CheckConfig bool
+	// Cluster is cluster mode's configuration; a zero Name runs a lone
+	// broker.
+	Cluster Cluster
+}
+
+// Cluster configures cluster mode.
+type Cluster struct {
+	// Name names the cluster (the StreamCluster): slot n is the Lease
+	// <Name>-slot-<n> in Namespace.
+	Name      string
+	Namespace string
+	// ID is the cluster id the operator recorded ("" when none is yet): a
+	// broker on an empty data directory then joins the cluster rather than
+	// bootstrap a new one.
+	ID string
+	// PeerListen is the peer port's listen address (Raft, replication,
+	// forwarding); PeerService the headless Service whose DNS names the
+	// pods: node X is reached at X.<PeerService>.
+	PeerListen  string
+	PeerService string
+	// Peers, when set, lists every node of the cluster with the addresses
+	// this broker dials them at, instead of DNS (outside Kubernetes).
+	Peers []Peer
+	// Kubeconfig reaches the API server holding the Leases ("": the pod's
+	// service account).
+	Kubeconfig string
+	Slots      int
+	// LeaseDuration, RenewDeadline and RetryPeriod time the slot Leases.
+	LeaseDuration time.Duration
+	RenewDeadline time.Duration
+	RetryPeriod   time.Duration
+	// ReplicationFactor is how many brokers hold each object file (0: the
+	// default, min(3, brokers)).
+	ReplicationFactor int
+}
+
+// Peer is one node of a static peer list.
+type Peer struct {
+	Name       string
+	PeerAddr   string
+	ClientAddr string
+}
+
+// Defaults of the cluster settings, as the operator's CRD defaults them.
+const (
+	DefaultSlots         = 64
+	DefaultLeaseDuration = 15 * time.Second
+	DefaultRenewDeadline = 10 * time.Second
+	DefaultRetryPeriod   = 2 * time.Second
+	MaxSlots             = 4096
+)
+
+// ErrUsage marks a configuration refused before anything started.
+var ErrUsage = errors.New("usage")
+
+// EnvName is a flag's variable: --data-dir is PICOMQ_DATA_DIR.
+func EnvName(flag string) string {
+	return "PICOMQ_" + strings.ToUpper(strings.ReplaceAll(flag, "-", "_"))
+}
+
+// Parse reads args over the environment over the defaults: every flag can
+// also be given as its PICOMQ_ variable, and a flag on the command line
+// wins over its variable. The error wraps ErrUsage and names the flag (or
+// variable) at fault; --help writes the usage to out and returns
+// flag.ErrHelp.
+func Parse(args []string, getenv func(string) string, out io.Writer) (Settings, error) {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "broker-0"
+	}
+	s := Settings{
+		Listen:          ":4437",
+		NodeID:          host,
+		MaxBatchBytes:   8 << 20,
+		InlineBytes:     core.DefaultInlineBytes,
+		PageCacheBytes:  core.DefaultPageCacheBytes,
+		SyncLinger:      core.DefaultSyncLinger,
+		LongPollTimeout: time.Second,
+		MaxBodyBytes:    16 << 20,
+		ShutdownTimeout: 20 * time.Second,
+		LogLevel:        slog.LevelInfo,
+		LogFormat:       "json",
+		Cluster: Cluster{
+			Slots: DefaultSlots, LeaseDuration: DefaultLeaseDuration,
+			RenewDeadline: DefaultRenewDeadline, RetryPeriod: DefaultRetryPeriod,
+		},
+	}
+	fs := flag.NewFlagSet("broker", flag.ContinueOnError)
+	fs.SetOutput(out)
+	fs.Usage = func() {
+		fmt.Fprintf(out, "Usage: broker --data-dir DIR [flags]\n\n"+
+			"Runs one PicoMQ broker: the partitioned-log and admin HTTP API, /healthz,\n"+
+			"/readyz and /metrics on one port. With --cluster it is a member of a\n"+
+			"cluster of brokers (Raft, slot Leases, replication on the peer port).\n"+
+			"Every flag may also be set by its environment variable (shown in\n"+
+			"brackets); the command line wins.\n\n")
+		fs.VisitAll(func(f *flag.Flag) {
+			fmt.Fprintf(out, "  --%s [%s]\n    \t%s", f.Name, EnvName(f.Name), f.Usage)
+			if f.DefValue != "" && f.DefValue != "false" && f.DefValue != "0" && f.DefValue != "0s" {
+				fmt.Fprintf(out, " (default %s)", f.DefValue)
+			}
+			fmt.Fprintln(out)
+		})
+	}
+	var policy, peers, tlsCert, tlsKey, tokens string
+	fs.StringVar(&s.DataDir, "data-dir", "", "directory holding the metadata log and the objects (required; created 0700 if absent)")
+	fs.StringVar(&s.Listen, "listen", s.Listen, "address the HTTP API listens on")
+	fs.StringVar(&s.NodeID, "node-id", s.NodeID, "this broker's node name (in a cluster its pod name, broker-<ordinal>), the host name unless set")
+	fs.DurationVar(&s.FlushLinger, "flush-linger", 0, "how long the group-commit flusher waits for more appends before writing (0: as soon as the previous flush is done)")
+	fs.DurationVar(&s.SyncLinger, "sync-linger", s.SyncLinger, "how long a group-commit object that gets its own fdatasync (above --inline-bytes) waits for the appends other writers are sending, so that one fdatasync covers more of them (0: never)")
+	fs.Var((*byteSize)(&s.MaxBatchBytes), "max-batch-bytes", "bound of one group-commit object, in bytes (suffixes KiB, MiB, GiB)")
+	fs.Var((*byteSize)(&s.InlineBytes), "inline-bytes", "largest group-commit object whose bytes travel in its metadata-log entry, so that one fsync acknowledges it instead of two (0: never; at most 1MiB)")
+	fs.Var((*byteSize)(&s.PageCacheBytes), "page-cache-bytes", "how many bytes of the objects it wrote last the broker leaves in the kernel's page cache; older objects' pages are dropped once on disk, so that new writes reuse them and the page cache does not fill the pod's memory (0: leave them all to the kernel)")
+	fs.DurationVar(&s.LongPollTimeout, "long-poll-timeout", s.LongPollTimeout, "longest a read with wait= waits for an append (positive)")
+	fs.Var((*byteSize)(&s.MaxBodyBytes), "max-body-bytes", "largest request body accepted, in bytes (suffixes KiB, MiB, GiB)")
+	fs.DurationVar(&s.ShutdownTimeout, "shutdown-timeout", s.ShutdownTimeout, "how long a SIGTERM waits for requests in flight before closing their connections")
+	fs.TextVar(&s.LogLevel, "log-level", s.LogLevel, "debug, info, warn or error (debug also shows the metadata log's own logs)")
+	fs.StringVar(&s.LogFormat, "log-format", s.LogFormat, "json or text")
+	fs.BoolVar(&s.Pprof, "pprof", false, "serve Go's profiler under /debug/pprof/ on the API port (for diagnosing CPU and memory use; off by default since it exposes internals)")
+	fs.BoolVar(&s.TestClock, "test-clock", false, "TESTS ONLY: run on a clock that stands still until set with PUT /v1/admin/clock?now=T")
+	fs.StringVar(&policy, "default-stream-policy", "", `policy of a stream created without one, as the admin API's JSON ({"partitions":4,"retainFor":"24h"})`)
+	fs.StringVar(&s.TerminationLog, "termination-log", "", "file the broker writes a fatal error to before it exits, which Kubernetes shows as the container's termination message (/dev/termination-log in a pod; empty: none)")
+	fs.BoolVar(&s.CheckConfig, "check-config", false, "check the configuration, print it and exit: 0 when the broker would start with it, 64 otherwise")
+	fs.StringVar(&s.Cluster.Name, "cluster", "", "cluster mode: the cluster's name (slot Leases <cluster>-slot-<n>); empty runs a lone broker")
+	fs.StringVar(&s.Cluster.Namespace, "namespace", "", "cluster mode: namespace of the slot Leases")
+	fs.StringVar(&s.Cluster.ID, "cluster-id", "", "cluster mode: the cluster id recorded by the operator; with it a broker on an empty data directory joins the cluster instead of bootstrapping one")
+	fs.StringVar(&s.Cluster.PeerListen, "peer-listen", "", "cluster mode: address of the peer port (Raft, replication, forwarding)")
+	fs.StringVar(&s.Cluster.PeerService, "peer-service", "", "cluster mode: DNS name of the headless Service: node X is reached at X.<peer-service>")
+	fs.StringVar(&peers, "peers", "", "cluster mode outside Kubernetes: every node as name=peerAddr|clientAddr, comma-separated, instead of DNS")
+	fs.StringVar(&s.Cluster.Kubeconfig, "kubeconfig", "", "cluster mode: kubeconfig of the API server holding the Leases (default: the pod's service account)")
+	fs.IntVar(&s.Cluster.Slots, "slots", s.Cluster.Slots, "cluster mode: how many slots the internal streams hash onto (one Lease each)")
+	fs.DurationVar(&s.Cluster.LeaseDuration, "lease-duration", s.Cluster.LeaseDuration, "cluster mode: how long a slot Lease unrenewed may be taken by another broker")
+	fs.DurationVar(&s.Cluster.RenewDeadline, "lease-renew-deadline", s.Cluster.RenewDeadline, "cluster mode: a holder stops serving a slot this long after its last renew was sent (below --lease-duration)")
+	fs.DurationVar(&s.Cluster.RetryPeriod, "lease-retry-period", s.Cluster.RetryPeriod, "cluster mode: how often Leases are renewed and taken (below --lease-renew-deadline)")
+	fs.IntVar(&s.Cluster.ReplicationFactor, "replication-factor", 0, "cluster mode: how many brokers hold each object (0: min(3, brokers))")
+	fs.StringVar(&tlsCert, "tls-cert-file", "", "not served yet: refused when set")
+	fs.StringVar(&tlsKey, "tls-key-file", "", "not served yet: refused when set")
+	fs.StringVar(&tokens, "auth-tokens-dir", "", "not served yet: refused when set")
+
+	var envErr error
+	fs.VisitAll(func(f *flag.Flag) {
+		if v := getenv(EnvName(f.Name)); v != "" && envErr == nil {
+			if err := f.Value.Set(v); err != nil {
+				envErr = fmt.Errorf("%w: %s=%q: %v", ErrUsage, EnvName(f.Name), v, err)
+			}
+		}
+	})
+	if envErr != nil {
+		return s, envErr
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return s, err
+		}
+		return s, fmt.Errorf("%w: %v", ErrUsage, err)
+	}
+	if fs.NArg() > 0 {
+		return s, fmt.Errorf("%w: unexpected arguments %q", ErrUsage, fs.Args())
+	}
+	if policy != "" {
+		p, err := parsePolicy(policy)
+		if err != nil {
+			return s, fmt.Errorf("%w: --default-stream-policy: %v", ErrUsage, err)
+		}
+		s.DefaultStreamPolicy = &p
+	}
+	if peers != "" {
+		ps, err := parsePeers(peers)
+		if err != nil {
+			return s, fmt.Errorf("%w: --peers: %v", ErrUsage, err)
+		}
+		s.Cluster.Peers = ps
+	}
+	for name, v := range map[string]string{"tls-cert-file": tlsCert, "tls-key-file": tlsKey, "auth-tokens-dir": tokens} {
+		if v != "" {
+			return s, fmt.Errorf("%w: --%s: TLS and token authentication are not served yet", ErrUsage, name)
+		}
+	}
+	return s, s.check()
+}
+
+// check refuses what the broker cannot run with, naming the flag.
+func (s Settings) check() error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: "+format, append([]any{ErrUsage}, args...)...)
+	}
+	switch {
+	case s.DataDir == "":
+		return bad("--data-dir (or PICOMQ_DATA_DIR) is required")
+	case s.LogFormat != "json" && s.LogFormat != "text":
+		return bad("--log-format %q: want json or text", s.LogFormat)
+	case s.FlushLinger < 0:
+		return bad("--flush-linger %v: must not be negative", s.FlushLinger)
+	case s.SyncLinger < 0:
+		return bad("--sync-linger %v: must not be negative", s.SyncLinger)
+	case s.ShutdownTimeout < 0:
+		return bad("--shutdown-timeout %v: must not be negative", s.ShutdownTimeout)
+	case s.LongPollTimeout <= 0:
+		return bad("--long-poll-timeout %v: must be positive", s.LongPollTimeout)
+	case s.MaxBatchBytes <= 0:
+		return bad("--max-batch-bytes %d: byte sizes must be positive", s.MaxBatchBytes)
+	case s.MaxBodyBytes <= 0:
+		return bad("--max-body-bytes %d: byte sizes must be positive", s.MaxBodyBytes)
+	case s.InlineBytes < 0 || s.InlineBytes > core.MaxInlineBytes:
+		return bad("--inline-bytes %d: want 0 to %d", s.InlineBytes, core.MaxInlineBytes)
+	}
+	if s.Cluster.Name == "" {
+		return nil
+	}
+	c := s.Cluster
+	switch {
+	case c.Namespace == "":
+		return bad("--namespace is required in cluster mode")
+	case c.PeerListen == "":
+		return bad("--peer-listen is required in cluster mode")
+	case c.PeerService == "" && len(c.Peers) == 0:
+		return bad("cluster mode needs --peer-service (DNS) or --peers (a static list)")
+	case c.Slots < 1 || c.Slots > MaxSlots:
+		return bad("--slots %d: want 1 to %d", c.Slots, MaxSlots)
+	case c.RetryPeriod <= 0:
+		return bad("--lease-retry-period %v: must be positive", c.RetryPeriod)
+	case c.RenewDeadline <= c.RetryPeriod:
+		return bad("--lease-renew-deadline %v must be above --lease-retry-period %v", c.RenewDeadline, c.RetryPeriod)
+	case c.LeaseDuration <= c.RenewDeadline:
+		return bad("--lease-duration %v must be above --lease-renew-deadline %v", c.LeaseDuration, c.RenewDeadline)
+	case c.ReplicationFactor < 0:
+		return bad("--replication-factor %d: must not be negative (0: the default)", c.ReplicationFactor)
+	}
+	if _, err := Ordinal(s.NodeID); err != nil {
+		return bad("--node-id %q: %v", s.NodeID, err)
+	}
+	if len(c.Peers) > 0 {
+		found := false
+		for _, p := range c.Peers {
+			found = found || p.Name == s.NodeID
+		}
+		if !found {
+			return bad("--peers does not list this node (--node-id %q)", s.NodeID)
+		}
+	}
+	return nil
+}
+
+// Ordinal is a node name's ordinal: the number after its last '-'
+// (StatefulSet pod names, broker-0).
+func Ordinal(node string) (int, error) {
+	i := strings.LastIndexByte(node, '-')
+	if i < 0 || i == len(node)-1 {
+		return 0, errors.New("a cluster node's name ends in -<ordinal>, as a StatefulSet's pods do")
+	}
+	n, err := strconv.Atoi(node[i+1:])
+	if err != nil || n < 0 {
+		return 0, errors.New("a cluster node's name ends in -<ordinal>, as a StatefulSet's pods do")
+	}
+	return n, nil
+}
+
+// parsePolicy reads a policy in the admin API's JSON shape, refusing
+// unknown members and values the policy's own check refuses.
+func parsePolicy(v string) (stream.PolicyValue, error) {
+	dec := json.NewDecoder(strings.NewReader(v))
+	dec.DisallowUnknownFields()
+	var p wire.Policy
+	if err := dec.Decode(&p); err != nil {
+		return stream.PolicyValue{}, err
+	}
+	if dec.More() {
+		return stream.PolicyValue{}, errors.New("more than one JSON value")
+	}
+	pv, err := p.Value()
+	if err != nil {
+		return stream.PolicyValue{}, err
+	}
+	if err := pv.Validate(); err != nil {
+		return stream.PolicyValue{}, err
+	}
+	return pv, nil
+}
+
+// parsePeers reads name=peerAddr|clientAddr,...
+func parsePeers(v string) ([]Peer, error) {
+	var out []Peer
+	seen := map[string]bool{}
+	for _, item := range strings.Split(v, ",") {
+		name, addrs, ok := strings.Cut(strings.TrimSpace(item), "=")
+		peer, client, ok2 := strings.Cut(addrs, "|")
+		if !ok || !ok2 || name == "" || peer == "" || client == "" {
+			return nil, fmt.Errorf("%q: want name=peerAddr|clientAddr", item)
+		}
+		if seen[name] {
+			return nil, fmt.Errorf("%q listed twice", name)
+		}
+		seen[name] = true
+		out = append(out, Peer{Name: name, PeerAddr: peer, ClientAddr: client})
+	}
+	return out, nil
+}
+
+// byteSize is a flag of bytes: 1048576, 1024KiB, 1MiB, 1GiB.
+type byteSize int64
+
+func (b *byteSize) String() string { return strconv.FormatInt(int64(*b), 10) }
+
+func (b *byteSize) Set(s string) error {
+	mult := int64(1)
+	for _, u := range []struct {
+		suffix string
+		mult   int64
+	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}} {
+		if strings.HasSuffix(s, u.suffix) {
+			s, mult = strings.TrimSpace(strings.TrimSuffix(s, u.suffix)), u.mult
+			break
+		}
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || n < 0 || n > (1<<62)/mult {
+		return errors.New("not a byte size such as 8388608 or 8MiB")
+	}
+	*b = byteSize(n * mult)
+	return nil
+}
+
+// ZeroMeansNever turns a flag's 0, "never", into the broker Config's
+// negative (whose 0 is "the default"): --inline-bytes, --sync-linger,
+// --page-cache-bytes.
+func ZeroMeansNever[T ~int64](v T) T {
+	if v == 0 {
+		return -1
+	}
+	return v
+}

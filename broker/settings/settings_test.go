@@ -1,0 +1,177 @@
+package settings
+
+import (
+	"bytes"
+	"errors"
+	"flag"
+	"io"
+	"log/slog"
+	"os"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/picomq/picomq/broker/core"
+	"github.com/picomq/picomq/broker/stream"
+)
+
+func env(kv map[string]string) func(string) string {
+	return func(k string) string { return kv[k] }
+}
+
+func TestParseConfig(t *testing.T) {
+	host, _ := os.Hostname()
+	c, err := Parse([]string{"--data-dir", "/d"}, env(nil), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defCluster := Cluster{Slots: DefaultSlots, LeaseDuration: DefaultLeaseDuration, RenewDeadline: DefaultRenewDeadline, RetryPeriod: DefaultRetryPeriod}
+	want := Settings{DataDir: "/d", Listen: ":4437", NodeID: host, MaxBatchBytes: 8 << 20, InlineBytes: core.DefaultInlineBytes, PageCacheBytes: core.DefaultPageCacheBytes, SyncLinger: core.DefaultSyncLinger, LongPollTimeout: time.Second,
+		MaxBodyBytes: 16 << 20, ShutdownTimeout: 20 * time.Second, LogLevel: slog.LevelInfo, LogFormat: "json", Cluster: defCluster}
+	if !reflect.DeepEqual(c, want) {
+		t.Fatalf("defaults = %+v, want %+v", c, want)
+	}
+
+	// Every setting from the environment.
+	c, err = Parse(nil, env(map[string]string{
+		"PICOMQ_DATA_DIR": "/env", "PICOMQ_LISTEN": "127.0.0.1:9000", "PICOMQ_NODE_ID": "b-1",
+		"PICOMQ_FLUSH_LINGER": "2ms", "PICOMQ_MAX_BATCH_BYTES": "4MiB", "PICOMQ_LONG_POLL_TIMEOUT": "30s",
+		"PICOMQ_LOG_LEVEL": "debug", "PICOMQ_LOG_FORMAT": "text", "PICOMQ_MAX_BODY_BYTES": "1024",
+		"PICOMQ_INLINE_BYTES": "0", "PICOMQ_SYNC_LINGER": "0", "PICOMQ_PAGE_CACHE_BYTES": "64MiB",
+	}), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want = Settings{DataDir: "/env", Listen: "127.0.0.1:9000", NodeID: "b-1", FlushLinger: 2 * time.Millisecond, MaxBatchBytes: 4 << 20,
+		PageCacheBytes: 64 << 20, LongPollTimeout: 30 * time.Second, MaxBodyBytes: 1024, ShutdownTimeout: 20 * time.Second, LogLevel: slog.LevelDebug, LogFormat: "text", Cluster: defCluster}
+	if !reflect.DeepEqual(c, want) {
+		t.Fatalf("from env = %+v, want %+v", c, want)
+	}
+
+	// A flag wins over its variable.
+	c, err = Parse([]string{"--listen", ":1", "--log-level", "warn", "--max-batch-bytes", "1GiB"},
+		env(map[string]string{"PICOMQ_DATA_DIR": "/env", "PICOMQ_LISTEN": ":2", "PICOMQ_LOG_LEVEL": "error"}), io.Discard)
+	if err != nil || c.Listen != ":1" || c.LogLevel != slog.LevelWarn || c.DataDir != "/env" || c.MaxBatchBytes != 1<<30 {
+		t.Fatalf("flags over env = %+v, %v", c, err)
+	}
+
+	for _, bad := range []struct {
+		args []string
+		env  map[string]string
+		says string
+	}{
+		{nil, nil, "--data-dir"},
+		{[]string{"--data-dir", "/d", "extra"}, nil, "unexpected"},
+		{[]string{"--data-dir", "/d", "--flush-linger", "soon"}, nil, "flush-linger"},
+		{[]string{"--data-dir", "/d"}, map[string]string{"PICOMQ_FLUSH_LINGER": "soon"}, "PICOMQ_FLUSH_LINGER"},
+		{[]string{"--data-dir", "/d"}, map[string]string{"PICOMQ_MAX_BATCH_BYTES": "8MB"}, "PICOMQ_MAX_BATCH_BYTES"},
+		{[]string{"--data-dir", "/d", "--log-level", "chatty"}, nil, "log-level"},
+		{[]string{"--data-dir", "/d", "--inline-bytes", "2MiB"}, nil, "--inline-bytes"},
+		{[]string{"--data-dir", "/d", "--log-format", "xml"}, nil, "log-format"},
+		{[]string{"--data-dir", "/d", "--long-poll-timeout", "0s"}, nil, "long-poll-timeout"},
+		{[]string{"--data-dir", "/d", "--sync-linger", "-1ms"}, nil, "negative"},
+		{[]string{"--data-dir", "/d", "--max-body-bytes", "0"}, nil, "byte sizes"},
+		{[]string{"--data-dir", "/d", "--default-stream-policy", `{"partitions":-1}`}, nil, "--default-stream-policy"},
+		{[]string{"--data-dir", "/d", "--default-stream-policy", `{"partitions":2,"colour":"red"}`}, nil, "--default-stream-policy"},
+		{[]string{"--data-dir", "/d", "--tls-cert-file", "/c"}, nil, "not served yet"},
+		{[]string{"--data-dir", "/d"}, map[string]string{"PICOMQ_AUTH_TOKENS_DIR": "/t"}, "--auth-tokens-dir"},
+		{[]string{"--nope"}, nil, "nope"},
+	} {
+		_, err := Parse(bad.args, env(bad.env), io.Discard)
+		if !errors.Is(err, ErrUsage) || !strings.Contains(err.Error(), bad.says) {
+			t.Errorf("Parse(%q, %v) = %v, want a usage error naming %s", bad.args, bad.env, err, bad.says)
+		}
+	}
+	var help bytes.Buffer
+	if _, err := Parse([]string{"--help"}, env(nil), &help); !errors.Is(err, flag.ErrHelp) || !strings.Contains(help.String(), "PICOMQ_DATA_DIR") {
+		t.Fatalf("--help = %v:\n%s", err, help.String())
+	}
+}
+
+// cluster is a valid cluster-mode environment, as the operator renders it.
+func cluster(extra map[string]string) map[string]string {
+	e := map[string]string{
+		"PICOMQ_DATA_DIR": "/var/lib/picomq/data", "PICOMQ_NODE_ID": "demo-1", "PICOMQ_CLUSTER": "demo",
+		"PICOMQ_NAMESPACE": "ns", "PICOMQ_PEER_LISTEN": ":4438", "PICOMQ_PEER_SERVICE": "demo-headless.ns.svc",
+		"PICOMQ_SLOTS": "64", "PICOMQ_LEASE_DURATION": "15s", "PICOMQ_LEASE_RENEW_DEADLINE": "10s", "PICOMQ_LEASE_RETRY_PERIOD": "2s",
+	}
+	for k, v := range extra {
+		e[k] = v
+	}
+	return e
+}
+
+func TestParseClusterSettings(t *testing.T) {
+	t.Parallel()
+	s, err := Parse(nil, env(cluster(map[string]string{"PICOMQ_REPLICATION_FACTOR": "3", "PICOMQ_CLUSTER_ID": "c-1",
+		"PICOMQ_DEFAULT_STREAM_POLICY": `{"partitions":4,"retainFor":"24h"}`})), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Cluster{Name: "demo", Namespace: "ns", ID: "c-1", PeerListen: ":4438", PeerService: "demo-headless.ns.svc",
+		Slots: 64, LeaseDuration: 15 * time.Second, RenewDeadline: 10 * time.Second, RetryPeriod: 2 * time.Second, ReplicationFactor: 3}
+	if !reflect.DeepEqual(s.Cluster, want) {
+		t.Fatalf("cluster = %+v, want %+v", s.Cluster, want)
+	}
+	if p := s.DefaultStreamPolicy; p == nil || *p != (stream.PolicyValue{Partitions: 4, RetainFor: 24 * time.Hour}) {
+		t.Fatalf("default policy %+v", p)
+	}
+	s, err = Parse([]string{"--peers", "broker-0=127.0.0.1:7000|127.0.0.1:8000,demo-1=127.0.0.1:7001|127.0.0.1:8001"}, env(cluster(map[string]string{"PICOMQ_PEER_SERVICE": ""})), io.Discard)
+	if err != nil || len(s.Cluster.Peers) != 2 || s.Cluster.Peers[1] != (Peer{Name: "demo-1", PeerAddr: "127.0.0.1:7001", ClientAddr: "127.0.0.1:8001"}) {
+		t.Fatalf("static peers %+v, %v", s.Cluster.Peers, err)
+	}
+	for _, bad := range []struct {
+		env  map[string]string
+		says string
+	}{
+		{map[string]string{"PICOMQ_NAMESPACE": ""}, "--namespace"},
+		{map[string]string{"PICOMQ_PEER_LISTEN": ""}, "--peer-listen"},
+		{map[string]string{"PICOMQ_PEER_SERVICE": ""}, "--peer-service"},
+		{map[string]string{"PICOMQ_SLOTS": "0"}, "--slots"},
+		{map[string]string{"PICOMQ_SLOTS": "5000"}, "--slots"},
+		{map[string]string{"PICOMQ_LEASE_RENEW_DEADLINE": "15s"}, "--lease-duration"},
+		{map[string]string{"PICOMQ_LEASE_RETRY_PERIOD": "10s"}, "--lease-renew-deadline"},
+		{map[string]string{"PICOMQ_LEASE_RETRY_PERIOD": "0s"}, "--lease-retry-period"},
+		{map[string]string{"PICOMQ_REPLICATION_FACTOR": "-1"}, "--replication-factor"},
+		{map[string]string{"PICOMQ_NODE_ID": "demo"}, "--node-id"},
+		{map[string]string{"PICOMQ_PEERS": "demo-0=a|b"}, "does not list this node"},
+		{map[string]string{"PICOMQ_PEERS": "demo-1=a"}, "--peers"},
+	} {
+		_, err := Parse(nil, env(cluster(bad.env)), io.Discard)
+		if !errors.Is(err, ErrUsage) || !strings.Contains(err.Error(), bad.says) {
+			t.Errorf("%v: %v, want a usage error naming %s", bad.env, err, bad.says)
+		}
+	}
+}
+
+func TestOrdinal(t *testing.T) {
+	t.Parallel()
+	for node, want := range map[string]int{"demo-0": 0, "a-b-12": 12, "broker-3": 3} {
+		if n, err := Ordinal(node); err != nil || n != want {
+			t.Errorf("Ordinal(%q) = %d, %v; want %d", node, n, err, want)
+		}
+	}
+	for _, bad := range []string{"demo", "demo-", "demo-x"} {
+		if _, err := Ordinal(bad); err == nil {
+			t.Errorf("Ordinal(%q) accepted", bad)
+		}
+	}
+}
+
+// TestZeroMeansNever: a flag's 0 turns inline commits or the sync linger
+// off, which the broker's Config spells negative (its 0 is the default).
+func TestZeroMeansNever(t *testing.T) {
+	if n := ZeroMeansNever(int64(0)); n >= 0 {
+		t.Fatalf("ZeroMeansNever(0) = %d", n)
+	}
+	if n := ZeroMeansNever(int64(4096)); n != 4096 {
+		t.Fatalf("ZeroMeansNever(4096) = %d", n)
+	}
+	if d := ZeroMeansNever(time.Duration(0)); d >= 0 {
+		t.Fatalf("ZeroMeansNever(0s) = %v", d)
+	}
+	if d := ZeroMeansNever(time.Millisecond); d != time.Millisecond {
+		t.Fatalf("ZeroMeansNever(1ms) = %v", d)
+	}
+}
