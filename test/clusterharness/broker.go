@@ -1,0 +1,224 @@
+package clusterharness
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// Broker is one broker of a Cluster: a name, a data directory and a log
+// that outlive its processes, and the process of the moment, if any.
+type Broker struct {
+	Index   int
+	Name    string // broker-<i>: the ordinal is the numeric suffix
+	DataDir string
+	LogPath string
+
+	mu         sync.Mutex
+	clientAddr string // where it listens for clients, direct
+	peerAddr   string // where it listens for peers
+	proc       *process
+	starts     int
+}
+
+// process is one run of the binary.
+type process struct {
+	cmd    *exec.Cmd
+	log    *os.File
+	done   chan struct{} // closed once Wait returned
+	err    error         // Wait's result, once done is closed
+	paused bool          // SIGSTOPped
+}
+
+func brokerName(i int) string { return fmt.Sprintf("broker-%d", i) }
+
+// freeAddr returns a loopback address whose port was free a moment ago.
+// The broker binds it itself, so the port is released first: a race with
+// another process is possible and shows as a broker that fails to start.
+func freeAddr() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	addr := l.Addr().String()
+	l.Close()
+	return addr, nil
+}
+
+// URL is the broker's client URL, direct (not through any proxy).
+func (b *Broker) URL() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return "http://" + b.clientAddr
+}
+
+// ClientAddr and PeerAddr are where the broker listens.
+func (b *Broker) ClientAddr() string { b.mu.Lock(); defer b.mu.Unlock(); return b.clientAddr }
+func (b *Broker) PeerAddr() string   { b.mu.Lock(); defer b.mu.Unlock(); return b.peerAddr }
+
+// Running reports whether a process of the broker is alive (paused or not).
+func (b *Broker) Running() bool {
+	b.mu.Lock()
+	p := b.proc
+	b.mu.Unlock()
+	if p == nil {
+		return false
+	}
+	select {
+	case <-p.done:
+		return false
+	default:
+		return true
+	}
+}
+
+// Serving reports whether the broker runs and is not paused.
+func (b *Broker) Serving() bool {
+	b.mu.Lock()
+	p := b.proc
+	b.mu.Unlock()
+	return p != nil && b.Running() && !p.paused
+}
+
+// Pid is the process id of the broker's process, 0 when none runs.
+func (b *Broker) Pid() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.proc == nil {
+		return 0
+	}
+	return b.proc.cmd.Process.Pid
+}
+
+// launch starts a process of the broker with args. It does not wait for
+// readiness.
+func (b *Broker) launch(bin string, args []string, env []string) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.proc != nil {
+		select {
+		case <-b.proc.done:
+		default:
+			return fmt.Errorf("%s is already running (pid %d)", b.Name, b.proc.cmd.Process.Pid)
+		}
+	}
+	if err := os.MkdirAll(filepath.Dir(b.LogPath), 0o700); err != nil {
+		return err
+	}
+	log, err := os.OpenFile(b.LogPath, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
+	if err != nil {
+		return err
+	}
+	b.starts++
+	fmt.Fprintf(log, "=== harness: start #%d of %s at %s: %q\n", b.starts, b.Name, time.Now().Format(time.RFC3339Nano), args)
+	cmd := exec.Command(bin, args...)
+	cmd.Stdout, cmd.Stderr = log, log
+	cmd.Env = append(os.Environ(), env...)
+	// If the test process dies without its cleanup (a panic, a SIGKILL of
+	// go test), the kernel kills the broker too: no process is left behind.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		log.Close()
+		return err
+	}
+	p := &process{cmd: cmd, log: log, done: make(chan struct{})}
+	go func() {
+		p.err = cmd.Wait()
+		log.Close()
+		close(p.done)
+	}()
+	b.proc = p
+	return nil
+}
+
+// exited returns the channel closed when the current process ends (nil
+// when there is none) and, once closed, its exit error.
+func (b *Broker) exited() (<-chan struct{}, func() error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.proc == nil {
+		return nil, func() error { return nil }
+	}
+	p := b.proc
+	return p.done, func() error { return p.err }
+}
+
+// signal sends sig to the running process.
+func (b *Broker) signal(sig syscall.Signal) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.proc == nil {
+		return fmt.Errorf("%s: no process", b.Name)
+	}
+	select {
+	case <-b.proc.done:
+		return fmt.Errorf("%s: its process has exited (%v)", b.Name, b.proc.err)
+	default:
+	}
+	if err := b.proc.cmd.Process.Signal(sig); err != nil {
+		return fmt.Errorf("%s: %v: %w", b.Name, sig, err)
+	}
+	switch sig {
+	case syscall.SIGSTOP:
+		b.proc.paused = true
+	case syscall.SIGCONT:
+		b.proc.paused = false
+	}
+	return nil
+}
+
+// kill sends SIGKILL (no flush, no close, no goodbye) and waits for the
+// process to end. No process is not an error.
+func (b *Broker) kill() {
+	done, _ := b.exited()
+	if done == nil {
+		return
+	}
+	_ = b.signal(syscall.SIGKILL)
+	<-done
+}
+
+// terminate sends SIGTERM and waits up to timeout for a clean exit, then
+// SIGKILLs. A paused process is continued first, or it could not exit.
+func (b *Broker) terminate(timeout time.Duration) error {
+	done, result := b.exited()
+	if done == nil {
+		return nil
+	}
+	_ = b.signal(syscall.SIGCONT)
+	if err := b.signal(syscall.SIGTERM); err != nil {
+		<-done
+		return nil // it had exited already
+	}
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case <-done:
+		var ee *exec.ExitError
+		if err := result(); err != nil && !errors.As(err, &ee) {
+			return err
+		}
+		if err := result(); err != nil {
+			return fmt.Errorf("%s exited with %v after SIGTERM", b.Name, err)
+		}
+		return nil
+	case <-t.C:
+		b.kill()
+		return fmt.Errorf("%s did not exit within %v of SIGTERM: killed", b.Name, timeout)
+	}
+}
+
+// logTail returns the last n bytes of the broker's log.
+func (b *Broker) logTail(n int) string {
+	data, err := os.ReadFile(b.LogPath)
+	if err != nil {
+		return err.Error()
+	}
+	return string(data[max(0, len(data)-n):])
+}
