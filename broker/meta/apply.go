@@ -437,8 +437,9 @@ func (s *State) updatePolicy(c *UpdatePolicy) any {
 	return e.Clone()
 }
 
-// member records a member change. A removed member stays removed: a change
-// for it refuses (MemberRemoved), whatever it asks.
+// member records a member change and answers the member as recorded (its
+// number given on its first change). A removed member stays removed: a
+// change for it refuses (MemberRemoved), whatever it asks.
 func (s *State) member(c *MemberChange) any {
 	m := c.Member
 	if m.ID == "" || m.Node == "" {
@@ -449,13 +450,18 @@ func (s *State) member(c *MemberChange) any {
 		return MemberRemoved.With("member", m.ID, "node", m.Node)
 	}
 	if ok {
-		m.Joined = cur.Joined
+		m.Joined, m.Number = cur.Joined, cur.Number
 	} else {
-		m.Joined = c.Now
+		if s.LastMember >= MaxMembers {
+			return BadCommand.With("op", string(OpMember), "reason", "member numbers exhausted", "members", s.LastMember)
+		}
+		s.LastMember++
+		m.Joined, m.Number = c.Now, s.LastMember
 	}
 	if m.Removed != 0 {
 		m.Removed = c.Now
 	}
 	s.Members[m.ID] = &m
-	return nil
+	out := m
+	return &out
 }

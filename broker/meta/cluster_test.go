@@ -30,7 +30,7 @@ func TestMembersAreRecordedAndRemovedForGood(t *testing.T) {
 	mustApply(t, s, &Command{Op: OpMember, Member: &MemberChange{Member: m, Now: 10}})
 	m.PeerAddr = "demo-1.h:7002"
 	mustApply(t, s, &Command{Op: OpMember, Member: &MemberChange{Member: m, Now: 20}})
-	if got := s.Members["demo-1~a"]; got.PeerAddr != "demo-1.h:7002" || got.Joined != 10 || got.Removed != 0 {
+	if got := s.Members["demo-1~a"]; got.PeerAddr != "demo-1.h:7002" || got.Joined != 10 || got.Removed != 0 || got.Number != 1 {
 		t.Fatalf("member after an address change: %+v", got)
 	}
 	m.Removed = 1
@@ -43,7 +43,9 @@ func TestMembersAreRecordedAndRemovedForGood(t *testing.T) {
 		t.Fatalf("a removed member coming back: %v, want MEMBER_REMOVED", err)
 	}
 	fresh := Member{ID: "demo-1~b", Node: "demo-1", Incarnation: "b", PeerAddr: "demo-1.h:7001"}
-	mustApply(t, s, &Command{Op: OpMember, Member: &MemberChange{Member: fresh, Now: 50}})
+	if got := mustApply(t, s, &Command{Op: OpMember, Member: &MemberChange{Member: fresh, Now: 50}}).(*Member); got.Number != 2 {
+		t.Fatalf("the second member recorded got number %d, want 2 (numbers are never reused)", got.Number)
+	}
 	if len(s.Members) != 2 || s.Members["demo-1~a"].Removed == 0 {
 		t.Fatalf("members %v", s.Members)
 	}

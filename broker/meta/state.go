@@ -128,6 +128,10 @@ type Member struct {
 	ID          string `json:"id"`
 	Node        string `json:"node"`
 	Incarnation string `json:"incarnation"`
+	// Number is the member's number, given by the state machine when it is
+	// first recorded and never reused: the member's object ids start at
+	// Number<<ObjectIDBits, so that members allocate ids without asking.
+	Number int `json:"number"`
 	// PeerAddr is where the member's peer port is dialled (a stable name,
 	// resolved at each dial); ClientAddr where its client API is.
 	PeerAddr   string `json:"peerAddr"`
@@ -155,7 +159,17 @@ type State struct {
 	// members, removed ones included, by id.
 	ClusterID string             `json:"clusterID,omitempty"`
 	Members   map[string]*Member `json:"members,omitempty"`
+	// LastMember is the number the latest member recorded got.
+	LastMember int `json:"lastMember,omitempty"`
 }
+
+// ObjectIDBits is how many low bits of an object id a member counts in:
+// member n allocates its ids from n<<ObjectIDBits on (a lone broker is
+// member 0).
+const ObjectIDBits = 48
+
+// MaxMembers bounds the members a cluster records over its life.
+const MaxMembers = 1<<(64-ObjectIDBits) - 1
 
 // NewState returns an empty state.
 func NewState() *State {
@@ -242,6 +256,7 @@ func (s *State) Clone() *State {
 		Objects:      make(map[uint64]*Object, len(s.Objects)),
 		Garbage:      make(map[uint64]bool, len(s.Garbage)),
 		ClusterID:    s.ClusterID,
+		LastMember:   s.LastMember,
 		Members:      make(map[string]*Member, len(s.Members)),
 	}
 	for k, e := range s.Names {

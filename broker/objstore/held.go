@@ -84,7 +84,7 @@ func (s *Store) Restore(id uint64, frames []byte) (bool, error) {
 	case s.closed:
 		s.mu.Unlock()
 		return false, ErrClosed
-	case id == 0 || id >= s.nextID || s.pooled[id]:
+	case id == 0 || s.pooled[id] || (s.own(id) && id >= s.nextID):
 		s.mu.Unlock()
 		return false, stream.StreamBackendFailed.With("op", "objstore.restore", "object", id, "reason", "not an id of a committed object")
 	}

@@ -31,6 +31,17 @@ type Options struct {
 	// file leaves no trace the store could see.
 	MinNextID uint64
 
+	// IDBase, when set, is the first id of this store's own range, of
+	// IDSpan ids: a cluster member allocates its objects' ids there, so
+	// that members never hand out the same id without asking one another
+	// (the files of other members' objects, which a replica keeps here, do
+	// not move this store's next id). With a range the store also reserves
+	// ids ahead in a file of the directory (NEXT), fsynced, so that an id is
+	// never handed out twice even when this member's metadata is not
+	// replayed yet at start and an object left no file (one held in memory
+	// when the process died).
+	IDBase uint64
+
 	// PoolSize is how many files the store keeps created ahead of Create:
 	// 0 means 4; a negative value keeps none, so each Create pays a directory
 	// fsync (for comparison and tests).
@@ -64,6 +75,9 @@ type Info struct {
 
 // Store is one directory of objects. It is safe for concurrent use.
 type Store struct {
+	idBase   uint64 // Options.IDBase: 0, or the first id of the store's range
+	reserved uint64 // with a range, ids below this one are reserved in NEXT (guarded by mu)
+
 	dir   string
 	dirf  *os.File // kept open for the directory fsyncs of pool refills
 	cache *handleCache
@@ -115,9 +129,10 @@ func Open(dir string, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, stream.StreamBackendFailed.Wrap(err, "op", "objstore.readdir", "path", dir)
 	}
-	next := max(opts.MinNextID, 1) // 0 is left free to mean "no object"
+	next := max(opts.MinNextID, opts.IDBase, 1) // 0 is left free to mean "no object"
+	ownRange := func(id uint64) bool { return opts.IDBase == 0 || id >= opts.IDBase && id-opts.IDBase < IDSpan }
 	for _, e := range entries {
-		if id, ok := parseName(e.Name()); ok && id >= next {
+		if id, ok := parseName(e.Name()); ok && id >= next && ownRange(id) {
 			if id == math.MaxUint64 {
 				return nil, stream.StreamBackendFailed.With("op", "objstore.open", "path", dir, "reason", "object ids exhausted")
 			}
@@ -129,7 +144,17 @@ func Open(dir string, opts Options) (*Store, error) {
 		return nil, stream.StreamBackendFailed.Wrap(err, "op", "objstore.opendir", "path", dir)
 	}
 
+	var reserved uint64
+	if opts.IDBase > 0 {
+		if reserved, err = readReservation(dir); err != nil {
+			return nil, err
+		}
+		next = max(next, reserved)
+	}
+
 	s := &Store{
+		idBase:   opts.IDBase,
+		reserved: reserved,
 		dir:      dir,
 		dirf:     dirf,
 		cache:    newHandleCache(dir, opts.MaxOpenFiles),
@@ -175,6 +200,17 @@ func fileNameIn(dir string, id uint64) string { return filepath.Join(dir, fileNa
 // allocate reserves n new ids. The caller holds s.mu.
 func (s *Store) allocate(n int) ([]uint64, error) {
 	ids := make([]uint64, 0, n)
+	if s.idBase > 0 && s.nextID+uint64(n) > s.reserved {
+		// Reserve a block ahead, durably, before handing any of it out.
+		to := s.nextID + uint64(n) + reserveBlock
+		if to-s.idBase > IDSpan {
+			return nil, stream.StreamBackendFailed.With("op", "objstore.create", "path", s.dir, "reason", "the member's object ids are exhausted")
+		}
+		if err := writeReservation(s.dir, to); err != nil {
+			return nil, err
+		}
+		s.reserved = to
+	}
 	for range n {
 		if s.nextID == 0 { // wrapped past math.MaxUint64
 			return nil, stream.StreamBackendFailed.With("op", "objstore.create", "path", s.dir, "reason", "object ids exhausted")
