@@ -9,8 +9,11 @@
 //
 // Refusals come back as the coded errors the broker returned, decoded with
 // errs.Unmarshal: errors.Is(err, stream.RecordTooLarge) holds and the fields
-// (sizes, offsets, field names) are intact. A transport failure is
-// STREAM_BACKEND_FAILED wrapping it; a ctx that ends returns its cause.
+// (sizes, offsets, field names) are intact. A broker that cannot be
+// reached (its name does not resolve, no connection opens) is
+// BROKER_UNREACHABLE, retriable, wrapping the cause; another transport
+// failure is STREAM_BACKEND_FAILED wrapping it; a ctx that ends returns its
+// cause.
 //
 // The package depends on neither the broker nor its metadata log.
 package client
@@ -215,6 +218,9 @@ func (c *Client) do(ctx context.Context, r request) (*response, error) {
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, context.Cause(ctx)
+		}
+		if u := Unreachable(c.base, "http."+r.op, err); u != nil {
+			return nil, u
 		}
 		return nil, stream.StreamBackendFailed.Wrap(err, "op", "http."+r.op)
 	}

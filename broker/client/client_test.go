@@ -232,13 +232,13 @@ func TestRemoteErrorsKeepFields(t *testing.T) {
 		}
 	}
 
-	// A transport failure is STREAM_BACKEND_FAILED wrapping it; a ctx that
-	// ends returns its cause.
+	// A broker that cannot be reached is BROKER_UNREACHABLE wrapping the
+	// cause; a ctx that ends returns its cause.
 	dead, err := client.New("http://127.0.0.1:1")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := dead.GetStream(ctx, "x"); !errors.Is(err, stream.StreamBackendFailed) {
+	if _, err := dead.GetStream(ctx, "x"); !errors.Is(err, client.BrokerUnreachable) {
 		t.Fatalf("unreachable broker: %v", err)
 	}
 	cause := errors.New("caller gave up")
