@@ -102,9 +102,9 @@ func clean() (*hb, *Final) {
 	b.add("a1", 20, -1, Unknown, -1, "D") // happened: the log holds it at 3
 	b.idem("p0", 0, 22, -1, Unknown, -1, false, "P0")
 	b.idem("p0", 0, 40, 45, OK, -1, true, "P0") // the repeat of what landed at 4
-	b.add("a0", 30, 35, Unknown, -1, "X")      // never happened
+	b.add("a0", 30, 35, Unknown, -1, "X")       // never happened
 	b.add("a0", 50, 60, OK, 5, "E")
-	b.read("r0", 1, 3, 0, 10)                // before anything
+	b.read("r0", 1, 3, 0, 10)                  // before anything
 	b.read("r0", 16, 18, 0, 10, "A", "B", "C") // after the first three
 	b.read("r0", 19, 61, 1, 2, "B", "C")       // bounded by max
 	b.read("r0", 70, 72, 0, 100, "A", "B", "C", "D", "P0", "E")
