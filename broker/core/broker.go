@@ -116,19 +116,35 @@ func Open(cfg Config) (*Broker, error) {
 	if err := objstore.PrepareDir(metaDir); err != nil {
 		return nil, err
 	}
-	l, err := metalog.Open(metalog.Config{
+	lc := metalog.Config{
 		Dir: metaDir, NodeID: cfg.NodeID, Bootstrap: true, LogOutput: cfg.RaftLog,
 		// Entries may carry objects' frames (inline commits): keep few past
 		// a snapshot. A lone voter has no follower to catch up from them.
 		TrailingLogs: 1024,
-	}, b.fsm)
+	}
+	if cl := cfg.Cluster; cl != nil {
+		lc.NodeID, lc.Bootstrap, lc.Network, lc.Forward = cl.MemberID, cl.Bootstrap, cl.Network, cl.Forward
+		lc.HeartbeatTimeout, lc.ElectionTimeout = cl.HeartbeatTimeout, cl.ElectionTimeout
+	}
+	l, err := metalog.Open(lc, b.fsm)
 	if err != nil {
 		return nil, stream.StreamBackendFailed.Wrap(err, "op", "metalog.open")
 	}
 	b.log = l
-	var maxObj uint64
-	b.fsm.View(func(s *meta.State) { maxObj = s.MaxObjectID })
-	objs, err := objstore.Open(objectsDir(cfg.DataDir), objstore.Options{MinNextID: maxObj + 1, CachedBytes: cfg.PageCacheBytes})
+	oo := objstore.Options{CachedBytes: cfg.PageCacheBytes}
+	if cl := cfg.Cluster; cl != nil && cl.Number > 0 {
+		// A member's ids are its own range's, reserved on disk: its log
+		// may not be replayed yet (a follower applies after the leader's
+		// word), so the state cannot say which ids it handed out.
+		oo.IDBase = uint64(cl.Number) << meta.ObjectIDBits
+	} else {
+		// A lone broker (or a member never recorded) has replayed its whole
+		// log by now: the state knows every id.
+		var maxObj uint64
+		b.fsm.View(func(s *meta.State) { maxObj = s.MaxObjectID })
+		oo.MinNextID = maxObj + 1
+	}
+	objs, err := objstore.Open(objectsDir(cfg.DataDir), oo)
 	if err != nil {
 		_ = l.Close()
 		return nil, err
@@ -189,6 +205,16 @@ func (b *Broker) Close() error {
 
 func (b *Broker) now() time.Time { return b.cfg.Clock() }
 
+// self is this broker's id as the log knows it: the owner its opens record
+// and the name replica sets give it — the member id in a cluster, the node
+// id alone.
+func (b *Broker) self() string {
+	if b.cfg.Cluster != nil {
+		return b.cfg.Cluster.MemberID
+	}
+	return b.cfg.NodeID
+}
+
 // apply proposes a command and returns its result. A refusal of the state
 // machine comes back as the error (metalog.Apply returns an error result
 // as its error), a failure of the log as STREAM_BACKEND_FAILED wrapping it.
@@ -197,17 +223,39 @@ func (b *Broker) apply(ctx context.Context, c *meta.Command) (any, error) {
 	if err != nil {
 		return nil, meta.BadCommand.Wrap(err, "op", string(c.Op))
 	}
+	if _, ok := ctx.Deadline(); !ok {
+		// A command waits for a quorum: without one, answer in time.
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, applyTimeout)
+		defer cancel()
+	}
 	start := time.Now()
 	res, err := b.log.Apply(ctx, raw)
 	b.cfg.Metrics.observeCommit(time.Since(start))
 	if err != nil {
-		var coded *errs.Error
-		if errors.As(err, &coded) {
-			return nil, err
-		}
-		return nil, stream.StreamBackendFailed.Wrap(err, "op", "metalog.apply."+string(c.Op))
+		return nil, logFailure(err, "metalog.apply."+string(c.Op))
 	}
 	return res, nil
+}
+
+// applyTimeout bounds a metadata command whose caller set no deadline.
+const applyTimeout = 15 * time.Second
+
+// logFailure is what a metadata command's failure answers: the state
+// machine's refusal as it is; a log that cannot commit now (no leader, no
+// quorum, an outcome unknown) METADATA_UNAVAILABLE, retriable; anything
+// else STREAM_BACKEND_FAILED.
+func logFailure(err error, op string) error {
+	var coded *errs.Error
+	switch {
+	case errors.As(err, &coded):
+		return err
+	case errors.Is(err, metalog.ErrNotLeader), errors.Is(err, metalog.ErrNoLeader):
+		return node.MetadataUnavailable.Wrap(err, "op", op, "reason", "no metadata leader")
+	case errors.Is(err, metalog.ErrUnknownOutcome), errors.Is(err, context.DeadlineExceeded):
+		return node.MetadataUnavailable.Wrap(err, "op", op, "reason", "the command's outcome is unknown (no quorum, or a leader change)")
+	}
+	return stream.StreamBackendFailed.Wrap(err, "op", op)
 }
 
 // Status reports the node's identity and its metadata log's state.

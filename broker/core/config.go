@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/picomq/picomq/broker/meta"
+	"github.com/picomq/picomq/broker/metalog"
 	"github.com/picomq/picomq/broker/objstore"
 )
 
@@ -102,6 +104,11 @@ type Config struct {
 	// Fetcher reads frames of objects this node has no file of (default
 	// none: on one node every committed object is local).
 	Fetcher Fetcher
+	// Cluster, when set, makes this broker a member of a cluster: its
+	// metadata log speaks over the peer network and forwards commands to
+	// the leader (see ClusterConfig). Nil: a lone broker, its own sole
+	// voter.
+	Cluster *ClusterConfig
 	// Logger receives operational logs (default: discard).
 	Logger *slog.Logger
 	// Metrics, when set, receives the broker's measurements.
@@ -126,6 +133,27 @@ const (
 	// and stay in the log until a snapshot.
 	MaxInlineBytes = 1 << 20
 )
+
+// ClusterConfig is how a cluster member's metadata log is reached and
+// where its object ids start.
+type ClusterConfig struct {
+	// MemberID is this member's id in the log's configuration (its node and
+	// incarnation); Config.NodeID stays its node name, the owner it records.
+	MemberID string
+	// Network and Forward: see metalog.Config.
+	Network *metalog.Network
+	Forward metalog.Forwarder
+	// Bootstrap seeds a brand-new log with this member as its only voter:
+	// the first member of a new cluster, once.
+	Bootstrap bool
+	// Number is the member's number (its object ids start at
+	// Number<<meta.ObjectIDBits); 0 before the member was ever recorded
+	// (a lone broker's directory adopted into a cluster).
+	Number int
+	// HeartbeatTimeout and ElectionTimeout: see metalog.Config (zero:
+	// metalog's defaults).
+	HeartbeatTimeout, ElectionTimeout time.Duration
+}
 
 // check refuses a configuration Open cannot honour, naming the field.
 func (c Config) check() error {
@@ -152,6 +180,16 @@ func (c Config) check() error {
 	} {
 		if n.v < 0 {
 			return bad(n.field, n.v, "must not be negative (zero takes the default)")
+		}
+	}
+	if cl := c.Cluster; cl != nil {
+		switch {
+		case cl.MemberID == "":
+			return bad("Cluster.MemberID", `""`, "a cluster member needs its id")
+		case cl.Network == nil:
+			return bad("Cluster.Network", "nil", "a cluster member needs its peer network")
+		case cl.Number < 0 || cl.Number > meta.MaxMembers:
+			return bad("Cluster.Number", cl.Number, fmt.Sprintf("want 0 to %d", meta.MaxMembers))
 		}
 	}
 	if c.InlineBytes > MaxInlineBytes {

@@ -385,7 +385,7 @@ func (f *flusher) settle(p *proposal) {
 		if err := b.objs.Spill([]uint64{p.object}); err != nil {
 			b.cfg.Logger.Error("writing a held object failed", "object", p.object, "err", err)
 		}
-		f.fail(p.live, stream.StreamBackendFailed.Wrap(err, "op", "metalog.apply.commit"))
+		f.fail(p.live, logFailure(err, "metalog.apply.commit"))
 		return
 	}
 	cr, ok := res.(*meta.CommitResult)

@@ -86,7 +86,7 @@ func (o *inlineObjects) restore(s *objstore.Store, st *meta.State) error {
 // open, such an object is held, or was spilled before its commit applied;
 // EnsureObject checks its file.)
 func (b *Broker) applied(c *meta.Command, res any) {
-	if c.Op == meta.OpOpen && c.Open != nil && c.Open.Owner != b.cfg.NodeID {
+	if c.Op == meta.OpOpen && c.Open != nil && c.Open.Owner != b.self() {
 		if r, ok := res.(*meta.OpenResult); ok {
 			b.fence(c.Open.Stream, r.Internal.Epoch)
 		}

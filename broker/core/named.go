@@ -239,7 +239,7 @@ func (b *Broker) open(ctx context.Context, id uint64) (*meta.Internal, error) {
 	if err := b.cfg.Ownership.MayOpen(id); err != nil {
 		return nil, err
 	}
-	res, err := b.apply(ctx, &meta.Command{Op: meta.OpOpen, Open: &meta.Open{Stream: id, Owner: b.cfg.NodeID}})
+	res, err := b.apply(ctx, &meta.Command{Op: meta.OpOpen, Open: &meta.Open{Stream: id, Owner: b.self()}})
 	if err != nil {
 		return nil, err
 	}
@@ -378,7 +378,7 @@ func (b *Broker) rollback(n *named, gen uint64, cause error) {
 	n.reset(e)
 	for _, p := range n.parts {
 		in, ok := b.fsm.Internal(p.id)
-		if !ok || !in.Open || in.Epoch != p.epoch || in.Owner != b.cfg.NodeID {
+		if !ok || !in.Open || in.Epoch != p.epoch || in.Owner != b.self() {
 			p.opened = false // fenced: the next append reopens at a new epoch
 			continue
 		}

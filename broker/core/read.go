@@ -203,7 +203,7 @@ func (b *Broker) fetch(r meta.Range, notHere error) ([]byte, error) {
 	b.fsm.View(func(s *meta.State) {
 		if o, ok := s.Objects[r.Object]; ok {
 			for _, id := range o.Replicas {
-				if id != b.cfg.NodeID {
+				if id != b.self() {
 					replicas = append(replicas, id)
 				}
 			}

@@ -159,6 +159,14 @@ type Config struct {
 	// Network); BindAddr must then be empty.
 	Network *Network
 
+	// Recover, when set, replaces the configuration in Dir with these
+	// servers before the node starts: the explicit recovery of a cluster
+	// that lost its quorum for good (raft.RecoverCluster). Every surviving
+	// node must be recovered with the same servers, none of them running.
+	// Never automatic: entries the lost majority committed and these nodes
+	// lack are gone.
+	Recover []Server
+
 	// Forward, when set, sends a follower's commands to the leader (see
 	// Forwarder): Apply and Propose then work on every member. Without it
 	// they fail with ErrNotLeader on a follower.
@@ -466,6 +474,23 @@ func Open(cfg Config, fsm raft.FSM) (*Log, error) {
 	hasState, err := raft.HasExistingState(logs, store, snaps)
 	if err != nil {
 		return nil, fmt.Errorf("metalog: read existing state: %w", err)
+	}
+	if len(cfg.Recover) > 0 {
+		if !hasState {
+			return nil, errors.New("metalog: recover: the directory holds no log to recover")
+		}
+		conf := raft.Configuration{}
+		for _, s := range cfg.Recover {
+			suffrage := raft.Voter
+			if s.Suffrage == Nonvoter {
+				suffrage = raft.Nonvoter
+			}
+			conf.Servers = append(conf.Servers, raft.Server{Suffrage: suffrage, ID: raft.ServerID(s.ID), Address: raft.ServerAddress(s.Address)})
+		}
+		if err := raft.RecoverCluster(rc, newFSMWrapper(fsm), logs, store, snaps, trans, conf); err != nil {
+			return nil, fmt.Errorf("metalog: recover: %w", err)
+		}
+		cfg.Logger.Warn("metadata log recovered with a new configuration", "servers", fmt.Sprint(cfg.Recover))
 	}
 	if !hasState && cfg.Bootstrap {
 		// The beginning of time for this cluster: write a configuration

@@ -147,6 +147,16 @@ var OwnerChanged = errs.Static(0x00_10_02_03, "OWNER_CHANGED",
 	"broker/core: a commit carried an epoch the metadata log no longer holds, because another node opened the partition; nothing of the append was written",
 	503, 75)
 
+// MetadataUnavailable answers a write that needs the metadata log while it
+// cannot commit: no leader is known (an election, or a lost quorum), or the
+// outcome of a command could not be learned. Committed data stays
+// readable; the write may be retried (an append's retry is safe with an
+// idempotent producer, as its outcome may be "written").
+var MetadataUnavailable = errs.Static(0x00_10_02_04, "METADATA_UNAVAILABLE",
+	"The cluster's metadata log cannot commit right now; retry shortly",
+	"broker/core: the metadata log has no leader known or no quorum, or a command's outcome could not be learned; the fields say which",
+	503, 75)
+
 // ErrWouldWait is what an append with NoRoomWait returns when it would
 // have waited for room under MaxBytes.
 var ErrWouldWait = errors.New("node: the append would wait for room")

@@ -88,7 +88,15 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		raftLog = stderr
 	}
 
-	b, err := core.Open(core.Config{
+	var cl *cluster
+	if cfg.Cluster.Name != "" {
+		if cl, err = prepareCluster(ctx, cfg, logger); err != nil {
+			logger.Error("cannot take this broker's place in its cluster", "err", err)
+			terminationMessage(cfg.TerminationLog, fmt.Errorf("cannot take this broker's place in its cluster: %w", err))
+			return errs.ExitCode(err)
+		}
+	}
+	coreCfg := core.Config{
 		DataDir:        cfg.DataDir,
 		NodeID:         cfg.NodeID,
 		FlushLinger:    cfg.FlushLinger,
@@ -100,11 +108,27 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		Logger:         logger,
 		Metrics:        core.NewMetrics(reg),
 		RaftLog:        raftLog,
-	})
+	}
+	if cl != nil {
+		coreCfg.Cluster = cl.coreConfig()
+	}
+	b, err := core.Open(coreCfg)
 	if err != nil {
+		if cl != nil {
+			cl.close()
+		}
 		logger.Error("cannot open the broker", "dataDir", cfg.DataDir, "err", err)
 		terminationMessage(cfg.TerminationLog, fmt.Errorf("cannot open the broker on %s: %w", cfg.DataDir, err))
 		return errs.ExitCode(err)
+	}
+	if cl != nil {
+		if err := cl.start(ctx, b); err != nil {
+			logger.Error("cannot start the cluster member", "err", err)
+			terminationMessage(cfg.TerminationLog, err)
+			_ = b.Close()
+			cl.close()
+			return errs.ExitCode(err)
+		}
 	}
 	front := frontend.Options{LongPollTimeout: cfg.LongPollTimeout, MaxBodyBytes: cfg.MaxBodyBytes, Logger: logger}
 	api := httpapi.New(b, reg, httpapi.Options{Options: front, Registerer: reg, TestClock: testClock, DefaultPolicy: cfg.DefaultStreamPolicy})
@@ -126,6 +150,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		terminationMessage(cfg.TerminationLog, fmt.Errorf("cannot listen on %s: %w", cfg.Listen, err))
 		if cerr := b.Close(); cerr != nil {
 			logger.Error("closing the broker failed", "err", cerr)
+		}
+		if cl != nil {
+			cl.close()
 		}
 		return exitUnavailable
 	}
@@ -163,6 +190,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		if code == 0 {
 			code = errs.ExitCode(err)
 		}
+	}
+	if cl != nil {
+		cl.close()
 	}
 	logger.Info("stopped")
 	return code

@@ -1,0 +1,133 @@
+package core
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/picomq/picomq/broker/meta"
+	"github.com/picomq/picomq/broker/metalog"
+)
+
+// The cluster rooms' view of the core: the metadata log itself (for its
+// membership operations), and the cluster's identity and members as the
+// log records them, in the core's own types.
+
+// Member is a member of the cluster: one broker incarnation.
+type Member struct {
+	// ID is the member's id in the log's configuration and in replica sets;
+	// Node its node (pod) name; Incarnation what its data directory was
+	// formatted as; Number what its object ids start from.
+	ID, Node, Incarnation string
+	Number                int
+	// PeerAddr and ClientAddr are where it is reached (stable names).
+	PeerAddr, ClientAddr string
+	// Joined is when it was first recorded; Removed when it was removed for
+	// good (zero: it is a member).
+	Joined, Removed time.Time
+}
+
+func memberOf(m *meta.Member) Member {
+	out := Member{
+		ID: m.ID, Node: m.Node, Incarnation: m.Incarnation, Number: m.Number,
+		PeerAddr: m.PeerAddr, ClientAddr: m.ClientAddr, Joined: timeOf(m.Joined),
+	}
+	if m.Removed != 0 {
+		out.Removed = timeOf(m.Removed)
+	}
+	return out
+}
+
+// Log is the broker's metadata log: its membership operations are the
+// membership room's.
+func (b *Broker) Log() *metalog.Log { return b.log }
+
+// ClusterID is the id the log's cluster was named with ("" before).
+func (b *Broker) ClusterID() string {
+	var id string
+	b.fsm.View(func(s *meta.State) { id = s.ClusterID })
+	return id
+}
+
+// NameCluster names the log's cluster id, unless it has a name already:
+// it answers the name that holds.
+func (b *Broker) NameCluster(ctx context.Context, id string) (string, error) {
+	res, err := b.apply(ctx, &meta.Command{Op: meta.OpCluster, Cluster: &meta.Cluster{ID: id}})
+	if err != nil {
+		return "", err
+	}
+	r, ok := res.(*meta.ClusterResult)
+	if !ok {
+		return "", meta.BadCommand.With("op", "cluster", "reason", fmt.Sprintf("result %T", res))
+	}
+	return r.ID, nil
+}
+
+// Members returns the members the log records, removed ones included,
+// sorted by node and then number.
+func (b *Broker) Members() []Member {
+	var out []Member
+	b.fsm.View(func(s *meta.State) {
+		for _, m := range s.Members {
+			out = append(out, memberOf(m))
+		}
+	})
+	slices.SortFunc(out, func(a, c Member) int {
+		if n := strings.Compare(a.Node, c.Node); n != 0 {
+			return n
+		}
+		return a.Number - c.Number
+	})
+	return out
+}
+
+// Member returns the member id, as recorded.
+func (b *Broker) Member(id string) (Member, bool) {
+	var out Member
+	found := false
+	b.fsm.View(func(s *meta.State) {
+		if m, ok := s.Members[id]; ok {
+			out, found = memberOf(m), true
+		}
+	})
+	return out, found
+}
+
+// RecordMember records a member as it joins or as its addresses change,
+// and returns it as recorded (its number given on first record). A removed
+// member is refused (MEMBER_REMOVED).
+func (b *Broker) RecordMember(ctx context.Context, m Member) (Member, error) {
+	return b.memberChange(ctx, meta.Member{
+		ID: m.ID, Node: m.Node, Incarnation: m.Incarnation, PeerAddr: m.PeerAddr, ClientAddr: m.ClientAddr,
+	})
+}
+
+// RemoveMember records member id as removed for good: it is never let
+// back in.
+func (b *Broker) RemoveMember(ctx context.Context, id string) error {
+	m, ok := b.Member(id)
+	if !ok {
+		return meta.BadCommand.With("op", "member", "reason", "no such member", "member", id)
+	}
+	if !m.Removed.IsZero() {
+		return nil
+	}
+	_, err := b.memberChange(ctx, meta.Member{
+		ID: m.ID, Node: m.Node, Incarnation: m.Incarnation, PeerAddr: m.PeerAddr, ClientAddr: m.ClientAddr, Removed: 1,
+	})
+	return err
+}
+
+func (b *Broker) memberChange(ctx context.Context, m meta.Member) (Member, error) {
+	res, err := b.apply(ctx, &meta.Command{Op: meta.OpMember, Member: &meta.MemberChange{Member: m, Now: b.now().UnixNano()}})
+	if err != nil {
+		return Member{}, err
+	}
+	r, ok := res.(*meta.Member)
+	if !ok {
+		return Member{}, meta.BadCommand.With("op", "member", "reason", fmt.Sprintf("result %T", res))
+	}
+	return memberOf(r), nil
+}

@@ -1,0 +1,430 @@
+// Package membership is how a clustered broker takes its place in its
+// cluster's metadata log: its identity (node and incarnation), whether it
+// bootstraps the cluster or joins it, the forwarding of its commands to the
+// leader, and — on the leader — the membership changes the cluster needs:
+// joiners added as non-voters and promoted once they have the log, an odd
+// number of voters, wiped brokers' old incarnations and removed members
+// taken out, leadership handed over before its holder leaves.
+//
+// It follows DESIGN.md's "Membership" and what reference/cluster.md
+// records of Vault, Redpanda, Kafka and etcd: addresses are names, only
+// ordinal 0 on an empty directory bootstraps and only once, a removed
+// member never comes back as itself.
+package membership
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/picomq/picomq/broker/core"
+	"github.com/picomq/picomq/broker/errs"
+	"github.com/picomq/picomq/broker/metalog"
+	"github.com/picomq/picomq/broker/node"
+	"github.com/picomq/picomq/broker/peer"
+	"github.com/picomq/picomq/broker/settings"
+)
+
+// Config configures a member.
+type Config struct {
+	DataDir string
+	// Node is this broker's node (pod) name, ending in -<ordinal>.
+	Node string
+	// ClusterID is the cluster id recorded by the operator ("" when none
+	// is): with one, an empty directory joins, never bootstraps.
+	ClusterID string
+	// Addresses finds peers; Client calls their peer API.
+	Addresses peer.Addresses
+	Client    *peer.Client
+	// Peers lists the nodes to ask when joining or checking membership: a
+	// static list, or (nil) the StatefulSet's ordinals found by DNS.
+	Peers []string
+	// Interval is how often the leader's duties run (default 1s).
+	Interval time.Duration
+	Logger   *slog.Logger
+}
+
+// Member is this broker's membership.
+type Member struct {
+	cfg      Config
+	id       Identity
+	ordinal  int
+	boot     bool
+	log      *slog.Logger
+	addrSelf string // the address the configuration knows this member by
+
+	mu   sync.Mutex
+	b    *core.Broker
+	last Status
+}
+
+// Prepare decides, before the broker opens its log, who this member is and
+// whether it bootstraps a new cluster: only ordinal 0, on an empty
+// directory, with no cluster id recorded and no peer knowing a cluster.
+// Any other new member joins through a peer (it is added as a non-voter and
+// given its number) before Prepare returns. A member the cluster removed
+// for good is refused (MEMBER_REMOVED).
+func Prepare(ctx context.Context, cfg Config) (*Member, error) {
+	if cfg.Interval == 0 {
+		cfg.Interval = time.Second
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	ordinal, err := settings.Ordinal(cfg.Node)
+	if err != nil {
+		return nil, fmt.Errorf("membership: node %q: %w", cfg.Node, err)
+	}
+	id, fresh, err := loadIdentity(cfg.DataDir, cfg.Node)
+	if err != nil {
+		return nil, err
+	}
+	m := &Member{cfg: cfg, id: id, ordinal: ordinal, log: cfg.Logger, addrSelf: cfg.Addresses.Advertise(cfg.Node)}
+	switch {
+	case id.Bootstrapping && !hasLog(cfg.DataDir):
+		m.boot = true // a bootstrap that died before its log was written
+	case fresh && ordinal == 0 && cfg.ClusterID == "":
+		known, err := m.clusterKnown(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if known == "" {
+			m.id.Number, m.id.Bootstrapping, m.boot = 1, true, true
+			cfg.Logger.Info("bootstrapping a new cluster", "member", m.id.ID())
+			break
+		}
+		cfg.Logger.Info("a peer knows cluster "+known+": joining it instead of bootstrapping", "member", m.id.ID())
+		fallthrough
+	case fresh:
+		if err := m.join(ctx); err != nil {
+			return nil, err
+		}
+	default:
+		if err := m.checkNotRemoved(ctx); err != nil {
+			return nil, err
+		}
+	}
+	if err := m.id.save(cfg.DataDir); err != nil {
+		return nil, fmt.Errorf("membership: save %s: %w", identityFile, err)
+	}
+	return m, nil
+}
+
+// Identity is this member's identity.
+func (m *Member) Identity() Identity { return m.id }
+
+// Bootstrap reports whether the log is to be bootstrapped with this member
+// as its only voter.
+func (m *Member) Bootstrap() bool { return m.boot }
+
+// Advertise is the address the configuration knows this member by.
+func (m *Member) Advertise() string { return m.addrSelf }
+
+// Attach gives the member its broker, once open, and serves the peer API's
+// membership routes on srv. A member that bootstrapped the cluster names it
+// and records itself first, before any peer can join: it is member 1, the
+// number its object ids were given when the broker opened.
+func (m *Member) Attach(ctx context.Context, b *core.Broker, srv *peer.Server) error {
+	m.mu.Lock()
+	m.b = b
+	m.mu.Unlock()
+	if m.id.Bootstrapping {
+		if err := m.leaderDuties(ctx, b, b.Log()); err != nil {
+			return fmt.Errorf("membership: naming the new cluster: %w", err)
+		}
+		if err := m.recordSelf(ctx, b); err != nil {
+			return fmt.Errorf("membership: recording the first member: %w", err)
+		}
+		if got := b.Members(); len(got) != 1 || got[0].Number != m.id.Number {
+			return fmt.Errorf("membership: the first member was recorded as %+v, want number %d", got, m.id.Number)
+		}
+	}
+	m.routes(srv)
+	return nil
+}
+
+func (m *Member) broker() *core.Broker {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.b
+}
+
+// Run does the member's duties until ctx ends: record itself, and on the
+// leader name the cluster, admit and promote joiners, keep voters odd,
+// take out wiped and removed members.
+func (m *Member) Run(ctx context.Context) {
+	t := time.NewTicker(m.cfg.Interval)
+	defer t.Stop()
+	for {
+		m.tick(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func (m *Member) tick(ctx context.Context) {
+	b := m.broker()
+	if b == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	l := b.Log()
+	if l.IsLeader() {
+		if err := m.leaderDuties(ctx, b, l); err != nil {
+			m.log.Warn("membership change failed; retrying", "err", err)
+		}
+	}
+	if err := m.recordSelf(ctx, b); err != nil && !errors.Is(err, context.Canceled) {
+		m.log.Debug("recording this member failed; retrying", "err", err)
+	}
+	m.refreshStatus(ctx, b)
+}
+
+// recordSelf keeps this member's record, and its identity file, current:
+// a bootstrapped or adopted member records itself once the log can take
+// commands; its number and cluster go to its identity.
+func (m *Member) recordSelf(ctx context.Context, b *core.Broker) error {
+	client, _ := m.cfg.Addresses.Client(m.cfg.Node)
+	cur, ok := b.Member(m.id.ID())
+	if !ok || cur.PeerAddr != m.addrSelf || cur.ClientAddr != client {
+		rec, err := b.RecordMember(ctx, core.Member{ID: m.id.ID(), Node: m.id.Node, Incarnation: m.id.Incarnation, PeerAddr: m.addrSelf, ClientAddr: client})
+		if err != nil {
+			return err
+		}
+		cur = rec
+	}
+	cluster := b.ClusterID()
+	if cur.Number == m.id.Number && cluster == m.id.Cluster && !m.id.Bootstrapping {
+		return nil
+	}
+	if cluster == "" {
+		return nil // the leader names it first
+	}
+	m.id.Number, m.id.Cluster, m.id.Bootstrapping = cur.Number, cluster, false
+	return m.id.save(m.cfg.DataDir)
+}
+
+// leaderDuties runs on the leader: name the cluster, then plan and make
+// the next membership change.
+func (m *Member) leaderDuties(ctx context.Context, b *core.Broker, l *metalog.Log) error {
+	if b.ClusterID() == "" {
+		id := m.cfg.ClusterID
+		if id == "" {
+			id = newClusterID()
+		}
+		named, err := b.NameCluster(ctx, id)
+		if err != nil {
+			return err
+		}
+		m.log.Info("cluster named", "cluster", named)
+	}
+	conf, err := l.Configuration(ctx)
+	if err != nil {
+		return err
+	}
+	members := map[string]core.Member{}
+	for _, mem := range b.Members() {
+		members[mem.ID] = mem
+	}
+	applied := b.Status().AppliedIndex
+	var servers []seen
+	for _, s := range conf.Servers {
+		mem, recorded := members[s.ID]
+		nodeName := mem.Node
+		if !recorded {
+			nodeName = m.cfg.Addresses.NodeOf(s.Address)
+		}
+		ord, err := settings.Ordinal(nodeName)
+		if err != nil {
+			ord = 1 << 20 // not a StatefulSet name: last
+		}
+		sv := seen{ID: s.ID, Node: nodeName, Ordinal: ord, Number: mem.Number, Voter: s.Suffrage == metalog.Voter,
+			Removed: recorded && !mem.Removed.IsZero()}
+		if !sv.Voter && !sv.Removed {
+			sv.CaughtUp = m.caughtUp(ctx, s.Address, applied)
+		}
+		servers = append(servers, sv)
+	}
+	steps := planSteps(servers, string(m.id.ID()))
+	if len(steps) == 0 {
+		return nil
+	}
+	s := steps[0]
+	m.log.Info("membership change", "change", s.Kind.String(), "server", s.ID)
+	switch s.Kind {
+	case stepPromote:
+		return l.Promote(ctx, s.ID)
+	case stepDemote:
+		return l.DemoteVoter(ctx, s.ID)
+	case stepRemove:
+		if err := l.RemoveServer(ctx, s.ID); err != nil {
+			return err
+		}
+		if mem, ok := members[s.ID]; ok && mem.Removed.IsZero() {
+			return b.RemoveMember(ctx, s.ID)
+		}
+		return nil
+	case stepTransfer:
+		return l.TransferLeadership(ctx, s.ID)
+	}
+	return nil
+}
+
+// caughtUpLag is how many entries a non-voter may trail the leader by and
+// count as caught up.
+const caughtUpLag = 64
+
+// caughtUp asks the non-voter at addr how far it applied.
+func (m *Member) caughtUp(ctx context.Context, addr string, applied uint64) bool {
+	st, err := m.status(ctx, addr)
+	return err == nil && st.AppliedIndex+caughtUpLag >= applied
+}
+
+func newClusterID() string {
+	return fmt.Sprintf("%08x-%04x", rand.Uint32(), rand.Uint32()&0xffff)
+}
+
+// seeds are the configuration addresses of the peers to ask.
+func (m *Member) seeds() []string {
+	var names []string
+	if len(m.cfg.Peers) > 0 {
+		names = m.cfg.Peers
+	} else {
+		// A StatefulSet's pods are <set>-0 .. <set>-(n-1): ask the lower
+		// ordinals and a few above this one.
+		set := m.cfg.Node[:strings.LastIndexByte(m.cfg.Node, '-')]
+		for i := 0; i <= max(m.ordinal+3, 4); i++ {
+			names = append(names, set+"-"+strconv.Itoa(i))
+		}
+	}
+	var out []string
+	for _, n := range names {
+		if n != m.cfg.Node {
+			out = append(out, m.cfg.Addresses.Advertise(n))
+		}
+	}
+	return out
+}
+
+// clusterKnown asks the peers whether any belongs to a cluster already:
+// the guard against a second bootstrap by ordinal 0 on a wiped directory
+// when the operator has not recorded the cluster id (Redpanda re-formed a
+// cluster that way: redpanda-data/redpanda#333). Peers that do not answer
+// know nothing yet.
+func (m *Member) clusterKnown(ctx context.Context) (string, error) {
+	for _, addr := range m.seeds() {
+		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		st, err := m.status(cctx, addr)
+		cancel()
+		if err == nil && (st.ClusterID != "" || st.HasLog) {
+			if st.ClusterID == "" {
+				return "(unnamed)", nil
+			}
+			return st.ClusterID, nil
+		}
+	}
+	return "", ctx.Err()
+}
+
+// join asks the peers, in turn and until one answers, to add this member:
+// the answer is its number and the cluster's id.
+func (m *Member) join(ctx context.Context) error {
+	client, _ := m.cfg.Addresses.Client(m.cfg.Node)
+	req := joinRequest{ID: m.id.ID(), Node: m.id.Node, Incarnation: m.id.Incarnation, PeerAddr: m.addrSelf, ClientAddr: client}
+	backoff := 100 * time.Millisecond
+	for attempt := 1; ; attempt++ {
+		for _, addr := range m.seeds() {
+			cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			res, err := m.requestJoin(cctx, addr, req)
+			cancel()
+			if err == nil {
+				m.id.Number, m.id.Cluster = res.Number, res.ClusterID
+				m.log.Info("joined the cluster", "member", m.id.ID(), "number", res.Number, "cluster", res.ClusterID, "via", addr)
+				return nil
+			}
+			if errors.Is(err, node.MemberRemoved) {
+				return err
+			}
+			if attempt%20 == 1 {
+				m.log.Info("waiting to join the cluster", "via", addr, "err", err)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("membership: joining the cluster: %w", context.Cause(ctx))
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, 2*time.Second)
+	}
+}
+
+// checkNotRemoved refuses to start a member the cluster removed: it asks
+// the peers about its id; silence (a whole cluster restarting) lets it on.
+func (m *Member) checkNotRemoved(ctx context.Context) error {
+	for _, addr := range m.seeds() {
+		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		info, err := m.memberInfo(cctx, addr, m.id.ID())
+		cancel()
+		if err != nil {
+			continue
+		}
+		if info.Removed {
+			return node.MemberRemoved.With("member", m.id.ID(), "node", m.id.Node, "told_by", addr)
+		}
+		if info.Known {
+			return nil
+		}
+	}
+	return nil
+}
+
+// Status is the member's view of the cluster, for the admin API.
+type Status struct {
+	MemberID  string
+	ClusterID string
+	Voters    []string
+	NonVoters []string
+	Leader    string
+	Number    int
+}
+
+// Status reports the member's latest view of the cluster.
+func (m *Member) Status() Status {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.last
+}
+
+func (m *Member) refreshStatus(ctx context.Context, b *core.Broker) {
+	st := Status{MemberID: m.id.ID(), ClusterID: b.ClusterID(), Leader: b.Status().Leader, Number: m.id.Number}
+	if conf, err := b.Log().Configuration(ctx); err == nil {
+		for _, s := range conf.Servers {
+			if s.Suffrage == metalog.Voter {
+				st.Voters = append(st.Voters, s.ID)
+			} else {
+				st.NonVoters = append(st.NonVoters, s.ID)
+			}
+		}
+	}
+	m.mu.Lock()
+	m.last = st
+	m.mu.Unlock()
+}
+
+// errNotLeader is the peer API's refusal of a leader's request on another
+// node: the caller asks the leader instead.
+var errNotLeader = errs.Static(0x00_10_06_01, "NOT_METADATA_LEADER",
+	"This broker is not the metadata log's leader",
+	"broker/membership: a request only the leader serves reached a follower; the fields name the leader when known",
+	421, 75)
+

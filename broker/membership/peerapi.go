@@ -1,0 +1,319 @@
+package membership
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+
+	"github.com/picomq/picomq/broker/core"
+	"github.com/picomq/picomq/broker/errs"
+	"github.com/picomq/picomq/broker/frontend"
+	"github.com/picomq/picomq/broker/metalog"
+	"github.com/picomq/picomq/broker/node"
+	"github.com/picomq/picomq/broker/stream"
+)
+
+// The membership routes of the peer API.
+const (
+	forwardPath = "/peer/v1/log/forward"
+	joinPath    = "/peer/v1/join"
+	statusPath  = "/peer/v1/status"
+	membersPath = "/peer/v1/members/"
+)
+
+type joinRequest struct {
+	ID          string `json:"id"`
+	Node        string `json:"node"`
+	Incarnation string `json:"incarnation"`
+	PeerAddr    string `json:"peerAddr"`
+	ClientAddr  string `json:"clientAddr"`
+}
+
+type joinResponse struct {
+	Number    int    `json:"number"`
+	ClusterID string `json:"clusterId"`
+}
+
+// statusInfo is a member's answer to GET statusPath.
+type statusInfo struct {
+	MemberID     string `json:"memberId"`
+	Node         string `json:"node"`
+	ClusterID    string `json:"clusterId"`
+	RaftState    string `json:"raftState"`
+	Leader       string `json:"leader"`
+	AppliedIndex uint64 `json:"appliedIndex"`
+	LastIndex    uint64 `json:"lastIndex"`
+	HasLog       bool   `json:"hasLog"`
+}
+
+type memberInfo struct {
+	Known   bool `json:"known"`
+	Removed bool `json:"removed"`
+}
+
+// maxForwardBody bounds a forwarded batch (entries may carry objects'
+// frames: up to 256 entries of up to 1 MiB).
+const maxForwardBody = 512 << 20
+
+func (m *Member) routes(srv interface {
+	Handle(string, http.Handler)
+}) {
+	srv.Handle("POST "+forwardPath, http.HandlerFunc(m.serveForward))
+	srv.Handle("POST "+joinPath, http.HandlerFunc(m.serveJoin))
+	srv.Handle("GET "+statusPath, http.HandlerFunc(m.serveStatus))
+	srv.Handle("GET "+membersPath+"{id}", http.HandlerFunc(m.serveMember))
+}
+
+func (m *Member) fail(w http.ResponseWriter, r *http.Request, err error) {
+	coded := frontend.Coded(err, "peer"+r.URL.Path)
+	frontend.WriteProblem(w, r, m.log, coded, errs.HTTPStatus(coded))
+}
+
+func writeJSON(w http.ResponseWriter, v any) {
+	body, _ := json.Marshal(v)
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write(body)
+}
+
+// notLeader is the refusal a follower answers a leader's request with.
+func (m *Member) notLeader(b *core.Broker) error {
+	return errNotLeader.With("leader", b.Status().Leader)
+}
+
+func (m *Member) serveForward(w http.ResponseWriter, r *http.Request) {
+	b := m.broker()
+	if b == nil || !b.Log().IsLeader() {
+		m.fail(w, r, errNotLeader.With("reason", "not the leader"))
+		return
+	}
+	body, err := io.ReadAll(io.LimitReader(r.Body, maxForwardBody))
+	if err != nil {
+		m.fail(w, r, err)
+		return
+	}
+	entries, err := decodeEntries(body)
+	if err != nil {
+		m.fail(w, r, stream.StreamMisconfigured.With("field", "body", "reason", err.Error()))
+		return
+	}
+	errsOut, err := b.Log().AcceptForwarded(r.Context(), entries)
+	if errors.Is(err, metalog.ErrNotLeader) {
+		m.fail(w, r, m.notLeader(b))
+		return
+	}
+	if err != nil {
+		m.fail(w, r, err)
+		return
+	}
+	out := struct {
+		Errors []string `json:"errors"`
+	}{Errors: make([]string, len(errsOut))}
+	for i, e := range errsOut {
+		if e != nil {
+			out.Errors[i] = e.Error()
+		}
+	}
+	writeJSON(w, out)
+}
+
+// Forward is the metadata log's Forwarder over the peer API.
+func (m *Member) Forward(ctx context.Context, leaderAddr, leaderID string, entries [][]byte) ([]error, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, m.cfg.Client.URL(leaderAddr, forwardPath), bytes.NewReader(encodeEntries(entries)))
+	if err != nil {
+		return nil, err
+	}
+	resp, err := m.cfg.Client.Do(req)
+	if errors.Is(err, errNotLeader) {
+		return nil, fmt.Errorf("%w: %s answered: %w", metalog.ErrNotLeader, leaderID, err)
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	var out struct {
+		Errors []string `json:"errors"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+		return nil, err
+	}
+	errsOut := make([]error, len(out.Errors))
+	for i, e := range out.Errors {
+		if e != "" {
+			errsOut[i] = errors.New(e)
+		}
+	}
+	return errsOut, nil
+}
+
+func encodeEntries(entries [][]byte) []byte {
+	n := binary.MaxVarintLen64
+	for _, e := range entries {
+		n += binary.MaxVarintLen64 + len(e)
+	}
+	b := make([]byte, 0, n)
+	b = binary.AppendUvarint(b, uint64(len(entries)))
+	for _, e := range entries {
+		b = binary.AppendUvarint(b, uint64(len(e)))
+		b = append(b, e...)
+	}
+	return b
+}
+
+func decodeEntries(b []byte) ([][]byte, error) {
+	n, k := binary.Uvarint(b)
+	if k <= 0 || n > uint64(len(b)) {
+		return nil, errors.New("bad entry count")
+	}
+	b = b[k:]
+	out := make([][]byte, 0, n)
+	for range n {
+		l, k := binary.Uvarint(b)
+		if k <= 0 || l > uint64(len(b)-k) {
+			return nil, errors.New("bad entry length")
+		}
+		out = append(out, b[k:k+int(l)])
+		b = b[k+int(l):]
+	}
+	if len(b) != 0 {
+		return nil, errors.New("trailing bytes")
+	}
+	return out, nil
+}
+
+func (m *Member) serveJoin(w http.ResponseWriter, r *http.Request) {
+	b := m.broker()
+	if b == nil || !b.Log().IsLeader() {
+		if b == nil {
+			m.fail(w, r, errNotLeader.With("reason", "starting"))
+		} else {
+			m.fail(w, r, m.notLeader(b))
+		}
+		return
+	}
+	var req joinRequest
+	if err := json.NewDecoder(io.LimitReader(r.Body, 64<<10)).Decode(&req); err != nil || req.ID == "" || req.Node == "" || req.PeerAddr == "" {
+		m.fail(w, r, stream.StreamMisconfigured.With("field", "body", "reason", "a join names the member's id, node and peer address"))
+		return
+	}
+	if cur, ok := b.Member(req.ID); ok && !cur.Removed.IsZero() {
+		m.log.Warn("a removed member asked to join again: refused", "member", req.ID)
+		m.fail(w, r, node.MemberRemoved.With("member", req.ID, "node", req.Node))
+		return
+	}
+	rec, err := b.RecordMember(r.Context(), core.Member{ID: req.ID, Node: req.Node, Incarnation: req.Incarnation, PeerAddr: req.PeerAddr, ClientAddr: req.ClientAddr})
+	if err != nil {
+		m.fail(w, r, err)
+		return
+	}
+	l := b.Log()
+	conf, err := l.Configuration(r.Context())
+	if err != nil {
+		m.fail(w, r, err)
+		return
+	}
+	if s, ok := conf.Server(req.ID); !ok || s.Address != req.PeerAddr {
+		if err := l.AddNonvoter(r.Context(), req.ID, req.PeerAddr); err != nil {
+			m.fail(w, r, err)
+			return
+		}
+		m.log.Info("member joined as a non-voter", "member", req.ID, "number", rec.Number, "addr", req.PeerAddr)
+	}
+	writeJSON(w, joinResponse{Number: rec.Number, ClusterID: b.ClusterID()})
+}
+
+// requestJoin asks the peer at addr to add this member; a follower's
+// answer naming the leader is followed once.
+func (m *Member) requestJoin(ctx context.Context, addr string, jr joinRequest) (joinResponse, error) {
+	raw, _ := json.Marshal(jr)
+	for hop := 0; ; hop++ {
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, m.cfg.Client.URL(addr, joinPath), bytes.NewReader(raw))
+		if err != nil {
+			return joinResponse{}, err
+		}
+		resp, err := m.cfg.Client.Do(req)
+		if errors.Is(err, errNotLeader) && hop == 0 {
+			if leader, ok := errs.FieldOf(err, "leader"); ok {
+				if id, _ := leader.(string); id != "" {
+					if a := m.leaderAddr(ctx, addr, id); a != "" {
+						addr = a
+						continue
+					}
+				}
+			}
+		}
+		if err != nil {
+			return joinResponse{}, err
+		}
+		defer resp.Body.Close()
+		var out joinResponse
+		err = json.NewDecoder(resp.Body).Decode(&out)
+		return out, err
+	}
+}
+
+// leaderAddr finds the leader's address from the peer that named it.
+func (m *Member) leaderAddr(ctx context.Context, via, leaderID string) string {
+	st, err := m.status(ctx, via)
+	if err != nil || st.Leader != leaderID {
+		return ""
+	}
+	// Member ids are <node>~<incarnation> (or the node alone).
+	nodeName := leaderID
+	for i := 0; i < len(leaderID); i++ {
+		if leaderID[i] == '~' {
+			nodeName = leaderID[:i]
+			break
+		}
+	}
+	return m.cfg.Addresses.Advertise(nodeName)
+}
+
+func (m *Member) serveStatus(w http.ResponseWriter, r *http.Request) {
+	st := statusInfo{MemberID: m.id.ID(), Node: m.id.Node, HasLog: hasLog(m.cfg.DataDir)}
+	if b := m.broker(); b != nil {
+		s := b.Status()
+		st.ClusterID, st.RaftState, st.Leader, st.AppliedIndex, st.LastIndex = b.ClusterID(), s.LogState, s.Leader, s.AppliedIndex, s.LastIndex
+	}
+	writeJSON(w, st)
+}
+
+func (m *Member) status(ctx context.Context, addr string) (statusInfo, error) {
+	var st statusInfo
+	err := m.get(ctx, addr, statusPath, &st)
+	return st, err
+}
+
+func (m *Member) serveMember(w http.ResponseWriter, r *http.Request) {
+	b := m.broker()
+	if b == nil {
+		m.fail(w, r, errNotLeader.With("reason", "starting"))
+		return
+	}
+	cur, ok := b.Member(r.PathValue("id"))
+	writeJSON(w, memberInfo{Known: ok, Removed: ok && !cur.Removed.IsZero()})
+}
+
+func (m *Member) memberInfo(ctx context.Context, addr, id string) (memberInfo, error) {
+	var mi memberInfo
+	err := m.get(ctx, addr, membersPath+url.PathEscape(id), &mi)
+	return mi, err
+}
+
+func (m *Member) get(ctx context.Context, addr, path string, v any) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, m.cfg.Client.URL(addr, path), nil)
+	if err != nil {
+		return err
+	}
+	resp, err := m.cfg.Client.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	return json.NewDecoder(resp.Body).Decode(v)
+}
