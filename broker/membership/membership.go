@@ -427,4 +427,3 @@ var errNotLeader = errs.Static(0x00_10_06_01, "NOT_METADATA_LEADER",
 	"This broker is not the metadata log's leader",
 	"broker/membership: a request only the leader serves reached a follower; the fields name the leader when known",
 	421, 75)
-
