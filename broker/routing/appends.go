@@ -1,0 +1,176 @@
+package routing
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"strconv"
+	"sync"
+
+	"github.com/picomq/picomq/broker/httpapi/wire"
+)
+
+// serveAppends routes POST /v1/appends, the Go client's several appends in
+// one request: the items are grouped by the broker that owns each one's
+// partition, each group goes there as an appends request of its own (this
+// broker's own group served here), and the answers are put back together
+// in the request's order. An item whose group could not be delivered is
+// answered "alone": the client sends it again on its own, which the router
+// proxies with its retry.
+func (rt *Router) serveAppends(w http.ResponseWriter, r *http.Request) {
+	body, err := readBounded(r, rt.cfg.MaxBodyBytes)
+	if err != nil {
+		rt.fail(w, r, err)
+		return
+	}
+	items, err := wire.DecodeAppends(body)
+	if err != nil {
+		rt.local(w, r, body) // refused there, whole
+		return
+	}
+	groups := map[string]*group{} // by member ("" for the items served here as they are)
+	order := []string{}
+	for i, it := range items {
+		member, addr, p := rt.placeItem(r.Context(), it)
+		g, ok := groups[member]
+		if !ok {
+			g = &group{member: member, addr: addr}
+			groups[member] = g
+			order = append(order, member)
+		}
+		g.index = append(g.index, i)
+		g.body = wire.AppendItemTo(g.body, it.Name, p, it.Batch)
+	}
+	if len(order) == 1 && order[0] == "" {
+		rt.local(w, r, body)
+		return
+	}
+	out := make([]wire.AppendsItemResult, len(items))
+	var wg sync.WaitGroup
+	for _, member := range order {
+		g := groups[member]
+		wg.Go(func() {
+			res, ok := rt.sendGroup(r, g)
+			for k, i := range g.index {
+				if ok && k < len(res) {
+					out[i] = res[k]
+				} else {
+					out[i] = wire.AppendsItemResult{Alone: true}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	raw, _ := json.Marshal(wire.AppendsResult{Results: out})
+	raw = append(raw, '\n')
+	h := w.Header()
+	h.Set("Content-Type", wire.JSONContentType)
+	h.Set("Content-Length", strconv.Itoa(len(raw)))
+	h.Set("Cache-Control", "no-store")
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(raw)
+}
+
+// group is the items of an appends request one broker owns.
+type group struct {
+	member, addr string // "" and "": this broker
+	index        []int  // the items' places in the request
+	body         []byte // their appends body, partitions decided
+}
+
+// placeItem decides where one item goes and its partition (-1 left to the
+// owner when this broker cannot tell: refused there, as one broker does).
+func (rt *Router) placeItem(ctx context.Context, it wire.AppendItem) (member, addr string, partition int) {
+	e, err := rt.partitions(ctx, it.Name)
+	if err != nil {
+		return "", "", it.Partition
+	}
+	p := it.Partition
+	if p < 0 {
+		switch {
+		case len(e.Partitions) == 1:
+			p = 0
+		default:
+			p = rt.partitionOfBatch(e, it.Batch)
+		}
+	}
+	if p >= len(e.Partitions) {
+		return "", "", it.Partition
+	}
+	t, err := rt.targetOf(e.Partitions[p])
+	if err != nil || t.addr == "" {
+		// Here — or nobody: served here, where its open is refused
+		// retriably (the core asks Ownership), as a lone append would be.
+		return "", "", p
+	}
+	return t.member, t.addr, p
+}
+
+// sendGroup answers a group: served here, or sent to its owner.
+func (rt *Router) sendGroup(r *http.Request, g *group) ([]wire.AppendsItemResult, bool) {
+	var status int
+	var raw []byte
+	if g.member == "" {
+		rec := &bufferedResponse{header: http.Header{}}
+		sub := r.Clone(r.Context())
+		sub.Body = io.NopCloser(bytes.NewReader(g.body))
+		sub.ContentLength = int64(len(g.body))
+		rt.cfg.Local.ServeHTTP(rec, sub)
+		status, raw = rec.status, rec.body.Bytes()
+	} else {
+		req, err := http.NewRequestWithContext(r.Context(), http.MethodPost, "http://"+g.addr+wire.AppendsPath, bytes.NewReader(g.body))
+		if err != nil {
+			return nil, false
+		}
+		req.Header.Set("Content-Type", wire.AppendsContentType)
+		req.Header.Set(RouteHeader, g.member+";-1")
+		resp, err := rt.rt.RoundTrip(req)
+		if err != nil {
+			rt.metrics.proxied.WithLabelValues("unreachable").Inc()
+			return nil, false
+		}
+		defer resp.Body.Close()
+		status = resp.StatusCode
+		if raw, err = io.ReadAll(io.LimitReader(resp.Body, 64<<20)); err != nil {
+			return nil, false
+		}
+		rt.metrics.proxied.WithLabelValues("ok").Inc()
+	}
+	if status != http.StatusOK {
+		return nil, false
+	}
+	var res wire.AppendsResult
+	if err := json.Unmarshal(raw, &res); err != nil || len(res.Results) != len(g.index) {
+		return nil, false
+	}
+	return res.Results, true
+}
+
+// local serves the request here, with its body as read.
+func (rt *Router) local(w http.ResponseWriter, r *http.Request, body []byte) {
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	r.ContentLength = int64(len(body))
+	rt.cfg.Local.ServeHTTP(w, r)
+}
+
+// bufferedResponse is an http.ResponseWriter kept in memory.
+type bufferedResponse struct {
+	header http.Header
+	status int
+	body   bytes.Buffer
+}
+
+func (b *bufferedResponse) Header() http.Header { return b.header }
+func (b *bufferedResponse) WriteHeader(code int) {
+	if b.status == 0 {
+		b.status = code
+	}
+}
+func (b *bufferedResponse) Write(p []byte) (int, error) {
+	if b.status == 0 {
+		b.status = http.StatusOK
+	}
+	return b.body.Write(p)
+}

@@ -1,0 +1,20 @@
+package routing
+
+import "github.com/picomq/picomq/broker/errs"
+
+// Routing's refusals: block 0.16.8 (0x00_10_08_xx).
+var (
+	// NoSlotOwner: the partition's slot has no live holder (its lease
+	// expired and nobody took it yet, or its holder is unknown here).
+	NoSlotOwner = errs.Static(0x00_10_08_01, "NO_SLOT_OWNER",
+		"No broker serves this partition right now; retry shortly",
+		"broker/routing: the partition's slot Lease has no live holder, or this broker cannot reach it; the fields name the slot and the last holder",
+		503, 75)
+
+	// NotSlotOwner: a request routed to this broker for a slot it does not
+	// serve (the owner moved): the proxy looks the owner up again.
+	NotSlotOwner = errs.Static(0x00_10_08_02, "NOT_SLOT_OWNER",
+		"This broker does not serve the partition the request was routed to it for",
+		"broker/routing: a routed request named a slot this broker does not serve now; the fields name the slot, who it was routed to and the owner this broker knows",
+		421, 75)
+)

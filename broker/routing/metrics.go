@@ -1,0 +1,21 @@
+package routing
+
+import "github.com/prometheus/client_golang/prometheus"
+
+type metrics struct {
+	proxied *prometheus.CounterVec // by result
+	retried prometheus.Counter
+	local   prometheus.Counter
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	m := &metrics{
+		proxied: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "picomq_routed_requests_total", Help: "Requests proxied to the broker owning their partition, by outcome."}, []string{"outcome"}),
+		retried: prometheus.NewCounter(prometheus.CounterOpts{Name: "picomq_routed_retries_total", Help: "Proxied requests sent again after the owner refused them or could not be reached."}),
+		local:   prometheus.NewCounter(prometheus.CounterOpts{Name: "picomq_routed_local_total", Help: "Partition requests served by this broker, their owner."}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.proxied, m.retried, m.local)
+	}
+	return m
+}

@@ -1,0 +1,197 @@
+package routing
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httputil"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/picomq/picomq/broker/errs"
+	"github.com/picomq/picomq/broker/httpapi/wire"
+)
+
+// forward serves a request about internal stream id where its owner is:
+// here, or proxied there, streaming the answer. body is the request's body
+// when the router read it (nil: not read yet). A proxied request refused
+// by its owner for the slot (it moved), or whose owner cannot be reached,
+// is sent once more to the owner looked up again.
+func (rt *Router) forward(w http.ResponseWriter, r *http.Request, id uint64, body []byte) {
+	t, err := rt.targetOf(id)
+	if err != nil {
+		rt.fail(w, r, err)
+		return
+	}
+	if t.addr == "" {
+		rt.metrics.local.Inc()
+		if body != nil {
+			r.Body = io.NopCloser(bytes.NewReader(body))
+		}
+		rt.cfg.Local.ServeHTTP(w, r)
+		return
+	}
+	if body == nil && r.Body != nil && r.Body != http.NoBody {
+		// Kept, so that the request can be sent again.
+		if body, err = readBounded(r, rt.cfg.MaxBodyBytes); err != nil {
+			rt.fail(w, r, err)
+			return
+		}
+	}
+	rp := &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.Out.URL.Scheme = "http"
+			pr.Out.URL.Host = t.addr
+			pr.Out.Host = r.Host
+			pr.Out.Header.Set(RouteHeader, t.member+";"+strconv.Itoa(t.slot))
+		},
+		Transport:     &retrying{rt: rt, id: id, first: t, body: body},
+		FlushInterval: -1, // long-polls and SSE pass through as they come
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			rt.metrics.proxied.WithLabelValues("unreachable").Inc()
+			if errors.Is(err, context.Canceled) {
+				return
+			}
+			var coded *errs.Error
+			if errors.As(err, &coded) {
+				rt.fail(w, r, err)
+				return
+			}
+			rt.fail(w, r, NoSlotOwner.Wrap(err, "slot", t.slot, "holder", t.member, "reason", "the holder could not be reached"))
+		},
+	}
+	rp.ServeHTTP(w, r)
+}
+
+// retrying sends a proxied request, and once more when the owner refused
+// it for the slot or could not be reached, to the owner looked up again.
+type retrying struct {
+	rt    *Router
+	id    uint64
+	first target
+	body  []byte
+}
+
+func (x *retrying) RoundTrip(req *http.Request) (*http.Response, error) {
+	t := x.first
+	for attempt := 0; ; attempt++ {
+		out := req.Clone(req.Context())
+		out.URL.Host = t.addr
+		out.Header.Set(RouteHeader, t.member+";"+strconv.Itoa(t.slot))
+		if x.body != nil {
+			out.Body = io.NopCloser(bytes.NewReader(x.body))
+			out.ContentLength = int64(len(x.body))
+		}
+		resp, err := x.rt.rt.RoundTrip(out)
+		moved := err == nil && resp.StatusCode == http.StatusMisdirectedRequest
+		if err == nil && !moved {
+			x.rt.metrics.proxied.WithLabelValues("ok").Inc()
+			return resp, nil
+		}
+		if attempt > 0 || req.Context().Err() != nil || (err != nil && x.body == nil && req.Body != nil && req.Body != http.NoBody) {
+			if moved {
+				x.rt.metrics.proxied.WithLabelValues("moved").Inc()
+			}
+			return resp, err
+		}
+		if resp != nil {
+			_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+			resp.Body.Close()
+		}
+		x.rt.metrics.retried.Inc()
+		// The owner moved or went: give the Lease cache a moment to see
+		// its new holder, then go there (or here).
+		var next target
+		deadline := time.Now().Add(2 * time.Second)
+		for {
+			if next, err = x.rt.targetOf(x.id); err == nil && next != t {
+				break
+			}
+			if time.Now().After(deadline) {
+				if err == nil {
+					err = NoSlotOwner.With("slot", t.slot, "holder", t.member, "reason", "the holder refused or could not be reached, and no other took the slot")
+				}
+				return nil, err
+			}
+			select {
+			case <-req.Context().Done():
+				return nil, req.Context().Err()
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+		if next.addr == "" {
+			// The partition moved here meanwhile: serve it here.
+			x.rt.metrics.local.Inc()
+			in := req.Clone(req.Context())
+			in.Header.Del(RouteHeader)
+			if x.body != nil {
+				in.Body = io.NopCloser(bytes.NewReader(x.body))
+			}
+			return serveAsResponse(x.rt.cfg.Local, in), nil
+		}
+		t = next
+	}
+}
+
+// serveAsResponse runs h on req and hands its answer back as a response
+// whose body streams what h writes, as it writes it.
+func serveAsResponse(h http.Handler, req *http.Request) *http.Response {
+	pr, pw := io.Pipe()
+	pw2 := &pipeResponse{header: http.Header{}, pw: pw, ready: make(chan struct{})}
+	go func() {
+		h.ServeHTTP(pw2, req)
+		pw2.WriteHeader(http.StatusOK) // a handler that wrote nothing
+		pw.Close()
+	}()
+	<-pw2.ready
+	return &http.Response{
+		Status: strconv.Itoa(pw2.status) + " " + http.StatusText(pw2.status), StatusCode: pw2.status,
+		Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
+		Header: pw2.sent, Body: pr, ContentLength: -1, Request: req,
+	}
+}
+
+// pipeResponse is an http.ResponseWriter writing into a pipe.
+type pipeResponse struct {
+	header http.Header
+	sent   http.Header
+	status int
+	pw     *io.PipeWriter
+	ready  chan struct{}
+	once   sync.Once
+}
+
+func (p *pipeResponse) Header() http.Header { return p.header }
+
+func (p *pipeResponse) WriteHeader(code int) {
+	p.once.Do(func() {
+		p.status, p.sent = code, p.header.Clone()
+		close(p.ready)
+	})
+}
+
+func (p *pipeResponse) Write(b []byte) (int, error) {
+	p.WriteHeader(http.StatusOK)
+	return p.pw.Write(b)
+}
+
+// Flush is a no-op: every write is in the pipe already.
+func (p *pipeResponse) Flush() {}
+
+// readBounded reads a request's body, refusing one above limit.
+func readBounded(r *http.Request, limit int64) ([]byte, error) {
+	if r.ContentLength > limit {
+		return nil, wire.BodyTooLarge.With("maxBytes", limit, "contentLength", r.ContentLength)
+	}
+	body, err := io.ReadAll(io.LimitReader(r.Body, limit+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(body)) > limit {
+		return nil, wire.BodyTooLarge.With("maxBytes", limit)
+	}
+	return body, nil
+}

@@ -1,0 +1,184 @@
+// Package routing lets any broker of a cluster serve any request: a request
+// about a partition goes to the broker that owns the partition's slot —
+// served here when that is this broker, proxied to the owner otherwise,
+// long-polls and SSE streamed as they come. The owner refuses a request
+// routed to it for a slot it does not serve (NOT_SLOT_OWNER); the proxy
+// then looks the owner up again and tries once more; a slot with no live
+// owner answers 503 with Retry-After. Requests that need no owner — the
+// admin API, metadata such as consumer-group offsets — are served here, the
+// metadata log forwarding their commands to its leader.
+//
+// It sits in front of the broker's HTTP handlers and knows their URLs, not
+// their insides: the front ends stay single-node code.
+package routing
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/picomq/picomq/broker/errs"
+	"github.com/picomq/picomq/broker/frontend"
+	"github.com/picomq/picomq/broker/httpapi/wire"
+	"github.com/picomq/picomq/broker/node"
+)
+
+// RouteHeader marks a proxied request with the member and slot it was
+// routed to: "<member>;<slot>". A broker never proxies such a request
+// again; it serves it, or refuses it when it does not serve that slot.
+const RouteHeader = "Picomq-Route"
+
+// Prefix of the Durable Streams protocol's URLs (broker/dsapi.Prefix).
+const streamPrefix = "/v1/stream/"
+
+// Config configures a Router.
+type Config struct {
+	// Self is this broker's member id; Local serves what this broker owns.
+	Self  string
+	Local http.Handler
+	// Broker is this broker, for the streams' partitions and policies.
+	Broker node.Broker
+	// SlotOf maps an internal stream to its slot; Owner says who holds a
+	// slot and whether its lease is live; Serving whether this broker
+	// serves a slot now.
+	SlotOf  func(id uint64) int
+	Owner   func(slot int) (member string, live bool)
+	Serving func(slot int) bool
+	// Address is a member's client API address (host:port).
+	Address func(member string) (string, bool)
+	// Catchup, when set, waits until this broker's state has what the
+	// leader committed: a stream just created through another broker may
+	// not have reached it yet.
+	Catchup func(ctx context.Context) error
+	// MaxBodyBytes bounds a body the router reads (to decide a partition
+	// from the keys, or to send a request again): the front ends' limit.
+	MaxBodyBytes int64
+	// Transport sends proxied requests (default: a transport of its own).
+	Transport http.RoundTripper
+	Logger    *slog.Logger
+	Metrics   prometheus.Registerer
+}
+
+// Router is the routing front of one broker. It is an http.Handler.
+type Router struct {
+	cfg     Config
+	log     *slog.Logger
+	rt      http.RoundTripper
+	metrics *metrics
+
+	rrMu sync.Mutex
+	rr   map[string]*atomic.Uint64 // round-robin cursor of unkeyed appends, per stream
+}
+
+// New returns the router of cfg.
+func New(cfg Config) *Router {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.MaxBodyBytes <= 0 {
+		cfg.MaxBodyBytes = frontend.DefaultMaxBodyBytes
+	}
+	rt := cfg.Transport
+	if rt == nil {
+		rt = &http.Transport{
+			MaxIdleConnsPerHost:   64,
+			IdleConnTimeout:       time.Minute,
+			ResponseHeaderTimeout: 0, // long-polls and SSE answer late
+		}
+	}
+	return &Router{cfg: cfg, log: cfg.Logger, rt: rt, metrics: newMetrics(cfg.Metrics), rr: map[string]*atomicCounter{}}
+}
+
+// ServeHTTP routes a request.
+func (rt *Router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if v := r.Header.Get(RouteHeader); v != "" {
+		rt.serveRouted(w, r, v)
+		return
+	}
+	path := r.URL.Path
+	switch {
+	case strings.HasPrefix(path, wire.LogPrefix):
+		rt.serveLog(w, r)
+	case path == wire.AppendsPath && r.Method == http.MethodPost:
+		rt.serveAppends(w, r)
+	case strings.HasPrefix(path, streamPrefix):
+		rt.serveStream(w, r)
+	default:
+		rt.cfg.Local.ServeHTTP(w, r) // admin, probes, metrics: this broker's
+	}
+}
+
+// serveRouted serves a request a proxy routed here, or refuses it when
+// this broker does not serve the slot it was routed for.
+func (rt *Router) serveRouted(w http.ResponseWriter, r *http.Request, route string) {
+	member, slotText, _ := strings.Cut(route, ";")
+	slot, err := strconv.Atoi(slotText)
+	// Slot -1 routes a group of appends of several slots to their owner:
+	// its core refuses, per append, an open of a slot it does not hold.
+	if err != nil || member != rt.cfg.Self || (slot != -1 && !rt.cfg.Serving(slot)) {
+		owner, _ := rt.cfg.Owner(slot)
+		rt.fail(w, r, NotSlotOwner.With("slot", slot, "routed_to", member, "self", rt.cfg.Self, "owner", owner))
+		return
+	}
+	rt.cfg.Local.ServeHTTP(w, r)
+}
+
+// target is where a request about internal stream id goes: here, or the
+// owner's address.
+type target struct {
+	slot   int
+	member string
+	addr   string // "" when here
+}
+
+// targetOf finds who serves internal stream id now.
+func (rt *Router) targetOf(id uint64) (target, error) {
+	slot := rt.cfg.SlotOf(id)
+	member, live := rt.cfg.Owner(slot)
+	t := target{slot: slot, member: member}
+	switch {
+	case member == rt.cfg.Self && rt.cfg.Serving(slot):
+		return t, nil
+	case member == rt.cfg.Self, !live || member == "":
+		return t, NoSlotOwner.With("slot", slot, "holder", member, "live", live)
+	}
+	addr, ok := rt.cfg.Address(member)
+	if !ok {
+		return t, NoSlotOwner.With("slot", slot, "holder", member, "reason", "no client address known for the holder")
+	}
+	t.addr = addr
+	return t, nil
+}
+
+// partitions returns a stream's internal stream ids, looking again after
+// catching up with the leader when this broker does not know the stream.
+func (rt *Router) partitions(ctx context.Context, name string) (*node.Entry, error) {
+	e, err := rt.cfg.Broker.Get(name)
+	if err == nil || rt.cfg.Catchup == nil || !errors.Is(err, node.StreamNotFound) {
+		return e, err
+	}
+	cctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	if rt.cfg.Catchup(cctx) != nil {
+		return nil, err
+	}
+	return rt.cfg.Broker.Get(name)
+}
+
+func (rt *Router) fail(w http.ResponseWriter, r *http.Request, err error) {
+	if frontend.Abandoned(r, err) {
+		return
+	}
+	coded := frontend.Coded(err, "routing")
+	frontend.WriteProblem(w, r, rt.log, coded, errs.HTTPStatus(coded))
+}
+
+type atomicCounter = atomic.Uint64

@@ -1,0 +1,251 @@
+package routing
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/picomq/picomq/broker/httpapi/wire"
+	"github.com/picomq/picomq/broker/node"
+	"github.com/picomq/picomq/broker/stream"
+)
+
+// fakeRegistry is the part of node.Broker the router reads: streams.
+type fakeRegistry struct {
+	node.Broker
+	entries map[string]*node.Entry
+}
+
+func (f fakeRegistry) Get(name string) (*node.Entry, error) {
+	if e, ok := f.entries[name]; ok {
+		return e, nil
+	}
+	return nil, node.StreamNotFound.With("name", name)
+}
+
+// world is brokers a and b, each a Router in front of a Local handler that
+// says who served a request; slot owners are a table the test changes.
+type world struct {
+	mu      sync.Mutex
+	owner   map[int]string
+	servers map[string]*httptest.Server
+	routers map[string]*Router
+	served  map[string][]string // member -> "METHOD path?query" served locally
+}
+
+func newWorld(t *testing.T) *world {
+	w := &world{owner: map[int]string{}, servers: map[string]*httptest.Server{}, routers: map[string]*Router{}, served: map[string][]string{}}
+	reg := fakeRegistry{entries: map[string]*node.Entry{
+		"one":  {Name: "one", Partitions: []uint64{10}},                   // slot 10%4 = 2
+		"four": {Name: "four", Partitions: []uint64{20, 21, 22, 23}},      // slots 0, 1, 2, 3
+		"sse":  {Name: "sse", Partitions: []uint64{13}, ContentType: "x"}, // slot 1
+	}}
+	for _, m := range []string{"a", "b"} {
+		local := http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+			w.mu.Lock()
+			w.served[m] = append(w.served[m], r.Method+" "+r.URL.Path+"?"+r.URL.RawQuery)
+			w.mu.Unlock()
+			switch {
+			case r.URL.Path == wire.AppendsPath:
+				body, _ := io.ReadAll(r.Body)
+				items, _ := wire.DecodeAppends(body)
+				var out wire.AppendsResult
+				for _, it := range items {
+					out.Results = append(out.Results, wire.AppendsItemResult{AppendResult: &wire.AppendResult{Partition: it.Partition, First: uint64(len(m))}})
+				}
+				_ = json.NewEncoder(rw).Encode(out)
+			case r.URL.Query().Get("live") == "sse":
+				rw.Header().Set("Content-Type", "text/event-stream")
+				for i := range 3 {
+					fmt.Fprintf(rw, "data: %s-%d\n\n", m, i)
+					rw.(http.Flusher).Flush()
+					time.Sleep(20 * time.Millisecond) // paces the events: the test checks they arrive one by one
+				}
+			default:
+				rw.Header().Set("Served-By", m)
+				_, _ = io.WriteString(rw, m)
+			}
+		})
+		rt := New(Config{
+			Self: m, Local: local, Broker: reg,
+			SlotOf: func(id uint64) int { return int(id % 4) },
+			Owner: func(slot int) (string, bool) {
+				w.mu.Lock()
+				defer w.mu.Unlock()
+				o, ok := w.owner[slot]
+				return o, ok
+			},
+			Serving: func(slot int) bool {
+				w.mu.Lock()
+				defer w.mu.Unlock()
+				return w.owner[slot] == m
+			},
+			Address: func(member string) (string, bool) {
+				w.mu.Lock()
+				defer w.mu.Unlock()
+				s, ok := w.servers[member]
+				if !ok {
+					return "", false
+				}
+				u, _ := url.Parse(s.URL)
+				return u.Host, true
+			},
+		})
+		w.routers[m] = rt
+		w.servers[m] = httptest.NewServer(rt)
+		t.Cleanup(w.servers[m].Close)
+	}
+	return w
+}
+
+func (w *world) set(slot int, member string) {
+	w.mu.Lock()
+	w.owner[slot] = member
+	w.mu.Unlock()
+}
+
+func get(t *testing.T, base, path string) (int, string, http.Header) {
+	t.Helper()
+	resp, err := http.Get(base + path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b), resp.Header
+}
+
+func TestRouterServesOrProxies(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	for s := range 4 {
+		w.set(s, "b")
+	}
+	a := w.servers["a"].URL
+	// A read of a partition b owns, sent to a: served by b.
+	if code, body, _ := get(t, a, "/v1/log/one?from=0"); code != 200 || body != "b" {
+		t.Fatalf("read through a: %d %q, want b's answer", code, body)
+	}
+	// Metadata and admin are a's own.
+	if code, body, _ := get(t, a, "/v1/log/one:committed?group=g"); code != 200 || body != "a" {
+		t.Fatalf("committed through a: %d %q, want a's", code, body)
+	}
+	if code, body, _ := get(t, a, "/v1/admin/streams/one"); body != "a" || code != 200 {
+		t.Fatalf("admin through a: %d %q", code, body)
+	}
+	// The partition named picks the slot: partition 3 of "four" is slot 3.
+	w.set(3, "a")
+	if _, body, _ := get(t, a, "/v1/log/four?partition=3"); body != "a" {
+		t.Fatalf("partition a owns: served by %q", body)
+	}
+	if _, body, _ := get(t, w.servers["b"].URL, "/v1/log/four?partition=3"); body != "a" {
+		t.Fatalf("partition a owns, asked of b: served by %q", body)
+	}
+	// No live owner: 503 with Retry-After.
+	w.mu.Lock()
+	delete(w.owner, 2)
+	w.mu.Unlock()
+	if code, body, h := get(t, a, "/v1/log/one"); code != 503 || h.Get("Retry-After") == "" || !strings.Contains(body, "NO_SLOT_OWNER") {
+		t.Fatalf("no owner: %d %q %v", code, body, h)
+	}
+}
+
+// TestRouterRetriesWhenTheOwnerMoved: b is asked for a slot it no longer
+// serves (it moved to a while the request was on its way): b refuses it,
+// and the proxy sends it once more, to the new owner.
+func TestRouterRetriesWhenTheOwnerMoved(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	w.set(2, "b")
+	// a's view says b owns slot 2; b's says it does not serve it.
+	rb := w.routers["b"]
+	rb.cfg.Serving = func(int) bool { return false }
+	go func() {
+		time.Sleep(100 * time.Millisecond) // the Lease moves while the retry waits for it
+		w.set(2, "a")
+	}()
+	code, body, _ := get(t, w.servers["a"].URL, "/v1/log/one")
+	if code != 200 || body != "a" {
+		t.Fatalf("after the owner moved: %d %q, want a's answer", code, body)
+	}
+	// A request routed to a broker that does not serve its slot is never
+	// proxied further: it is refused.
+	req, _ := http.NewRequest("GET", w.servers["b"].URL+"/v1/log/one", nil)
+	req.Header.Set(RouteHeader, "b;2")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusMisdirectedRequest {
+		t.Fatalf("a routed request for a slot not served: %d, want 421", resp.StatusCode)
+	}
+}
+
+// TestRouterStreamsSSE: server-sent events through a proxy arrive as they
+// are sent, not when the response ends.
+func TestRouterStreamsSSE(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	w.set(1, "b")
+	resp, err := http.Get(w.servers["a"].URL + "/v1/stream/sse?offset=-1&live=sse")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	br := bufio.NewReader(resp.Body)
+	line, err := br.ReadString('\n')
+	if err != nil || line != "data: b-0\n" {
+		t.Fatalf("first event %q, %v", line, err)
+	}
+}
+
+// TestRouterSplitsAppends: the items of one appends request go to their
+// partitions' owners, decided here for items that name no partition, and
+// come back in order.
+func TestRouterSplitsAppends(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	w.set(0, "a")
+	w.set(1, "b")
+	w.set(2, "a")
+	w.set(3, "b")
+	keyed := wire.EncodeRecords([]stream.RecordValue{{Key: []byte("k"), Payload: []byte("v")}})
+	kp := stream.PartitionOf([]byte("k"), 4)
+	var body []byte
+	body = wire.AppendItemTo(body, "four", 1, []byte("x"))    // b
+	body = wire.AppendItemTo(body, "four", 0, []byte("x"))    // a
+	body = wire.AppendItemTo(body, "one", -1, []byte("x"))    // slot 2: a
+	body = wire.AppendItemTo(body, "four", -1, keyed)         // the key's partition
+	body = wire.AppendItemTo(body, "missing", 0, []byte("x")) // refused where it lands: here
+	resp, err := http.Post(w.servers["a"].URL+wire.AppendsPath, wire.AppendsContentType, strings.NewReader(string(body)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var res wire.AppendsResult
+	if err := json.NewDecoder(resp.Body).Decode(&res); err != nil || len(res.Results) != 5 {
+		t.Fatalf("answer %+v, %v", res, err)
+	}
+	// The fake's First says who served (len of the member's name is 1 for
+	// both; the partition says what was decided).
+	wantPart := []int{1, 0, 0, kp, 0}
+	for i, r := range res.Results {
+		if r.AppendResult == nil || r.Partition != wantPart[i] {
+			t.Errorf("item %d: %+v, want partition %d", i, r.AppendResult, wantPart[i])
+		}
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if len(w.served["b"]) != 1 {
+		t.Errorf("b served %v, want one appends request (its items)", w.served["b"])
+	}
+}
