@@ -230,10 +230,14 @@ func (s *Server) info(e *node.Entry, detail bool) wire.StreamInfo {
 // node serves GET /v1/admin/node.
 func (s *Server) node(w http.ResponseWriter, r *http.Request) {
 	st := s.b.Status()
-	s.writeJSON(w, http.StatusOK, wire.NodeInfo{
+	info := wire.NodeInfo{
 		NodeID: st.NodeID, RaftState: st.LogState, Leader: st.Leader, AppliedIndex: st.AppliedIndex, LastIndex: st.LastIndex,
 		Streams: len(s.b.List()), Ready: st.Leader != "" && !s.draining.Load(),
-	})
+	}
+	if s.opts.Cluster != nil {
+		s.opts.Cluster(&info)
+	}
+	s.writeJSON(w, http.StatusOK, info)
 }
 
 func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {

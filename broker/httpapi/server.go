@@ -52,6 +52,9 @@ type Options struct {
 	// Registerer, when set, receives the HTTP request metrics and the
 	// metadata log's state (picomq_raft_*, picomq_streams).
 	Registerer prometheus.Registerer
+	// Cluster, when set, adds a clustered broker's view of its cluster to
+	// GET /v1/admin/node.
+	Cluster func(*wire.NodeInfo)
 	// DefaultPolicy, when set, is the policy of a stream created through
 	// the admin API without one (an empty "policy" member).
 	DefaultPolicy *stream.PolicyValue

@@ -427,3 +427,32 @@ var errNotLeader = errs.Static(0x00_10_06_01, "NOT_METADATA_LEADER",
 	"This broker is not the metadata log's leader",
 	"broker/membership: a request only the leader serves reached a follower; the fields name the leader when known",
 	421, 75)
+
+// Catchup waits until this member's state machine has applied what the
+// leader's had when asked: a request for a stream created through another
+// broker a moment ago finds it here then.
+func (m *Member) Catchup(ctx context.Context) error {
+	b := m.broker()
+	if b == nil {
+		return errNotLeader.With("reason", "starting")
+	}
+	st := b.Status()
+	if st.Leader == "" || st.Leader == m.id.ID() {
+		return nil
+	}
+	nodeName, _, _ := strings.Cut(st.Leader, "~")
+	ls, err := m.status(ctx, m.cfg.Addresses.Advertise(nodeName))
+	if err != nil {
+		return err
+	}
+	t := time.NewTicker(2 * time.Millisecond)
+	defer t.Stop()
+	for b.Status().AppliedIndex < ls.AppliedIndex {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+	return nil
+}

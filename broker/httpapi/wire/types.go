@@ -201,6 +201,18 @@ type NodeInfo struct {
 	LastIndex    uint64 `json:"lastIndex"`
 	Streams      int    `json:"streams"`
 	Ready        bool   `json:"ready"`
+
+	// In cluster mode (left out on a lone broker): the cluster's id, this
+	// broker's member id, the metadata log's voters and non-voters (member
+	// ids), the slots this broker holds, and how many objects have fewer
+	// copies on members than the replication factor asks.
+	ClusterID       string   `json:"clusterId,omitempty"`
+	MemberID        string   `json:"memberId,omitempty"`
+	Voters          []string `json:"voters,omitempty"`
+	NonVoters       []string `json:"nonVoters,omitempty"`
+	SlotsHeld       *int     `json:"slotsHeld,omitempty"`
+	Slots           []int    `json:"slots,omitempty"`
+	UnderReplicated *int     `json:"underReplicated,omitempty"`
 }
 
 // AppendResult is the answer of an append.
