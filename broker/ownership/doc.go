@@ -1,0 +1,74 @@
+// Package ownership decides which broker of a cluster writes which internal
+// streams, through slot Leases in the Kubernetes API.
+//
+// # Slots
+//
+// Internal streams hash onto a fixed number of slots: slot(id) = id % Slots.
+// Slot n is the coordination.k8s.io/v1 Lease <cluster>-slot-<n> in the
+// cluster's namespace, labelled streams.picomq.io/cluster=<cluster>, whose
+// spec.holderIdentity is the member identity (pod name plus incarnation) of
+// the broker that owns it:
+//
+//	kubectl get leases -l streams.picomq.io/cluster=<cluster>
+//
+// Each broker also renews a member Lease <cluster>-member-<node>
+// (streams.picomq.io/role=member), annotated streams.picomq.io/draining=true
+// while it drains. A member is live, for this broker, while its member Lease
+// has changed within LeaseDuration of this broker's own clock and it is not
+// draining.
+//
+// # One manager per broker
+//
+// A Manager is one loop per broker, not one leader elector per slot: an
+// informer watches every Lease of the cluster, and the loop changes them only
+// with conditional updates (the resourceVersion it decided from; a Conflict
+// means another broker won, and the loop decides again from what it learns).
+// Each RetryPeriod it renews its member Lease and every slot it holds, hands
+// off the slots it holds beyond its fair share, and takes free or expired
+// slots up to it. The client it is given must allow Slots+1 renewals per
+// RetryPeriod: see RestConfigFor.
+//
+// Fair share: the live members' identities, sorted, with L live and S slots;
+// the member at rank r targets S/L, plus one if r < S mod L. A draining
+// member targets 0. Hand-offs and takes prefer, per slot, the live member the
+// rendezvous hash of (identity, slot) ranks first, so the assignment moves
+// little when members come and go.
+//
+// A hand-off goes "the old holder lets go first, then the new one takes": the
+// holder stops admitting opens for the slot (MayOpen refuses), calls Release
+// (the broker closes the slot's open streams through the metadata log), and
+// only then clears holderIdentity. Any broker under its share takes a free
+// slot at once.
+//
+// # The timing rule
+//
+// A holder serves a slot until the time its last successful renew request
+// was SENT, plus RenewDeadline, by its own clock. From that instant MayOpen
+// refuses, and the loop calls Revoke (stop writing at once, no I/O) — whether
+// or not the API server answers, because every request the loop makes is
+// bounded by the earliest such deadline.
+//
+// Another broker takes a slot held by someone else only after LeaseDuration
+// has passed on ITS OWN clock since it last saw the Lease change (a new
+// resourceVersion). It never compares the Lease's renewTime with its clock,
+// so clock offsets between brokers do not matter; clock rates may differ by
+// up to the margin LeaseDuration - RenewDeadline leaves. The last renew the
+// holder counted was sent before the change the taker saw, so the holder
+// stopped serving at least LeaseDuration - RenewDeadline before the take.
+//
+// # The Lease routes, the epoch fences
+//
+// No lease can stop a paused or partitioned holder from writing. What fences
+// it is the metadata log: the new owner opens every stream at the next epoch
+// before writing, and the state machine refuses commits carrying an older
+// one. Ownership only keeps the number of brokers that try to write one
+// stream at one at a time, almost always, and bounds stale reads by the
+// timing rule.
+//
+// # Callbacks
+//
+// Acquire, Release and Revoke are called from the manager's goroutine. Every
+// Acquire that returns nil is followed, for that slot on that broker, by
+// exactly one Release that returns nil or one Revoke, before the slot is
+// given up or acquired again.
+package ownership

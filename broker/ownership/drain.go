@@ -1,0 +1,27 @@
+package ownership
+
+import "context"
+
+// SetDraining turns draining on or off. While on, this broker's fair share
+// is 0: it takes no slot, hands every held slot off (Release, then the
+// holder cleared) from its loop, and its member Lease carries
+// streams.picomq.io/draining=true so the others count it out at once
+// instead of after LeaseDuration. The drain is complete when Held is empty.
+//
+// The flag takes effect at once, whatever the API server says; the error
+// is that of writing the member Lease (the loop writes it again every
+// period).
+func (m *Manager) SetDraining(ctx context.Context, on bool) error {
+	m.mu.Lock()
+	m.draining = on
+	m.mu.Unlock()
+	m.memberMu.Lock()
+	err := m.writeMemberLocked(ctx)
+	m.memberMu.Unlock()
+	if err != nil {
+		m.noteErr(err)
+		m.log.Warn("writing the member Lease's drain state failed", "draining", on, "err", err)
+	}
+	m.signal()
+	return err
+}

@@ -1,0 +1,289 @@
+package ownership
+
+import (
+	"io"
+	"log/slog"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	typedcoordinationv1 "k8s.io/client-go/kubernetes/typed/coordination/v1"
+	"k8s.io/utils/clock"
+)
+
+// Manager is one broker's lease manager: it holds, renews, hands off and
+// takes the cluster's slot Leases, and answers the broker core whether it
+// may open a stream (MayOpen). Its decisions run on one goroutine, Run's;
+// its queries may be called from any.
+type Manager struct {
+	cfg    Config
+	clk    clock.Clock
+	log    *slog.Logger
+	met    *metrics
+	leases typedcoordinationv1.LeaseInterface
+
+	// source lists the cluster's Leases as the informer's cache holds them.
+	// Run sets it; the deterministic tests set their own.
+	source func() ([]*coordinationv1.Lease, error)
+	// poke wakes Run's loop early: a slot came free, the members changed,
+	// or SetDraining was called.
+	poke    chan struct{}
+	running atomic.Bool
+
+	// memberMu serializes writes of the member Lease: the loop's renewals
+	// and SetDraining's.
+	memberMu sync.Mutex
+	member   *coordinationv1.Lease // our last write of it, base of the next update
+
+	mu       sync.Mutex
+	seen     map[string]observation           // Lease name -> the last change this broker saw
+	slots    []*coordinationv1.Lease          // slot -> its Lease as last seen (nil: none seen)
+	members  map[string]*coordinationv1.Lease // node -> its member Lease as last seen
+	held     map[int]*heldSlot
+	draining bool
+	target   int
+	live     []string // identities counted for fair shares, sorted
+	synced   bool     // source has answered once
+	lastOK   time.Time
+	lastErr  error
+	errAt    time.Time
+
+	// Loop-only state.
+	nextTick time.Time // when the next period's work is due
+	nextPass time.Time // when an expiry may change a decision (zero: none expected)
+	poked    bool
+}
+
+// heldSlot is what this broker knows of a slot whose Lease names it.
+type heldSlot struct {
+	lease    *coordinationv1.Lease // our last write, base of the next conditional update
+	sent     time.Time             // when the last successful renew (or the take) was sent
+	deadline time.Time             // sent + RenewDeadline: serving ends here
+	serving  bool                  // MayOpen allows (until deadline)
+	// quiesced: nothing of the slot may be written by this broker: it was
+	// never acquired, or Release returned nil, or Revoke was called. While
+	// it is false, losing the slot calls Revoke.
+	quiesced bool
+	handing  bool // a hand-off began (serving stopped); Release has not returned nil yet
+	letGo    bool // Release returned nil (or nothing was open); the holder is still to clear
+}
+
+// observation is the last change of a Lease this broker saw: its
+// resourceVersion, and this broker's clock when it first saw it. Expiry is
+// measured from at, never from the Lease's renewTime.
+type observation struct {
+	rv string
+	at time.Time
+}
+
+// New validates cfg and returns a Manager; Run starts it.
+func New(cfg Config) (*Manager, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	met, err := newMetrics(cfg.Metrics)
+	if err != nil {
+		return nil, err
+	}
+	clk := cfg.Clock
+	if clk == nil {
+		clk = clock.RealClock{}
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	log = log.With("component", "ownership", "identity", cfg.Identity)
+	return &Manager{
+		cfg:     cfg,
+		clk:     clk,
+		log:     log,
+		met:     met,
+		leases:  cfg.Client.CoordinationV1().Leases(cfg.Namespace),
+		poke:    make(chan struct{}, 1),
+		seen:    map[string]observation{},
+		slots:   make([]*coordinationv1.Lease, cfg.Slots),
+		members: map[string]*coordinationv1.Lease{},
+		held:    map[int]*heldSlot{},
+	}, nil
+}
+
+// SlotOf returns the slot internal stream id hashes onto: id % Slots.
+func (m *Manager) SlotOf(id uint64) int { return int(id % uint64(m.cfg.Slots)) }
+
+// MayOpen returns nil if and only if this broker holds and serves slot(id)
+// now; otherwise a NotSlotOwner carrying the slot, the reason and, when
+// known, the owner. It implements the broker core's Ownership.
+func (m *Manager) MayOpen(id uint64) error {
+	slot := m.SlotOf(id)
+	now := m.clk.Now()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	h := m.held[slot]
+	if h != nil && h.serving && now.Before(h.deadline) {
+		return nil
+	}
+	var reason string
+	switch {
+	case h == nil:
+		reason = "not held"
+	case h.handing || h.letGo:
+		reason = "handing off"
+	case !now.Before(h.deadline):
+		reason = "renew deadline passed"
+	default:
+		reason = "taking"
+	}
+	kv := []any{"slot", slot, "reason", reason}
+	if owner, live := m.cachedOwnerLocked(slot, now); owner != "" && owner != m.cfg.Identity {
+		kv = append(kv, "owner", owner, "ownerLive", live)
+	}
+	return NotSlotOwner.With(kv...)
+}
+
+// Serving reports whether this broker serves slot now: it holds its Lease,
+// Acquire returned, no hand-off began, and the renew deadline has not
+// passed.
+func (m *Manager) Serving(slot int) bool {
+	now := m.clk.Now()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	h := m.held[slot]
+	return h != nil && h.serving && now.Before(h.deadline)
+}
+
+// Owner returns who holds slot as this broker knows it, and whether that
+// holding is live: for a slot this broker holds, whether it serves it; for
+// another's, whether its Lease has changed within LeaseDuration of this
+// broker's clock. "" when nobody holds it (or slot is out of range).
+func (m *Manager) Owner(slot int) (identity string, live bool) {
+	if slot < 0 || slot >= m.cfg.Slots {
+		return "", false
+	}
+	now := m.clk.Now()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if h := m.held[slot]; h != nil && !h.letGo {
+		return m.cfg.Identity, h.serving && now.Before(h.deadline)
+	}
+	return m.cachedOwnerLocked(slot, now)
+}
+
+// cachedOwnerLocked reads slot's holder from the cache.
+func (m *Manager) cachedOwnerLocked(slot int, now time.Time) (string, bool) {
+	l := m.slots[slot]
+	holder := holderOf(l)
+	if holder == "" {
+		return "", false
+	}
+	return holder, !m.expiredLocked(l, now)
+}
+
+// Held returns the slots whose Leases name this broker, sorted: served, or
+// being handed off.
+func (m *Manager) Held() []int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.heldLocked()
+}
+
+func (m *Manager) heldLocked() []int {
+	out := make([]int, 0, len(m.held))
+	for s := range m.held {
+		out = append(out, s)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// MemberInfo is one member of the cluster as this broker sees it.
+type MemberInfo struct {
+	Identity string `json:"identity"`
+	Node     string `json:"node"`
+	Draining bool   `json:"draining,omitempty"`
+	Self     bool   `json:"self,omitempty"`
+}
+
+// Members returns the members whose member Lease changed within
+// LeaseDuration of this broker's clock, itself included, sorted by
+// identity; draining ones are listed and marked (they target no slots).
+func (m *Manager) Members() []MemberInfo {
+	now := m.clk.Now()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := []MemberInfo{{Identity: m.cfg.Identity, Node: m.cfg.Node, Draining: m.draining, Self: true}}
+	for node, l := range m.members {
+		if node == m.cfg.Node || holderOf(l) == "" || m.expiredLocked(l, now) {
+			continue
+		}
+		out = append(out, MemberInfo{Identity: holderOf(l), Node: node, Draining: isDraining(l)})
+	}
+	slices.SortFunc(out, func(a, b MemberInfo) int {
+		switch {
+		case a.Identity < b.Identity:
+			return -1
+		case a.Identity > b.Identity:
+			return 1
+		}
+		return 0
+	})
+	return out
+}
+
+// Status is what /v1/admin/node reports of ownership.
+type Status struct {
+	Identity string `json:"identity"`
+	Node     string `json:"node"`
+	// SlotsHeld is how many slot Leases name this broker; Held lists them.
+	SlotsHeld int   `json:"slotsHeld"`
+	Held      []int `json:"held"`
+	// Serving is how many of them MayOpen allows now.
+	Serving int `json:"serving"`
+	// Target is this broker's fair share as of the last decision.
+	Target      int  `json:"target"`
+	MembersLive int  `json:"membersLive"`
+	Draining    bool `json:"draining,omitempty"`
+	// LastRenew is when the last successful renew was sent (this broker's clock).
+	LastRenew time.Time `json:"lastRenew,omitzero"`
+	// LastRenewError is the last failed request of a renewal, take or
+	// hand-off, with its time; cleared by the next successful renew.
+	LastRenewError   string    `json:"lastRenewError,omitempty"`
+	LastRenewErrorAt time.Time `json:"lastRenewErrorAt,omitzero"`
+}
+
+// Status reports the slots held and served, the target and the live
+// members, for the admin API.
+func (m *Manager) Status() Status {
+	now := m.clk.Now()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	st := Status{
+		Identity:    m.cfg.Identity,
+		Node:        m.cfg.Node,
+		SlotsHeld:   len(m.held),
+		Held:        m.heldLocked(),
+		Target:      m.target,
+		MembersLive: len(m.live),
+		Draining:    m.draining,
+		LastRenew:   m.lastOK,
+	}
+	for _, h := range m.held {
+		if h.serving && now.Before(h.deadline) {
+			st.Serving++
+		}
+	}
+	if m.lastErr != nil {
+		st.LastRenewError, st.LastRenewErrorAt = m.lastErr.Error(), m.errAt
+	}
+	return st
+}
+
+// signal wakes the loop without blocking.
+func (m *Manager) signal() {
+	select {
+	case m.poke <- struct{}{}:
+	default:
+	}
+}

@@ -1,0 +1,150 @@
+package ownership
+
+import (
+	"slices"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+)
+
+// What this broker has seen of the cluster's Leases. Every change (a new
+// resourceVersion) is stamped with this broker's clock when it is first
+// seen; expiry and liveness are measured from that stamp. Seeing a change
+// late only makes a Lease expire later here, never sooner.
+
+// refresh lists the Leases from the source and observes them all: new or
+// changed ones are stamped now, vanished ones forgotten.
+func (m *Manager) refresh(now time.Time) bool {
+	list, err := m.source()
+	if err != nil {
+		m.log.Warn("listing the cluster's Leases from the cache failed", "err", err)
+		return false
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	present := make(map[string]bool, len(list))
+	for _, l := range list {
+		present[l.Name] = true
+		m.observeLocked(l, now)
+	}
+	for name := range m.seen {
+		if !present[name] {
+			m.forgetLocked(name)
+		}
+	}
+	m.synced = true
+	return true
+}
+
+// observeLease records one Lease from an informer event, and reports
+// whether the change may call for a decision before the next period: a
+// slot came free, or a member appeared, changed identity or drain state.
+func (m *Manager) observeLease(l *coordinationv1.Lease) bool {
+	now := m.clk.Now()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var before *coordinationv1.Lease
+	if slot, ok := slotOfLease(m.cfg.Cluster, m.cfg.Slots, l.Name); ok {
+		before = m.slots[slot]
+		m.observeLocked(l, now)
+		return holderOf(l) == "" && (before == nil || holderOf(before) != "")
+	}
+	if node, ok := nodeOfMemberLease(m.cfg.Cluster, l.Name); ok {
+		before = m.members[node]
+		m.observeLocked(l, now)
+		return before == nil || holderOf(before) != holderOf(l) || isDraining(before) != isDraining(l)
+	}
+	return false
+}
+
+// forgetLease drops a deleted Lease.
+func (m *Manager) forgetLease(name string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.forgetLocked(name)
+}
+
+// observeLocked stamps l's resourceVersion with now if it is new to this
+// broker, and files l as a slot's or a member's.
+func (m *Manager) observeLocked(l *coordinationv1.Lease, now time.Time) {
+	if o, ok := m.seen[l.Name]; !ok || o.rv != l.ResourceVersion {
+		m.seen[l.Name] = observation{rv: l.ResourceVersion, at: now}
+	}
+	if slot, ok := slotOfLease(m.cfg.Cluster, m.cfg.Slots, l.Name); ok {
+		m.slots[slot] = l
+	} else if node, ok := nodeOfMemberLease(m.cfg.Cluster, l.Name); ok && l.Labels[LabelRole] == RoleMember {
+		m.members[node] = l
+	}
+}
+
+func (m *Manager) forgetLocked(name string) {
+	delete(m.seen, name)
+	if slot, ok := slotOfLease(m.cfg.Cluster, m.cfg.Slots, name); ok {
+		m.slots[slot] = nil
+	} else if node, ok := nodeOfMemberLease(m.cfg.Cluster, name); ok {
+		delete(m.members, node)
+	}
+}
+
+// leaseDuration is how long l stays held after its last change: the
+// configured LeaseDuration, or the Lease's own leaseDurationSeconds when
+// longer (a broker configured differently, during a rollout).
+func (m *Manager) leaseDuration(l *coordinationv1.Lease) time.Duration {
+	d := m.cfg.LeaseDuration
+	if s := l.Spec.LeaseDurationSeconds; s != nil && time.Duration(*s)*time.Second > d {
+		d = time.Duration(*s) * time.Second
+	}
+	return d
+}
+
+// expiresLocked is when l expires for this broker: LeaseDuration after it
+// first saw l's current resourceVersion.
+func (m *Manager) expiresLocked(l *coordinationv1.Lease) time.Time {
+	o, ok := m.seen[l.Name]
+	if !ok || o.rv != l.ResourceVersion {
+		// Not observed yet (cannot happen for a Lease from the cache): treat
+		// as just changed.
+		return m.clk.Now().Add(m.leaseDuration(l))
+	}
+	return o.at.Add(m.leaseDuration(l))
+}
+
+func (m *Manager) expiredLocked(l *coordinationv1.Lease, now time.Time) bool {
+	return !now.Before(m.expiresLocked(l))
+}
+
+// liveLocked returns the identities counted for fair shares, sorted: the
+// members whose Lease changed within LeaseDuration and that do not drain,
+// plus this broker unless it drains. This broker counts itself whatever
+// its own member Lease shows: it knows it is alive, and an API server it
+// cannot reach must not make it hand its slots off.
+func (m *Manager) liveLocked(now time.Time) []string {
+	var live []string
+	if !m.draining {
+		live = append(live, m.cfg.Identity)
+	}
+	for node, l := range m.members {
+		id := holderOf(l)
+		if node == m.cfg.Node || id == "" || id == m.cfg.Identity || isDraining(l) || m.expiredLocked(l, now) {
+			continue
+		}
+		live = append(live, id)
+	}
+	slices.Sort(live)
+	return slices.Compact(live)
+}
+
+// nextMemberChangeLocked is the earliest time a member now live expires:
+// the fair shares change then.
+func (m *Manager) nextMemberChangeLocked(now time.Time) time.Time {
+	var next time.Time
+	for node, l := range m.members {
+		if node == m.cfg.Node || holderOf(l) == "" || isDraining(l) {
+			continue
+		}
+		if at := m.expiresLocked(l); at.After(now) && (next.IsZero() || at.Before(next)) {
+			next = at
+		}
+	}
+	return next
+}

@@ -1,0 +1,273 @@
+package ownership
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+)
+
+// renewParallelism bounds the renewals in flight at once: 64 slots renewed
+// one after another at a few milliseconds each would eat much of a period
+// on a busy API server; all at once would be a burst the rate limiter
+// queues anyway.
+const renewParallelism = 8
+
+// renew renews the member Lease, then every held slot not being let go.
+func (m *Manager) renew(ctx context.Context) {
+	m.memberMu.Lock()
+	err := m.writeMemberLocked(ctx)
+	m.memberMu.Unlock()
+	if err != nil {
+		m.met.renewFailures.Inc()
+		m.noteErr(err)
+		m.log.Warn("renewing the member Lease failed", "err", err)
+	}
+
+	type job struct {
+		slot  int
+		lease *coordinationv1.Lease
+	}
+	var jobs []job
+	m.mu.Lock()
+	for s, h := range m.held {
+		if !h.letGo {
+			jobs = append(jobs, job{s, h.lease})
+		}
+	}
+	m.mu.Unlock()
+	if len(jobs) == 0 {
+		if err == nil {
+			m.mu.Lock()
+			m.lastErr = nil
+			m.mu.Unlock()
+		}
+		return
+	}
+	slices.SortFunc(jobs, func(a, b job) int { return a.slot - b.slot })
+
+	ioctx, cancel := m.ioContext(ctx)
+	defer cancel()
+	results := make([]renewResult, len(jobs))
+	sem := make(chan struct{}, renewParallelism)
+	var wg sync.WaitGroup
+	for i, j := range jobs {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			results[i] = m.renewSlot(ioctx, j.slot, j.lease)
+		}()
+	}
+	wg.Wait()
+
+	var revoke []int
+	failed := false
+	m.mu.Lock()
+	for _, r := range results {
+		h := m.held[r.slot]
+		if h == nil {
+			continue
+		}
+		switch {
+		case r.err == nil && !r.lost:
+			h.lease, h.sent, h.deadline = r.lease, r.sent, r.sent.Add(m.cfg.RenewDeadline)
+			if r.sent.After(m.lastOK) {
+				m.lastOK = r.sent
+			}
+			m.observeLocked(r.lease, r.sent)
+		case r.lost:
+			if m.dropLocked(r.slot) {
+				revoke = append(revoke, r.slot)
+			}
+			m.met.handoffs.WithLabelValues(eventLost).Inc()
+			m.log.Warn("slot lost", "slot", r.slot, "holder", r.holder)
+		default:
+			failed = true
+			m.met.renewFailures.Inc()
+			m.lastErr, m.errAt = r.err, m.clk.Now()
+			m.log.Warn("renewing a slot failed", "slot", r.slot, "err", r.err)
+		}
+	}
+	if !failed && err == nil {
+		m.lastErr = nil // every renewal of the period went through
+	}
+	m.mu.Unlock()
+	for _, s := range revoke {
+		m.cfg.Revoke(s)
+	}
+}
+
+// renewResult is what one slot's renewal learned.
+type renewResult struct {
+	slot   int
+	lease  *coordinationv1.Lease // the renewed Lease
+	sent   time.Time             // when the successful request was sent
+	lost   bool                  // the Lease names another holder, or is gone
+	holder string                // its holder then, if lost
+	err    error                 // the renewal failed; nothing is known
+}
+
+// renewSlot renews one slot from cur, our last write. A Conflict means the
+// Lease changed under us: a Get says whether it still names us (our own
+// earlier write whose answer was lost, or an edit of another field: renew
+// from it once more) or not (lost).
+func (m *Manager) renewSlot(ctx context.Context, slot int, cur *coordinationv1.Lease) renewResult {
+	for attempt := 0; ; attempt++ {
+		sent := m.clk.Now()
+		got, err := m.leases.Update(ctx, m.renewed(cur, sent), metav1.UpdateOptions{})
+		if err == nil {
+			return renewResult{slot: slot, lease: got, sent: sent}
+		}
+		if !apierrors.IsConflict(err) && !apierrors.IsNotFound(err) {
+			return renewResult{slot: slot, err: err}
+		}
+		latest, gerr := m.leases.Get(ctx, cur.Name, metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(gerr):
+			return renewResult{slot: slot, lost: true}
+		case gerr != nil:
+			return renewResult{slot: slot, err: gerr}
+		case holderOf(latest) != m.cfg.Identity:
+			return renewResult{slot: slot, lost: true, holder: holderOf(latest)}
+		case attempt > 0:
+			return renewResult{slot: slot, err: err}
+		}
+		cur = latest
+	}
+}
+
+// renewed returns a copy of l naming this broker as holder, renewed at now.
+func (m *Manager) renewed(l *coordinationv1.Lease, now time.Time) *coordinationv1.Lease {
+	n := l.DeepCopy()
+	n.Spec.HolderIdentity = ptr.To(m.cfg.Identity)
+	n.Spec.LeaseDurationSeconds = ptr.To(int32(m.cfg.LeaseDuration / time.Second))
+	n.Spec.RenewTime = ptr.To(metav1.NewMicroTime(now))
+	return n
+}
+
+// dropLocked forgets a held slot and reports whether Revoke is owed (it
+// may still have been written).
+func (m *Manager) dropLocked(slot int) (revoke bool) {
+	h := m.held[slot]
+	if h == nil {
+		return false
+	}
+	delete(m.held, slot)
+	return !h.quiesced
+}
+
+// writeMemberLocked creates or renews the member Lease: holder this
+// broker's identity, renewed now, annotated while draining. The caller
+// holds memberMu.
+func (m *Manager) writeMemberLocked(ctx context.Context) error {
+	ctx, cancel := m.ioContext(ctx)
+	defer cancel()
+	m.mu.Lock()
+	draining := m.draining
+	base := m.member
+	if base == nil {
+		base = m.members[m.cfg.Node]
+	}
+	m.mu.Unlock()
+
+	name := MemberLeaseName(m.cfg.Cluster, m.cfg.Node)
+	for attempt := 0; ; attempt++ {
+		now := m.clk.Now()
+		var got *coordinationv1.Lease
+		var err error
+		if base == nil {
+			l := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: m.cfg.Namespace,
+				Labels: leaseLabels(m.cfg.Cluster, RoleMember)}}
+			l.Spec.AcquireTime = ptr.To(metav1.NewMicroTime(now))
+			got, err = m.leases.Create(ctx, m.memberLease(l, now, draining), metav1.CreateOptions{})
+		} else {
+			got, err = m.leases.Update(ctx, m.memberLease(base, now, draining), metav1.UpdateOptions{})
+		}
+		if err == nil {
+			m.member = got
+			m.mu.Lock()
+			m.observeLocked(got, now)
+			m.mu.Unlock()
+			return nil
+		}
+		conflict := apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err) || apierrors.IsNotFound(err)
+		if !conflict || attempt > 0 {
+			return err
+		}
+		// Our copy is stale (a previous incarnation wrote it, or our last
+		// write's answer was lost): read it and write once more.
+		base, err = m.leases.Get(ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			base = nil
+		} else if err != nil {
+			return err
+		}
+	}
+}
+
+// memberLease returns a copy of l as this broker's member Lease now.
+func (m *Manager) memberLease(l *coordinationv1.Lease, now time.Time, draining bool) *coordinationv1.Lease {
+	n := m.renewed(l, now)
+	if n.Labels == nil {
+		n.Labels = map[string]string{}
+	}
+	for k, v := range leaseLabels(m.cfg.Cluster, RoleMember) {
+		n.Labels[k] = v
+	}
+	if draining {
+		if n.Annotations == nil {
+			n.Annotations = map[string]string{}
+		}
+		n.Annotations[AnnotationDraining] = "true"
+	} else {
+		delete(n.Annotations, AnnotationDraining)
+	}
+	return n
+}
+
+// ensureSlots creates, free, every slot Lease the cache does not hold.
+// Create is conditional by nature: AlreadyExists means another broker (or
+// an earlier period whose write the cache has not shown yet) did it.
+func (m *Manager) ensureSlots(ctx context.Context) {
+	var missing []int
+	m.mu.Lock()
+	for s, l := range m.slots {
+		if l == nil {
+			missing = append(missing, s)
+		}
+	}
+	m.mu.Unlock()
+	if len(missing) == 0 {
+		return
+	}
+	ctx, cancel := m.ioContext(ctx)
+	defer cancel()
+	for _, s := range missing {
+		l := &coordinationv1.Lease{
+			ObjectMeta: metav1.ObjectMeta{Name: SlotLeaseName(m.cfg.Cluster, s), Namespace: m.cfg.Namespace,
+				Labels: leaseLabels(m.cfg.Cluster, RoleSlot)},
+			Spec: coordinationv1.LeaseSpec{LeaseDurationSeconds: ptr.To(int32(m.cfg.LeaseDuration / time.Second))},
+		}
+		got, err := m.leases.Create(ctx, l, metav1.CreateOptions{})
+		switch {
+		case err == nil:
+			m.mu.Lock()
+			m.observeLocked(got, m.clk.Now())
+			m.mu.Unlock()
+		case apierrors.IsAlreadyExists(err):
+		default:
+			m.noteErr(err)
+			m.log.Warn("creating a slot Lease failed", "slot", s, "err", err)
+			if ctx.Err() != nil {
+				return
+			}
+		}
+	}
+}
