@@ -2,6 +2,7 @@ package clusterharness
 
 import (
 	"fmt"
+	"io"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -13,7 +14,11 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	crlog "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 )
+
+var quietOnce sync.Once
 
 // APIServer is envtest's kube-apiserver and etcd, holding the slot Leases,
 // reached by each broker through a proxy of its own so that a test can cut
@@ -37,6 +42,9 @@ func StartAPIServer(t testing.TB, n int) *APIServer {
 	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
 		t.Fatal("KUBEBUILDER_ASSETS is not set: run `make test`, or export KUBEBUILDER_ASSETS=$(hack/envtest-assets.sh)")
 	}
+	// controller-runtime prints a stack trace when envtest logs before a
+	// logger was set: give it one that writes nowhere.
+	quietOnce.Do(func() { crlog.SetLogger(zap.New(zap.WriteTo(io.Discard))) })
 	a := &APIServer{env: &envtest.Environment{}, dir: t.TempDir()}
 	cfg, err := a.env.Start()
 	if err != nil {

@@ -480,8 +480,10 @@ func (c *Cluster) Leader() int {
 	return -1
 }
 
-// Index returns the index of the broker named name (broker-<i>), -1 if none.
+// Index returns the index of the broker named name (broker-<i>), -1 if
+// none. A member identity, name~incarnation, names its broker too.
 func (c *Cluster) Index(name string) int {
+	name, _, _ = strings.Cut(name, "~")
 	for i, b := range c.brokers {
 		if b.Name == name {
 			return i

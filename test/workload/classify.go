@@ -5,26 +5,37 @@ import (
 	"errors"
 	"syscall"
 
+	"github.com/picomq/picomq/broker/client"
 	"github.com/picomq/picomq/broker/errs"
 	"github.com/picomq/picomq/broker/stream"
 )
 
-// NotWritten names 5xx refusals that nevertheless guarantee nothing was
-// written, so that Classify counts them as Refused rather than Unknown.
-// Empty today: until cluster mode documents which of its 503s are safe
-// (e.g. "no live owner", "fenced by a higher epoch"), every 5xx is
-// treated as maybe-written, which can only make the checkers weaker, never
-// wrong.
-var NotWritten = map[string]bool{}
+// NotWritten names the 5xx refusals whose declarations say nothing was
+// written, so that Classify counts them as Refused rather than Unknown —
+// and checkDuplicates then proves the broker right: a refused append
+// found in the log is a violation. Every other 5xx (METADATA_UNAVAILABLE,
+// whose outcome may be "written", among them) is maybe-written, which can
+// only make the checkers weaker, never wrong.
+var NotWritten = map[string]bool{
+	"APPEND_ABORTED": true, // broker/node: rolled back, built on a refused append's offsets
+	"OWNER_CHANGED":  true, // broker/node: fenced by a higher epoch
+	"NO_SLOT_OWNER":  true, // broker/routing: no live holder to send it to
+	"NOT_SLOT_OWNER": true, // broker/ownership: refused before anything was written
+}
 
 // Classify maps a request's error to its outcome and the coded name, if
-// any: nil is OK; a refused connection (nothing listened) and a coded 4xx refusal is Refused (every refusal writes
+// any: nil is OK; BROKER_UNREACHABLE (the client sent nothing), a
+// refused connection (nothing listened) and a coded 4xx refusal is Refused (every refusal writes
 // nothing, DESIGN.md); a timeout, a transport failure (the client's
 // STREAM_BACKEND_FAILED), a 5xx or an error without a code is Unknown —
 // the request may have taken effect.
 func Classify(err error) (Outcome, string) {
 	if err == nil {
 		return OK, ""
+	}
+	if errors.Is(err, client.BrokerUnreachable) {
+		// The client opened no connection: nothing was sent.
+		return Refused, "BROKER_UNREACHABLE"
 	}
 	if errors.Is(err, syscall.ECONNREFUSED) {
 		// Nothing listened: the request never reached a broker.

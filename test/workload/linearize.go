@@ -101,9 +101,14 @@ func (l *linOp) String() string {
 	if len(l.src) == 1 {
 		return l.src[0].String()
 	}
-	parts := make([]string, len(l.src))
+	// Bounded: the first two attempts and the last say what happened.
+	var parts []string
 	for i, o := range l.src {
-		parts[i] = o.String()
+		if i < 2 || i == len(l.src)-1 {
+			parts = append(parts, o.String())
+		} else if i == 2 {
+			parts = append(parts, "…")
+		}
 	}
 	return fmt.Sprintf("%d attempts: %s", len(l.src), strings.Join(parts, "; "))
 }

@@ -162,6 +162,8 @@ type Run struct {
 	wg    sync.WaitGroup
 	acked atomic.Int64
 	once  sync.Once
+
+	targets atomic.Pointer[[]int] // the brokers requests go to now
 }
 
 // Start starts the workers; the streams must exist (Setup).
@@ -169,6 +171,7 @@ func Start(ctx context.Context, cfg Config) *Run {
 	cfg = cfg.withDefaults()
 	r := &Run{cfg: cfg, h: NewHistory(), pool: newPool(), stop: make(chan struct{})}
 	r.ctx, r.end = context.WithCancel(ctx)
+	r.SetTargets(cfg.Targets)
 	keys := cfg.keys()
 	seed := cfg.Seed
 	for i := 0; i < cfg.Appenders; i++ {
@@ -227,8 +230,18 @@ func (r *Run) stopped() bool {
 
 // think pauses a worker for a random time around Think: it paces the
 // workload (not a wait for a condition). It reports false once stopped.
-func (r *Run) think(rng *rand.Rand) bool {
-	t := time.NewTimer(time.Duration(rng.Int64N(int64(2*r.cfg.Think) + 1)))
+func (r *Run) think(rng *rand.Rand) bool { return r.pause(rng, r.cfg.Think) }
+
+// backoff is a worker's pause after failures in a row: it doubles from
+// Think up to 200ms, so that a broker that is down or refusing gets
+// requests at a bounded rate and the history stays short.
+func (r *Run) backoff(rng *rand.Rand, failures int) bool {
+	d := r.cfg.Think << min(failures, 6)
+	return r.pause(rng, min(d, 200*time.Millisecond))
+}
+
+func (r *Run) pause(rng *rand.Rand, mean time.Duration) bool {
+	t := time.NewTimer(time.Duration(rng.Int64N(int64(2*mean) + 1)))
 	defer t.Stop()
 	select {
 	case <-r.stop:
@@ -238,9 +251,17 @@ func (r *Run) think(rng *rand.Rand) bool {
 	}
 }
 
+// SetTargets changes the brokers the next requests go to: a trial first
+// lets the streams get owners, then sends everything elsewhere.
+func (r *Run) SetTargets(brokers []int) {
+	t := append([]int(nil), brokers...)
+	r.targets.Store(&t)
+}
+
 // target picks the broker of the next request.
 func (r *Run) target(rng *rand.Rand) (int, string) {
-	b := r.cfg.Targets[rng.IntN(len(r.cfg.Targets))]
+	t := *r.targets.Load()
+	b := t[rng.IntN(len(t))]
 	return b, r.cfg.URLs()[b]
 }
 
@@ -261,6 +282,7 @@ func finish(o *Op, err error) {
 }
 
 func (r *Run) appender(name string, keys []Key, rng *rand.Rand) {
+	failures := 0
 	for n := 0; !r.stopped(); n++ {
 		k := keys[rng.IntN(len(keys))]
 		b, url := r.target(rng)
@@ -296,10 +318,18 @@ func (r *Run) appender(name string, keys []Key, rng *rand.Rand) {
 			r.acked.Add(1)
 		}
 		r.h.Add(o)
-		if !r.think(rng) {
+		if failures = next(failures, err); !r.backoff(rng, failures) {
 			return
 		}
 	}
+}
+
+// next counts failures in a row.
+func next(failures int, err error) int {
+	if err == nil {
+		return 0
+	}
+	return failures + 1
 }
 
 // producer is an idempotent producer on one partition: it retries an
@@ -309,6 +339,7 @@ func (r *Run) appender(name string, keys []Key, rng *rand.Rand) {
 func (r *Run) producer(id string, k Key, rng *rand.Rand) {
 	const epoch = 1
 	seq := int64(0)
+	failures := 0
 	for !r.stopped() {
 		b, url := r.target(rng)
 		p := payload(fmt.Sprintf("%s-e%d-s%d", id, epoch, seq), rng.IntN(32))
@@ -342,7 +373,7 @@ func (r *Run) producer(id string, k Key, rng *rand.Rand) {
 			seq++
 		}
 		r.h.Add(o)
-		if !r.think(rng) {
+		if failures = next(failures, err); !r.backoff(rng, failures) {
 			return
 		}
 	}
@@ -354,6 +385,7 @@ func (r *Run) producer(id string, k Key, rng *rand.Rand) {
 func (r *Run) reader(id string, k Key, rng *rand.Rand) {
 	pos := int64(0)
 	atTail := false
+	failures := 0
 	for !r.stopped() {
 		b, url := r.target(rng)
 		max := 1 + rng.IntN(32)
@@ -396,7 +428,10 @@ func (r *Run) reader(id string, k Key, rng *rand.Rand) {
 				pos, atTail = 0, false // read it all again
 			}
 		}
-		if !r.think(rng) {
+		if o.Ahead {
+			err = nil // an answer, not a failure: no backoff
+		}
+		if failures = next(failures, err); !r.backoff(rng, failures) {
 			return
 		}
 	}

@@ -1,0 +1,234 @@
+package cluster_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/picomq/picomq/test/clusterharness"
+	"github.com/picomq/picomq/test/workload"
+)
+
+// trial is one fault trial in progress.
+type trial struct {
+	t       *testing.T
+	c       *clusterharness.Cluster
+	w       *workload.Run
+	rng     *rand.Rand
+	streams []workload.StreamSpec
+	victim  int    // the broker the fault hit, -1 for none
+	note    string // what the fault did, for the trial's log line
+	after   func() // an extra check once the cluster recovered
+}
+
+// fault is one kind of trial.
+type fault struct {
+	name string
+	// streams overrides the trial's streams.
+	streams []workload.StreamSpec
+	// inject applies the fault and holds it as long as the fault lasts;
+	// it returns what heals it (nil: nothing to heal).
+	inject func(tr *trial) (heal func())
+}
+
+// The default streams: two single-partition streams (the SSE readers'),
+// and one of three partitions.
+var defaultStreams = []workload.StreamSpec{{Name: "t/one"}, {Name: "t/two"}, {Name: "t/three", Partitions: 3}}
+
+// lease is the trials' lease duration.
+func (tr *trial) lease() time.Duration { return tr.c.Options().LeaseDuration }
+
+// hold keeps a fault in place for d: a period the cluster must ride out,
+// not a wait for a condition.
+func (tr *trial) hold(d time.Duration) { time.Sleep(d) }
+
+// owner is the broker owning the first stream's partition 0, or a random
+// broker (noted) when no broker names one.
+func (tr *trial) owner() int {
+	i, err := tr.c.Owner(context.Background(), tr.streams[0].Name, 0)
+	if err != nil {
+		i = tr.rng.IntN(tr.c.N())
+		tr.note += fmt.Sprintf("(no owner reported: %v; broker-%d instead) ", err, i)
+	}
+	return i
+}
+
+// leader is the metadata leader, or a random broker (noted) if none says.
+func (tr *trial) leader() int {
+	i := tr.c.Leader()
+	if i < 0 {
+		i = tr.rng.IntN(tr.c.N())
+		tr.note += fmt.Sprintf("(no leader reported; broker-%d instead) ", i)
+	}
+	return i
+}
+
+// waitMoved waits until a broker other than old owns the first stream's
+// partition 0: the failover a paused or cut owner must cause.
+func (tr *trial) waitMoved(old int, timeout time.Duration) {
+	tr.t.Helper()
+	name := tr.streams[0].Name
+	began := time.Now()
+	err := tr.c.WaitFor(timeout, fmt.Sprintf("%s/0 owned by another broker than broker-%d", name, old), func(ctx context.Context) error {
+		i, err := tr.c.Owner(ctx, name, 0)
+		if err != nil {
+			return err
+		}
+		if i == old {
+			return fmt.Errorf("still broker-%d", old)
+		}
+		return nil
+	})
+	if err != nil {
+		tr.t.Errorf("failover: %v", err)
+		return
+	}
+	tr.note += fmt.Sprintf("slot moved after %v; ", time.Since(began).Round(10*time.Millisecond))
+}
+
+// blackholeBetween blackholes every link, both directions, between a and
+// the other brokers: a partition TCP does not notice.
+func (tr *trial) blackholeBetween(a int) {
+	for j := 0; j < tr.c.N(); j++ {
+		if j != a {
+			tr.c.Link(a, j).Blackhole()
+			tr.c.Link(j, a).Blackhole()
+		}
+	}
+}
+
+// faults are the trial kinds of issue 19, in the order trials cycle
+// through them.
+var faults = []fault{
+	{name: "kill-random", inject: func(tr *trial) func() {
+		i := tr.rng.IntN(tr.c.N())
+		tr.victim = i
+		tr.c.Kill(i)
+		tr.hold(time.Duration(500+tr.rng.IntN(1500)) * time.Millisecond)
+		return func() { tr.c.StartBroker(i) }
+	}},
+	{name: "kill-leader", inject: func(tr *trial) func() {
+		i := tr.leader()
+		tr.victim = i
+		tr.c.Kill(i)
+		tr.hold(tr.lease())
+		return func() { tr.c.StartBroker(i) }
+	}},
+	{name: "kill-owner", inject: func(tr *trial) func() {
+		i := tr.owner()
+		tr.victim = i
+		tr.c.Kill(i)
+		tr.waitMoved(i, 4*tr.lease()+5*time.Second)
+		return func() { tr.c.StartBroker(i) }
+	}},
+	{name: "pause-owner", inject: func(tr *trial) func() {
+		// SIGSTOP past leaseDuration: its slots move; when it wakes, its
+		// in-flight appends must fail (retriably) and nothing it proposes
+		// may land after the new owner's open.
+		i := tr.owner()
+		tr.victim = i
+		tr.c.Stop(i)
+		tr.waitMoved(i, 4*tr.lease()+5*time.Second)
+		tr.hold(tr.lease())
+		return func() { tr.c.Cont(i) }
+	}},
+	{name: "owner-apiserver-cut", inject: func(tr *trial) func() {
+		// Cut from the apiserver only: it loses its Leases while its peers
+		// still hear it; there must never be a second writer.
+		i := tr.owner()
+		tr.victim = i
+		tr.c.APIServerLink(i).Cut()
+		tr.waitMoved(i, 4*tr.lease()+5*time.Second)
+		tr.hold(tr.lease())
+		return func() { tr.c.APIServerLink(i).Heal() }
+	}},
+	{name: "owner-peers-cut", inject: func(tr *trial) func() {
+		// Cut from its peers, not from the apiserver: its commits fail,
+		// its slots must move.
+		i := tr.owner()
+		tr.victim = i
+		tr.c.Isolate(i)
+		tr.waitMoved(i, 4*tr.lease()+5*time.Second)
+		tr.hold(tr.lease())
+		return tr.c.HealAll
+	}},
+	{name: "minority-partition", inject: func(tr *trial) func() {
+		// One broker (the leader, half of the time) blackholed from the
+		// other two: a silent partition, minority on one side.
+		i := tr.rng.IntN(tr.c.N())
+		if tr.rng.IntN(2) == 0 {
+			i = tr.leader()
+		}
+		tr.victim = i
+		tr.blackholeBetween(i)
+		tr.hold(tr.lease() + 2*time.Second)
+		return tr.c.HealAll
+	}},
+	{name: "rolling-restart", inject: func(tr *trial) func() {
+		// Every broker in turn, SIGTERM then start, each waiting for the
+		// cluster to be ready again, under load.
+		for i := 0; i < tr.c.N(); i++ {
+			tr.c.Restart(i)
+			if err := tr.c.WaitReady(); err != nil {
+				tr.t.Fatalf("after restarting broker-%d: %v", i, err)
+			}
+		}
+		return nil
+	}},
+	{name: "restart-all-new-addresses", inject: func(tr *trial) func() {
+		// Every broker stopped, then started with every address changed:
+		// Raft addresses are names resolved at each dial, so it works.
+		old := tr.c.URLs()
+		tr.c.RestartAll()
+		for i, u := range tr.c.URLs() {
+			if u == old[i] {
+				tr.t.Errorf("broker-%d kept its address %s", i, u)
+			}
+		}
+		return nil
+	}},
+	{name: "wipe", inject: func(tr *trial) func() {
+		// One broker's data directory deleted: it must join as a new
+		// member, never as its old self, and catch up.
+		i := tr.rng.IntN(tr.c.N())
+		tr.victim = i
+		before, _ := tr.c.Node(i)
+		tr.c.Wipe(i)
+		tr.after = func() {
+			now, err := tr.c.Node(i)
+			if err != nil {
+				tr.t.Errorf("wiped broker-%d: %v", i, err)
+				return
+			}
+			if before.MemberID != "" && now.MemberID == before.MemberID {
+				tr.t.Errorf("wiped broker-%d came back as member %s, its old identity", i, now.MemberID)
+			}
+			if before.ClusterID != "" && now.ClusterID != before.ClusterID {
+				tr.t.Errorf("wiped broker-%d is in cluster %s, not %s: it bootstrapped a new one", i, now.ClusterID, before.ClusterID)
+			}
+		}
+		return nil
+	}},
+	{name: "proxied", streams: []workload.StreamSpec{{Name: "t/solo"}},
+		// No fault: once the stream has an owner, every request goes to a
+		// broker that owns none of it, so each one is proxied, SSE and
+		// long-polls included.
+		inject: func(tr *trial) func() {
+			owner := tr.owner()
+			var others []int
+			for i := 0; i < tr.c.N(); i++ {
+				if i != owner {
+					others = append(others, i)
+				}
+			}
+			if len(others) == 0 {
+				tr.t.Fatal("a proxied trial needs a broker that owns nothing")
+			}
+			tr.w.SetTargets(others)
+			tr.note += fmt.Sprintf("owner broker-%d, requests to %v; ", owner, others)
+			tr.hold(4 * time.Second)
+			return nil
+		}},
+}
