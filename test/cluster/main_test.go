@@ -60,20 +60,23 @@ func needCluster(t *testing.T) {
 func probeCluster(t *testing.T) (missing string) {
 	t.Run("cluster-mode-probe", func(t *testing.T) {
 		o := clusterOptions()
-		c := clusterharness.Start(t, o)
-		held := 0
+		c, err := clusterharness.TryStart(t, o)
+		if err != nil {
+			// Not this probe's failure to report: the trials would
+			// fail on it, which -cluster.force shows.
+			missing = fmt.Sprintf("a 3-broker cluster does not start: %.2000s", err)
+			return
+		}
 		for i := 0; i < c.N(); i++ {
 			n, err := c.Node(i)
 			if err != nil {
 				missing = err.Error()
 				return
 			}
-			count, _, ok := n.Slots()
-			if !ok {
+			if _, _, ok := n.Slots(); !ok {
 				missing = fmt.Sprintf("broker-%d reports no slotsHeld in /v1/admin/node (slot ownership, issue 19, has not landed): %s", i, n.Raw)
 				return
 			}
-			held += count
 		}
 		if err := c.WaitFor(4*o.LeaseDuration+10*time.Second, "every slot held", c.ClusterReady); err != nil {
 			missing = fmt.Sprintf("the slots are not all held: %v", err)

@@ -117,18 +117,31 @@ type Cluster struct {
 // Start builds the broker (once per test binary), starts the apiserver in
 // cluster mode, then every broker, and waits until the cluster is ready
 // (WaitReady). Everything is killed at t's cleanup, and every broker's log
-// tail is printed when t failed.
+// tail is printed when t failed. In cluster mode it skips t when the
+// broker has no cluster mode (ClusterUnsupported).
 func Start(t testing.TB, o Options) *Cluster {
+	t.Helper()
+	c, err := TryStart(t, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// TryStart is Start returning the cluster's failure to start instead of
+// failing t (a probe decides what a failure means); its processes are
+// still ended at t's cleanup.
+func TryStart(t testing.TB, o Options) (*Cluster, error) {
 	t.Helper()
 	o = o.withDefaults()
 	bin, err := Binary()
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	if o.Cluster {
 		ok, err := SupportsCluster()
 		if err != nil {
-			t.Fatal(err)
+			return nil, err
 		}
 		if !ok {
 			t.Skip(ClusterUnsupported)
@@ -148,17 +161,17 @@ func Start(t testing.TB, o Options) *Cluster {
 		c.api = StartAPIServer(t, o.Brokers)
 	}
 	if err := c.assignAddrs(); err != nil {
-		t.Fatal(err)
+		return c, err
 	}
 	for i := range c.brokers {
 		if err := c.launch(i); err != nil {
-			t.Fatal(err)
+			return c, err
 		}
 	}
 	if err := c.WaitReady(); err != nil {
-		t.Fatalf("cluster not ready: %v\n%s", err, c.LogTails(4096))
+		return c, fmt.Errorf("cluster not ready: %v\n%s", err, c.LogTails(4096))
 	}
-	return c
+	return c, nil
 }
 
 // cleanup kills every process and closes every proxy.
