@@ -10,8 +10,10 @@ import (
 	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	streamsv1alpha1 "github.com/picomq/picomq/api/v1alpha1"
 	"github.com/picomq/picomq/controllers/brokeradmin"
 	"github.com/picomq/picomq/controllers/resources"
 )
@@ -58,6 +60,57 @@ func TestEventsAreWrittenToTheAPI(t *testing.T) {
 		}
 		return fmt.Errorf("no Created event from %s among %d events", EventSource, len(list.Items))
 	})
+}
+
+// Every action on a child is an Event of its own in the API: the events
+// API folds events of the same type, reason, action and objects into one
+// (a series keeping the first note), which hid "created Role" behind
+// "created ServiceAccount (x2)" and "updated StatefulSet" behind "updated
+// ConfigMap". Read back from the apiserver, not from the recorder.
+func TestEveryChildActionIsItsOwnEvent(t *testing.T) {
+	needsEnvtest(t)
+	ns := newNamespace(t)
+	startManager(t, ns, Options{})
+	newCluster(t, ns, "demo", nil)
+	notes := func(reason string) (map[string]bool, error) {
+		var list eventsv1.EventList
+		if err := k8s.List(context.Background(), &list, client.InNamespace(ns)); err != nil {
+			return nil, err
+		}
+		out := map[string]bool{}
+		for _, e := range list.Items {
+			if e.Regarding.Kind == "StreamCluster" && e.Regarding.Name == "demo" && e.Reason == reason {
+				out[e.Note] = true
+			}
+		}
+		return out, nil
+	}
+	want := func(reason string, all ...string) func() error {
+		return func() error {
+			got, err := notes(reason)
+			if err != nil {
+				return err
+			}
+			for _, n := range all {
+				if !got[n] {
+					return fmt.Errorf("no %s Event %q among %v", reason, n, got)
+				}
+			}
+			return nil
+		}
+	}
+	eventually(t, 20*time.Second, want("Created",
+		"created ServiceAccount demo-broker", "created Role demo-broker", "created RoleBinding demo-broker",
+		"created ConfigMap demo-config", "created Service demo-headless", "created Service demo",
+		"created PodDisruptionBudget demo", "created StatefulSet demo"))
+	waitObserved(t, ns, "demo")
+
+	// A broker configuration change updates the ConfigMap and the
+	// StatefulSet in one reconcile.
+	updateCluster(t, ns, "demo", func(c *streamsv1alpha1.StreamCluster) {
+		c.Spec.Broker.FlushLinger = ptr.To[streamsv1alpha1.Duration]("5ms")
+	})
+	eventually(t, 20*time.Second, want("Updated", "updated ConfigMap demo-config", "updated StatefulSet demo"))
 }
 
 // The applier: creates, leaves an object it would not change alone (no

@@ -27,10 +27,23 @@ const maxNote = 1000
 // event records an event about obj; a nil recorder records nothing. The
 // note is cut to what the Events API accepts.
 func event(rec events.EventRecorder, obj runtime.Object, typ, reason, action, note string, args ...any) {
+	eventAbout(rec, obj, nil, typ, reason, action, note, args...)
+}
+
+// eventAbout records an event about obj that concerns related (a child
+// object, say), or nothing (nil).
+//
+// The events API folds events with the same type, reason, action,
+// reporting controller, regarding object and related object into one
+// Event whose series counts them, keeping the first note: "created
+// ServiceAccount demo-broker (x8)" hid "created Role", "created
+// StatefulSet"... The related object tells them apart, so every action on
+// a child is an Event of its own (and links to the child).
+func eventAbout(rec events.EventRecorder, obj, related runtime.Object, typ, reason, action, note string, args ...any) {
 	if rec == nil {
 		return
 	}
-	rec.Eventf(obj, nil, typ, reason, action, "%s", truncate(fmt.Sprintf(note, args...), maxNote))
+	rec.Eventf(obj, related, typ, reason, action, "%s", truncate(fmt.Sprintf(note, args...), maxNote))
 }
 
 // truncate cuts s to at most n bytes, on a rune boundary, marking the cut.

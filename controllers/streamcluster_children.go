@@ -67,7 +67,7 @@ func (r *StreamClusterReconciler) applyChildren(ctx context.Context, c *streamsv
 		}
 		r.childEvent(c, child, outcome)
 		if child == sts && outcome == applyUpdated && oldHash != "" && oldHash != sts.Spec.Template.Annotations[resources.ConfigHashAnnotation] {
-			event(r.Recorder, c, eventNormal, "ConfigChanged", "RollBrokers",
+			eventAbout(r.Recorder, c, sts, eventNormal, "ConfigChanged", "RollBrokers",
 				"broker configuration changed (ConfigMap %s): rolling the brokers", cm.Name)
 		}
 	}
@@ -77,13 +77,16 @@ func (r *StreamClusterReconciler) applyChildren(ctx context.Context, c *streamsv
 	return sts, nil
 }
 
+// childEvent records what an apply did to a child, as an event about the
+// cluster related to the child: one Event per child and action, never
+// folded with another child's (see eventAbout).
 func (r *StreamClusterReconciler) childEvent(c *streamsv1alpha1.StreamCluster, child client.Object, outcome applyOutcome) {
 	kind := child.GetObjectKind().GroupVersionKind().Kind
 	switch outcome {
 	case applyCreated:
-		event(r.Recorder, c, eventNormal, "Created", "Apply", "created %s %s", kind, child.GetName())
+		eventAbout(r.Recorder, c, child, eventNormal, "Created", "Apply", "created %s %s", kind, child.GetName())
 	case applyUpdated:
-		event(r.Recorder, c, eventNormal, "Updated", "Apply", "updated %s %s", kind, child.GetName())
+		eventAbout(r.Recorder, c, child, eventNormal, "Updated", "Apply", "updated %s %s", kind, child.GetName())
 	}
 }
 
@@ -164,6 +167,6 @@ func (r *StreamClusterReconciler) reconcileServiceMonitor(ctx context.Context, c
 	if err := r.Client.Delete(ctx, existing); client.IgnoreNotFound(err) != nil {
 		return err
 	}
-	event(r.Recorder, c, eventNormal, "Deleted", "Apply", "deleted ServiceMonitor %s (spec.monitoring.serviceMonitor is false)", existing.GetName())
+	eventAbout(r.Recorder, c, existing, eventNormal, "Deleted", "Apply", "deleted ServiceMonitor %s (spec.monitoring.serviceMonitor is false)", existing.GetName())
 	return nil
 }
