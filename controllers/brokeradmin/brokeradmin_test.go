@@ -9,9 +9,11 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/picomq/picomq/broker/client"
 	"github.com/picomq/picomq/broker/errs"
 	"github.com/picomq/picomq/broker/httpapi/wire"
 	"github.com/picomq/picomq/broker/stream"
@@ -111,8 +113,11 @@ func TestUnreachableAndTimeout(t *testing.T) {
 	ln.Close()
 	a := NewHTTP()
 	_, err := a.Status(context.Background(), Broker{Pod: "x", URL: "http://" + addr})
-	if err == nil || !IsUnreachable(err) || IsNotSupported(err) {
-		t.Errorf("closed port: %v", err)
+	if err == nil || !IsUnreachable(err) || IsNotSupported(err) || !errors.Is(err, client.BrokerUnreachable) || !errors.Is(err, syscall.ECONNREFUSED) {
+		t.Errorf("closed port: %v, want BROKER_UNREACHABLE wrapping ECONNREFUSED", err)
+	}
+	if ep, _ := errs.FieldOf(err, "endpoint"); ep != "http://"+addr {
+		t.Errorf("closed port: endpoint %v", ep)
 	}
 	// A broker that never answers: the handler returns once the client
 	// has given up.
@@ -147,11 +152,18 @@ func TestErrorClassification(t *testing.T) {
 	if !IsNotFound(fmt.Errorf("wrapped: %w", nf.With("name", "x"))) || IsNotFound(errors.New("STREAM_NOT_FOUND")) {
 		t.Errorf("IsNotFound")
 	}
-	if !IsUnreachable(stream.StreamBackendFailed.Wrap(errors.New("dial tcp: connection refused"), "op", "http.admin.get")) {
-		t.Errorf("a transport failure is unreachable")
+	refused := &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}
+	if !IsUnreachable(client.BrokerUnreachable.Wrap(refused, "endpoint", "http://demo:4437")) || !IsUnreachable(refused) {
+		t.Errorf("a broker that could not be reached is unreachable")
 	}
-	if IsUnreachable(stream.StreamBackendFailed.With("op", "http.admin.get", "status", 502)) {
-		t.Errorf("an answered 502 is not unreachable")
+	if !IsUnreachable(fmt.Errorf("get: %w", context.DeadlineExceeded)) {
+		t.Errorf("a broker that did not answer in time is unreachable")
+	}
+	// The stream's storage failing is the broker's answer, not a transport
+	// failure: before BROKER_UNREACHABLE the client reported both so.
+	if IsUnreachable(stream.StreamBackendFailed.Wrap(errors.New("connection reset by peer"), "op", "http.admin.get")) ||
+		IsUnreachable(stream.StreamBackendFailed.With("op", "http.admin.get", "status", 502)) {
+		t.Errorf("STREAM_BACKEND_FAILED is not unreachable")
 	}
 	if ErrorCode(nf) != "STREAM_NOT_FOUND" || ErrorCode(errors.New("x")) != "" {
 		t.Errorf("ErrorCode")

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/picomq/picomq/broker/client"
 	"github.com/picomq/picomq/broker/errs"
 	"github.com/picomq/picomq/broker/httpapi/wire"
 )
@@ -116,6 +117,11 @@ func (h *HTTP) call(ctx context.Context, b Broker, method, path string, out any)
 	}
 	resp, err := hc.Do(req)
 	if err != nil {
+		// The broker client's coded error, so that both edges report a
+		// broker that cannot be reached the same way.
+		if u := client.Unreachable(b.URL, method+" "+path, err); u != nil && ctx.Err() == nil {
+			return fmt.Errorf("broker %s: %w", b, u)
+		}
 		return fmt.Errorf("broker %s: %s %s: %w", b, method, path, err)
 	}
 	defer resp.Body.Close()

@@ -74,6 +74,7 @@ const (
 	CodePartitionsShrink    = "PARTITIONS_SHRINK"
 	CodeStreamMisconfigured = "STREAM_MISCONFIGURED"
 	CodeBackendFailed       = "STREAM_BACKEND_FAILED"
+	CodeBrokerUnreachable   = "BROKER_UNREACHABLE"
 	CodeNotReady            = "NOT_READY"
 )
 
@@ -89,26 +90,20 @@ func ErrorCode(err error) string {
 // IsNotFound reports a STREAM_NOT_FOUND refusal.
 func IsNotFound(err error) bool { return ErrorCode(err) == CodeStreamNotFound }
 
-// IsUnreachable reports a failure to talk to the broker at all (refused
-// connection, DNS, timeout), as opposed to a refusal the broker answered.
+// IsUnreachable reports a failure to talk to the broker at all: it could
+// not be reached (BROKER_UNREACHABLE: a name that does not resolve, a
+// connection refused) or did not answer in time, as opposed to a refusal
+// it answered. Both are retried; neither says anything about the stream.
 func IsUnreachable(err error) bool {
 	if err == nil {
 		return false
 	}
-	var ne net.Error
-	var oe *net.OpError
-	var de *net.DNSError
-	if errors.As(err, &oe) || errors.As(err, &de) || errors.As(err, &ne) ||
-		errors.Is(err, context.DeadlineExceeded) {
+	if errors.Is(err, client.BrokerUnreachable) || errors.Is(err, context.DeadlineExceeded) {
 		return true
 	}
-	// The client wraps transport failures in STREAM_BACKEND_FAILED with
-	// the cause as its message once decoded; an answer that was not a
-	// problem (a proxy's 502 page) carries a status.
-	if e, ok := errs.As(err); ok && e.Name() == CodeBackendFailed {
-		if _, hasStatus := e.Field("status"); !hasStatus {
-			return true
-		}
-	}
-	return false
+	// A transport error not (yet) classified by a client: a dial that
+	// failed, a name that did not resolve.
+	var oe *net.OpError
+	var de *net.DNSError
+	return errors.As(err, &oe) && oe.Op == "dial" || errors.As(err, &de)
 }
