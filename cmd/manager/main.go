@@ -16,10 +16,13 @@ import (
 	"strings"
 	"time"
 
+	"github.com/go-logr/logr"
+	"go.uber.org/zap/zapcore"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
+	crconfig "sigs.k8s.io/controller-runtime/pkg/client/config"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
@@ -64,6 +67,11 @@ func parseFlags(args []string, getenv func(string) string, out io.Writer) (confi
 	}
 	fs.StringVar(&c.BrokerImage, "broker-image", defImage, "broker image of StreamClusters that name none [PICOMQ_BROKER_IMAGE]")
 	c.Zap.BindFlags(fs)
+	// controller-runtime registers --kubeconfig on the standard library's
+	// flag.CommandLine (in its config package's init), which this
+	// FlagSet does not parse: register it here too, on the same variable
+	// ctrl.GetConfig reads.
+	crconfig.RegisterFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -86,6 +94,16 @@ func parseFlags(args []string, getenv func(string) string, out io.Writer) (confi
 	return c, nil
 }
 
+// newLogger is the manager's logger: the --zap-* flags, writing to w, with
+// durations as Go writes them ("20s", not 20000000000 nanoseconds).
+func newLogger(o zap.Options, w io.Writer) logr.Logger {
+	o.DestWriter = w
+	o.EncoderConfigOptions = append(o.EncoderConfigOptions, func(ec *zapcore.EncoderConfig) {
+		ec.EncodeDuration = zapcore.StringDurationEncoder
+	})
+	return zap.New(zap.UseFlagOptions(&o))
+}
+
 func newScheme() *runtime.Scheme {
 	scheme := runtime.NewScheme()
 	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
@@ -102,7 +120,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, "manager:", err)
 		os.Exit(64)
 	}
-	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&cfg.Zap)))
+	ctrl.SetLogger(newLogger(cfg.Zap, os.Stderr))
 	log := ctrl.Log.WithName("setup")
 
 	mgr, err := ctrl.NewManager(ctrl.GetConfigOrDie(), ctrl.Options{

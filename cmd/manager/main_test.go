@@ -1,11 +1,18 @@
 package main
 
 import (
+	"bytes"
+	"errors"
+	"flag"
 	"io"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/picomq/picomq/controllers"
 	"github.com/picomq/picomq/controllers/resources"
@@ -71,6 +78,46 @@ func TestParseFlagsRefusals(t *testing.T) {
 	var help strings.Builder
 	if _, err := parseFlags([]string{"--help"}, noEnv, &help); err == nil || !strings.Contains(help.String(), "resync-period") {
 		t.Errorf("--help: %v\n%s", err, help.String())
+	}
+}
+
+// controller-runtime's standard --kubeconfig is a flag of the manager,
+// listed by --help, and ctrl.GetConfig reads it.
+func TestKubeconfigFlag(t *testing.T) {
+	kubeconfig := filepath.Join(t.TempDir(), "config")
+	if err := os.WriteFile(kubeconfig, []byte(`apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "https://apiserver.example:6443"}}]
+users: [{name: u, user: {token: t}}]
+contexts: [{name: x, context: {cluster: c, user: u}}]
+current-context: x
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := parseFlags([]string{"--kubeconfig", kubeconfig}, noEnv, io.Discard); err != nil {
+		t.Fatalf("--kubeconfig refused: %v", err)
+	}
+	cfg, err := ctrl.GetConfig()
+	if err != nil || cfg.Host != "https://apiserver.example:6443" {
+		t.Errorf("ctrl.GetConfig after --kubeconfig: %v, %v; want the file's server", cfg, err)
+	}
+	var help strings.Builder
+	if _, err := parseFlags([]string{"--help"}, noEnv, &help); !errors.Is(err, flag.ErrHelp) || !strings.Contains(help.String(), "-kubeconfig") {
+		t.Errorf("--help does not list --kubeconfig:\n%s", help.String())
+	}
+}
+
+// Logs carry durations as people write them, not as nanoseconds.
+func TestLogsEncodeDurationsAsStrings(t *testing.T) {
+	t.Parallel()
+	c, err := parseFlags(nil, noEnv, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	newLogger(c.Zap, &out).Info("resync", "timeout", 20*time.Second)
+	if !strings.Contains(out.String(), `"timeout":"20s"`) {
+		t.Errorf("log line %q, want \"timeout\":\"20s\"", out.String())
 	}
 }
 
