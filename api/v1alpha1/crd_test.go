@@ -227,6 +227,20 @@ func TestInvalidManifestsAreRefused(t *testing.T) {
 		{"unknown service type", clusterHead + "  service: {type: ExternalName}\n", `supported values: "ClusterIP", "NodePort", "LoadBalancer"`},
 		{"tls without secret", clusterHead + "  tls: {}\n", "spec.tls.secretName: Required value"},
 		{"maxBatchBytes too small", clusterHead + "  broker: {maxBatchBytes: 10}\n", "spec.broker.maxBatchBytes in body should be greater than or equal to 4096"},
+		// What the broker refuses to start with (broker/settings; the
+		// controllers' TestBrokerAcceptsWhatTheCRDAccepts runs both sides).
+		{"maxBatchBytes above 2^62", clusterHead + "  broker: {maxBatchBytes: 4611686018427387905}\n", "maxBatchBytes must be at most 4611686018427387904"},
+		{"zero longPollTimeout", clusterHead + "  broker: {longPollTimeout: 0s}\n", "longPollTimeout must be positive"},
+		{"duration beyond a Go duration", clusterHead + "  broker: {flushLinger: 2562048h}\n", "at most 2562047h"},
+		{"zero retryPeriod", clusterHead + "  ownership: {renewDeadline: 5s, retryPeriod: 0s}\n", "retryPeriod must be positive"},
+		{"zero leaseDuration", clusterHead + "  ownership: {leaseDuration: 0s}\n", "with the defaults filled in"},
+		{"leaseDuration too short for the default retryPeriod", clusterHead + "  ownership: {leaseDuration: 7ns}\n", "with the defaults filled in"},
+		{"renewDeadline at the default retryPeriod", clusterHead + "  ownership: {renewDeadline: 2s}\n", "with the defaults filled in"},
+		{"retryPeriod at the default renewDeadline", clusterHead + "  ownership: {retryPeriod: 10s}\n", "with the defaults filled in"},
+		// Fields the broker does not serve yet: a cluster with them would
+		// never become ready.
+		{"tls", clusterHead + "  tls: {secretName: demo-tls}\n", "tls is not supported yet"},
+		{"auth", clusterHead + "  auth: {secretName: demo-tokens}\n", "auth is not supported yet"},
 	}
 	ctx := context.Background()
 	for _, c := range cases {

@@ -64,11 +64,11 @@ type StreamPolicy struct {
 }
 
 // Duration is a non-negative Go duration string such as "30s", "15m" or
-// "168h". It is a string in the API so that the CRD can check it with CEL and
-// kubectl shows it as written.
+// "168h", at most 2562047h (what a Go duration holds). It is a string in the
+// API so that the CRD can check it with CEL and kubectl shows it as written.
 // +kubebuilder:validation:Type=string
 // +kubebuilder:validation:MaxLength=64
-// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|ms|s|m|h))+$')",message="must be a non-negative duration such as 500ms, 30s, 15m or 168h"
+// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|ms|s|m|h))+$') && duration(self) >= duration('0s')",message="must be a non-negative duration such as 500ms, 30s, 15m or 168h, at most 2562047h"
 type Duration string
 
 // Parse returns the duration, or 0 for an empty one. The CRD has already

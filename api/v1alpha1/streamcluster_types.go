@@ -9,6 +9,8 @@ import (
 // StreamClusterSpec is the cluster of brokers a user asks for.
 //
 // +kubebuilder:validation:XValidation:rule="!has(self.replicationFactor) || self.replicationFactor <= self.replicas",message="replicationFactor cannot exceed replicas: each copy of a stream lives on a different broker"
+// +kubebuilder:validation:XValidation:rule="!has(self.tls)",message="tls is not supported yet: the broker does not serve HTTPS yet, so its pods would never become ready; remove spec.tls"
+// +kubebuilder:validation:XValidation:rule="!has(self.auth)",message="auth is not supported yet: the broker does not check bearer tokens yet; remove spec.auth"
 type StreamClusterSpec struct {
 	// Replicas is how many broker pods run. Lowering it drains the departing
 	// brokers first, so no stream loses data.
@@ -60,12 +62,14 @@ type StreamClusterSpec struct {
 	Service ServiceSpec `json:"service,omitempty"`
 
 	// TLS, when set, makes the brokers serve HTTPS with the certificate in the
-	// named Secret (keys tls.crt and tls.key).
+	// named Secret (keys tls.crt and tls.key). Not supported yet: the
+	// apiserver refuses it until the broker serves HTTPS.
 	// +optional
 	TLS *TLSSpec `json:"tls,omitempty"`
 
 	// Auth, when set, makes the brokers require a bearer token from the named
-	// Secret on every request.
+	// Secret on every request. Not supported yet: the apiserver refuses it
+	// until the broker checks tokens.
 	// +optional
 	Auth *AuthSpec `json:"auth,omitempty"`
 
@@ -108,8 +112,15 @@ type StorageSpec struct {
 
 // OwnershipSpec tunes the slot Leases through which brokers own streams.
 //
+// The rules check the timings the brokers get, defaults included (the
+// broker refuses to start otherwise): 0 < retryPeriod < renewDeadline <
+// leaseDuration, where an absent renewDeadline is two thirds of
+// leaseDuration and an absent retryPeriod 2/15 of it.
+//
 // +kubebuilder:validation:XValidation:rule="!has(self.renewDeadline) || duration(self.renewDeadline) < duration(self.leaseDuration)",message="renewDeadline must be shorter than leaseDuration, or a holder could lose its slot while still renewing it"
 // +kubebuilder:validation:XValidation:rule="!has(self.retryPeriod) || !has(self.renewDeadline) || duration(self.retryPeriod) < duration(self.renewDeadline)",message="retryPeriod must be shorter than renewDeadline"
+// +kubebuilder:validation:XValidation:rule="!has(self.retryPeriod) || duration(self.retryPeriod) > duration('0s')",message="retryPeriod must be positive"
+// +kubebuilder:validation:XValidation:rule="(has(self.renewDeadline) && has(self.retryPeriod)) || ((has(self.retryPeriod) ? int(duration(self.retryPeriod)) : (has(self.leaseDuration) ? int(duration(self.leaseDuration)) : 15000000000) * 2 / 15) > 0 && (has(self.retryPeriod) ? int(duration(self.retryPeriod)) : (has(self.leaseDuration) ? int(duration(self.leaseDuration)) : 15000000000) * 2 / 15) < (has(self.renewDeadline) ? int(duration(self.renewDeadline)) : (has(self.leaseDuration) ? int(duration(self.leaseDuration)) : 15000000000) * 2 / 3) && (has(self.renewDeadline) ? int(duration(self.renewDeadline)) : (has(self.leaseDuration) ? int(duration(self.leaseDuration)) : 15000000000) * 2 / 3) < (has(self.leaseDuration) ? int(duration(self.leaseDuration)) : 15000000000))",message="with the defaults filled in (renewDeadline two thirds of leaseDuration, retryPeriod 2/15 of it) the timings must keep 0 < retryPeriod < renewDeadline < leaseDuration: set renewDeadline and retryPeriod, or a longer leaseDuration"
 type OwnershipSpec struct {
 	// Slots is how many slot Leases streams hash onto. It cannot change after
 	// creation: every stream's slot would move.
@@ -146,13 +157,16 @@ type BrokerSpec struct {
 	// +optional
 	FlushLinger *Duration `json:"flushLinger,omitempty"`
 
-	// MaxBatchBytes bounds one group-commit object.
+	// MaxBatchBytes bounds one group-commit object, from 4096 to 2^62
+	// bytes (the broker's bound on a byte size).
 	// +kubebuilder:validation:Minimum=4096
+	// +kubebuilder:validation:XValidation:rule="self <= 4611686018427387904",message="maxBatchBytes must be at most 4611686018427387904 (2^62), the broker's bound on a byte size"
 	// +optional
 	MaxBatchBytes *int64 `json:"maxBatchBytes,omitempty"`
 
 	// LongPollTimeout is how long a live read waits for new records before it
-	// answers "up to date".
+	// answers "up to date": positive (the broker's default is 1s).
+	// +kubebuilder:validation:XValidation:rule="!self.matches('^([0-9]+([.][0-9]+)?(ns|us|ms|s|m|h))+$') || duration(self) > duration('0s')",message="longPollTimeout must be positive: a live read that never waits is not a long poll (the broker refuses 0s)"
 	// +optional
 	LongPollTimeout *Duration `json:"longPollTimeout,omitempty"`
 
@@ -250,11 +264,13 @@ type StreamClusterStatus struct {
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 
-	// Replicas is how many broker pods exist.
+	// Replicas is how many broker pods exist: spec.replicas, except while
+	// brokers are added or removed, and while a scale-down is held (the
+	// Ready and Degraded conditions say so).
 	// +optional
 	Replicas int32 `json:"replicas,omitempty"`
 
-	// ReadyReplicas is how many broker pods are ready.
+	// ReadyReplicas is how many broker pods are ready, of those that exist.
 	// +optional
 	ReadyReplicas int32 `json:"readyReplicas,omitempty"`
 
@@ -289,10 +305,12 @@ type BrokerSlots struct {
 // +kubebuilder:subresource:status
 // +kubebuilder:resource:shortName=strc,categories=picomq
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
-// +kubebuilder:printcolumn:name="Replicas",type=integer,JSONPath=`.spec.replicas`
-// +kubebuilder:printcolumn:name="Ready Replicas",type=integer,JSONPath=`.status.readyReplicas`
+// +kubebuilder:printcolumn:name="Desired",type=integer,JSONPath=`.spec.replicas`,description="Brokers the spec asks for"
+// +kubebuilder:printcolumn:name="Brokers",type=integer,JSONPath=`.status.replicas`,description="Broker pods that exist (more than desired while a scale-down is held)"
+// +kubebuilder:printcolumn:name="Ready Brokers",type=integer,JSONPath=`.status.readyReplicas`,description="Broker pods that are ready"
 // +kubebuilder:printcolumn:name="Endpoint",type=string,JSONPath=`.status.endpoint`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+// +kubebuilder:printcolumn:name="Message",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].message`,priority=1
 type StreamCluster struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`

@@ -388,6 +388,17 @@ func TestStatefulSetDefaults(t *testing.T) {
 	if env[EnvNodeID] != "metadata.name" || env["POD_NAME"] != "metadata.name" || env["POD_NAMESPACE"] != "metadata.namespace" {
 		t.Errorf("downward-API env %v", env)
 	}
+	// A broker that cannot start says why in its termination message,
+	// which the pod's status keeps (and the logs' tail when it wrote none).
+	termLog := ""
+	for _, e := range ctr.Env {
+		if e.Name == EnvTerminationLog {
+			termLog = e.Value
+		}
+	}
+	if termLog != "/dev/termination-log" || ctr.TerminationMessagePolicy != corev1.TerminationMessageFallbackToLogsOnError {
+		t.Errorf("termination log %q, policy %q: want the broker's fatal error in /dev/termination-log, FallbackToLogsOnError", termLog, ctr.TerminationMessagePolicy)
+	}
 	probes := map[string]*corev1.Probe{"startup": ctr.StartupProbe, "liveness": ctr.LivenessProbe, "readiness": ctr.ReadinessProbe}
 	for name, path := range map[string]string{"startup": "/healthz", "liveness": "/healthz", "readiness": "/readyz"} {
 		p := probes[name]

@@ -13,6 +13,10 @@ import (
 	streamsv1alpha1 "github.com/picomq/picomq/api/v1alpha1"
 )
 
+// EnvTerminationLog names the file the broker writes its fatal error to
+// (cmd/broker --termination-log).
+const EnvTerminationLog = "PICOMQ_TERMINATION_LOG"
+
 // Timings of the broker pods.
 const (
 	// TerminationGracePeriodSeconds covers the preStop pause plus the
@@ -245,6 +249,13 @@ func container(c *streamsv1alpha1.StreamCluster, p StatefulSetParams) corev1.Con
 			// The broker's node id is its pod name: stable across restarts,
 			// and what the operator addresses it by.
 			fieldEnv(EnvNodeID, "metadata.name"),
+			// A broker that cannot start writes why to the container's
+			// termination-message file, which the kubelet keeps in the pod's
+			// status (lastState.terminated.message) and the operator reports
+			// in Degraded. It is a property of the pod, not of the broker
+			// configuration, so it is not in the ConfigMap (whose hash rolls
+			// the pods).
+			{Name: EnvTerminationLog, Value: corev1.TerminationMessagePathDefault},
 			fieldEnv("POD_NAME", "metadata.name"),
 			fieldEnv("POD_NAMESPACE", "metadata.namespace"),
 		},
