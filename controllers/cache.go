@@ -14,8 +14,9 @@ import (
 
 // CacheOptions are the manager's informer settings for these controllers:
 // limited to namespaces (all when empty), and, for the kinds the operator
-// owns, to the objects it labelled, so that the manager does not cache
-// every ConfigMap, Service or Role of the cluster.
+// owns and for the broker pods, to the objects it labelled, so that the
+// manager does not cache every ConfigMap, Service, Role or Pod of the
+// cluster.
 func CacheOptions(namespaces []string) cache.Options {
 	owned := cache.ByObject{Label: labels.SelectorFromSet(labels.Set{resources.LabelManagedBy: resources.ManagedByValue})}
 	opts := cache.Options{ByObject: map[client.Object]cache.ByObject{
@@ -26,6 +27,8 @@ func CacheOptions(namespaces []string) cache.Options {
 		&rbacv1.Role{}:                  owned,
 		&rbacv1.RoleBinding{}:           owned,
 		&policyv1.PodDisruptionBudget{}: owned,
+		// The broker pods carry the StatefulSet template's labels.
+		&corev1.Pod{}: owned,
 	}}
 	if len(namespaces) > 0 {
 		opts.DefaultNamespaces = map[string]cache.Config{}

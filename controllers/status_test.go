@@ -66,7 +66,7 @@ func TestPatchStatusWritesChangesOnly(t *testing.T) {
 	rv := s.ResourceVersion
 	ready := metav1.Condition{Status: metav1.ConditionTrue, Reason: streamsv1alpha1.ReasonCreated, Message: "ok"}
 
-	written, err := patchStatus(ctx, c, s, withReady(ready), func(s *streamsv1alpha1.Stream) { s.Status.Closed = true })
+	written, err := patchStatus(ctx, c, s, withReady(ready), withApplied(`{"partitions":1}`), func(s *streamsv1alpha1.Stream) { s.Status.Closed = true })
 	if err != nil || !written {
 		t.Fatalf("patchStatus = %v, %v; want written", written, err)
 	}
@@ -81,7 +81,7 @@ func TestPatchStatusWritesChangesOnly(t *testing.T) {
 
 	// The same changes again: nothing to write, no request.
 	before := statusPatches.Load()
-	written, err = patchStatus(ctx, c, s, withReady(ready), func(s *streamsv1alpha1.Stream) { s.Status.Closed = true })
+	written, err = patchStatus(ctx, c, s, withReady(ready), withApplied(`{"partitions":1}`), func(s *streamsv1alpha1.Stream) { s.Status.Closed = true })
 	if err != nil || written {
 		t.Errorf("an unchanged status: written %v, err %v", written, err)
 	}

@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"time"
@@ -11,6 +12,7 @@ import (
 
 	streamsv1alpha1 "github.com/picomq/picomq/api/v1alpha1"
 	"github.com/picomq/picomq/broker/client"
+	"github.com/picomq/picomq/broker/httpapi/wire"
 	"github.com/picomq/picomq/broker/stream"
 	"github.com/picomq/picomq/controllers/brokeradmin"
 	"github.com/picomq/picomq/controllers/resources"
@@ -29,9 +31,13 @@ type syncOutcome struct {
 	// before and was found deleted out of band.
 	created, recreated bool
 	// updated lists the policy fields changed on the broker; drift says the
-	// spec had not changed since the last sync (so the broker had).
+	// broker's policy was not the one the operator had applied (so someone
+	// changed it there).
 	updated []string
 	drift   bool
+	// applied, when set, is the policy the broker's stream now has, as
+	// status records it: the sync made the stream what the spec asks.
+	applied string
 }
 
 // desiredConfig is the broker configuration a Stream asks for.
@@ -75,6 +81,7 @@ func (r *StreamReconciler) sync(ctx context.Context, s *streamsv1alpha1.Stream, 
 	if err != nil {
 		return syncOutcome{ready: brokerError(c, endpoint, "connect", err)}
 	}
+	applied := appliedPolicy(cfg.Policy)
 	ctx, cancel := context.WithTimeout(ctx, r.Options.BrokerCallTimeout)
 	defer cancel()
 
@@ -102,17 +109,32 @@ func (r *StreamReconciler) sync(ctx context.Context, s *streamsv1alpha1.Stream, 
 			return syncOutcome{ready: conflict(why), info: &info}
 		}
 		if diff := policyDiff(info.Policy, cfg.Policy); len(diff) > 0 {
+			// Drift is a broker policy other than the one the operator
+			// last applied: someone changed it there. A policy that is
+			// what was applied and differs from the spec is the user's
+			// change, however many reconciles failed in between.
+			drift := s.Status.AppliedPolicy != "" && s.Status.AppliedPolicy != appliedPolicy(info.Policy)
 			info, err = admin.UpdatePolicy(ctx, name, cfg.Policy)
 			if err != nil {
 				return r.brokerFailure(s, c, endpoint, "update", err)
 			}
-			out.updated = diff
-			out.drift = s.Status.ObservedGeneration == s.Generation
+			out.updated, out.drift = diff, drift
 		}
 	}
 	out.info = &info
 	out.ready = streamReady(s, c, info, out.recreated)
+	out.applied = applied
 	return out
+}
+
+// appliedPolicy is how status records a policy: the admin API's JSON of it
+// normalized (a zero maxRecordBytes and 1 MiB are one policy).
+func appliedPolicy(p stream.PolicyValue) string {
+	raw, err := json.Marshal(wire.PolicyOf(p.Normalized()))
+	if err != nil {
+		return "" // a policy of numbers and strings always marshals
+	}
+	return string(raw)
 }
 
 // expired says why a Stream whose broker stream is gone has reached the
@@ -147,8 +169,11 @@ func (r *StreamReconciler) brokerFailure(s *streamsv1alpha1.Stream, c *streamsv1
 		return syncOutcome{ready: brokerError(c, endpoint, op, err)}
 	}
 	retry := fmt.Errorf("%s stream %s on cluster %s: %w", op, s.StreamName(), c.Name, err)
-	if brokeradmin.IsUnreachable(err) && !meta.IsStatusConditionTrue(c.Status.Conditions, streamsv1alpha1.ConditionReady) {
+	switch {
+	case brokeradmin.IsUnreachable(err) && !meta.IsStatusConditionTrue(c.Status.Conditions, streamsv1alpha1.ConditionReady):
 		return syncOutcome{ready: clusterNotReady(c, endpoint, err), retry: retry}
+	case brokeradmin.IsUnreachable(err):
+		return syncOutcome{ready: brokerUnreachable(c, endpoint, op, err), retry: retry}
 	}
 	return syncOutcome{ready: brokerError(c, endpoint, op, err), retry: retry}
 }
@@ -212,7 +237,7 @@ func (r *StreamReconciler) actionEvents(s *streamsv1alpha1.Stream, out syncOutco
 		if out.info != nil {
 			parts = out.info.PartitionCount
 		}
-		event(r.Recorder, s, eventNormal, "Created", "Create", "created stream %s with %d partitions", s.StreamName(), parts)
+		event(r.Recorder, s, eventNormal, "Created", "Create", "created stream %s with %d %s", s.StreamName(), parts, plural(parts, "partition", "partitions"))
 	}
 	if len(out.updated) > 0 {
 		if out.drift {

@@ -18,7 +18,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	streamsv1alpha1 "github.com/picomq/picomq/api/v1alpha1"
-	"github.com/picomq/picomq/controllers/resources"
 )
 
 // Metadata the Stream controller reads and writes.
@@ -83,7 +82,11 @@ func (r *StreamReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 	out := r.sync(ctx, &s, &cluster)
 	r.actionEvents(&s, out)
 	next := jitter(r.Options.ResyncPeriod)
-	return r.finish(ctx, &s, out.retry, next, withReady(out.ready), withBrokerInfo(out.info))
+	txs := []func(*streamsv1alpha1.Stream){withReady(out.ready), withBrokerInfo(out.info)}
+	if out.applied != "" {
+		txs = append(txs, withApplied(out.applied))
+	}
+	return r.finish(ctx, &s, out.retry, next, txs...)
 }
 
 // finish writes the status txs make if it changed, then returns retryErr
@@ -126,10 +129,7 @@ func adminEndpoint(s *streamsv1alpha1.Stream, c *streamsv1alpha1.StreamCluster) 
 	if u := s.Annotations[AnnotationAdminURL]; u != "" {
 		return u
 	}
-	if u := c.Annotations[AnnotationAdminURL]; u != "" {
-		return u
-	}
-	return resources.Endpoint(c)
+	return clusterAdminEndpoint(c)
 }
 
 // detach leaves the broker stream alone for good: the finalizer goes and

@@ -4,9 +4,11 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
@@ -64,7 +66,8 @@ func updateStream(t *testing.T, ns, name string, mutate func(*streamsv1alpha1.St
 }
 
 // waitReady waits for the Stream's Ready condition to have status and
-// reason, at its current generation.
+// reason at its current generation; Ready True also needs status to say
+// the generation is applied (status.observedGeneration moves only then).
 func waitReady(t *testing.T, ns, name string, status metav1.ConditionStatus, reason string) *streamsv1alpha1.Stream {
 	t.Helper()
 	var s streamsv1alpha1.Stream
@@ -73,8 +76,10 @@ func waitReady(t *testing.T, ns, name string, status metav1.ConditionStatus, rea
 			return err
 		}
 		c := condition(s.Status.Conditions, streamsv1alpha1.ConditionReady)
-		if c.Status != status || c.Reason != reason || s.Status.ObservedGeneration != s.Generation {
-			return fmt.Errorf("Ready = %s/%s (%s) at generation %d of %d, want %s/%s", c.Status, c.Reason, c.Message, s.Status.ObservedGeneration, s.Generation, status, reason)
+		applied := status != metav1.ConditionTrue || s.Status.ObservedGeneration == s.Generation
+		if c.Status != status || c.Reason != reason || c.ObservedGeneration != s.Generation || !applied {
+			return fmt.Errorf("Ready = %s/%s (%s) at generation %d (applied %d) of %d, want %s/%s",
+				c.Status, c.Reason, c.Message, c.ObservedGeneration, s.Status.ObservedGeneration, s.Generation, status, reason)
 		}
 		return nil
 	})
@@ -109,9 +114,11 @@ func TestStreamCreateReportsPartitionsAndOffsets(t *testing.T) {
 	if len(s.Status.Partitions) != 3 {
 		t.Fatalf("status partitions = %+v, want 3", s.Status.Partitions)
 	}
+	// Never used yet: NotOpened, no epoch, no owner (not "epoch: -1").
 	for i, p := range s.Status.Partitions {
-		if p.Partition != int32(i) || p.Start != 0 || p.End != 0 || p.InternalID == 0 {
-			t.Errorf("partition %d = %+v", i, p)
+		if p.Partition != int32(i) || p.Start != 0 || p.End != 0 || p.InternalID == 0 ||
+			p.State != streamsv1alpha1.PartitionNotOpened || p.Epoch != nil || p.Owner != "" {
+			t.Errorf("partition %d = %+v, want NotOpened without epoch or owner", i, p)
 		}
 	}
 	bc := brokerClient(t, b.URL)
@@ -141,6 +148,12 @@ func TestStreamCreateReportsPartitionsAndOffsets(t *testing.T) {
 		}
 		if total != 10 {
 			return fmt.Errorf("status shows %d records: %+v", total, s.Status.Partitions)
+		}
+		// Appended to: opened, with an epoch and the owner.
+		for _, p := range s.Status.Partitions {
+			if p.End > 0 && (p.State == streamsv1alpha1.PartitionNotOpened || p.Epoch == nil || *p.Epoch < 0 || p.Owner == "") {
+				return fmt.Errorf("partition %d holds records but reads %+v", p.Partition, p)
+			}
 		}
 		return nil
 	})
@@ -258,6 +271,75 @@ func TestStreamFinalizerDroppedWhenTheClusterIsGone(t *testing.T) {
 	})
 }
 
+// A Stream deleted while its cluster is gone is released at once, but its
+// broker stream stays on the claims: it is recorded, and deleted from the
+// brokers when a cluster of that name runs again on them — unless a
+// Stream names it again by then.
+func TestStreamDeletedWhileTheClusterIsGoneIsDeletedWhenItReturns(t *testing.T) {
+	needsEnvtest(t)
+	b := shared(t)
+	ns := newNamespace(t)
+	h := startManager(t, ns, Options{})
+	h.admin.set(func(f *fakeAdmin) { f.leader = "demo-0" })
+	atBroker := func(c *streamsv1alpha1.StreamCluster) {
+		c.Annotations = map[string]string{AnnotationAdminURL: b.URL}
+		c.Spec.Replicas = 1
+	}
+	newCluster(t, ns, "demo", atBroker)
+	newStream(t, ns, "orphan", b.URL, nil)
+	newStream(t, ns, "adopted", b.URL, nil)
+	waitReady(t, ns, "orphan", metav1.ConditionTrue, streamsv1alpha1.ReasonCreated)
+	waitReady(t, ns, "adopted", metav1.ConditionTrue, streamsv1alpha1.ReasonCreated)
+
+	if err := k8s.Delete(context.Background(), getCluster(t, ns, "demo")); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"orphan", "adopted"} {
+		waitReady(t, ns, name, metav1.ConditionFalse, streamsv1alpha1.ReasonClusterNotFound)
+		if err := k8s.Delete(context.Background(), getStream(t, ns, name)); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, 10*time.Second, func() error {
+			if err := get(t, ns, name, &streamsv1alpha1.Stream{}); !apierrors.IsNotFound(err) {
+				return fmt.Errorf("Stream %s still there: %v", name, err)
+			}
+			return nil
+		})
+	}
+	bc := brokerClient(t, b.URL)
+	for _, name := range []string{"orphan", "adopted"} {
+		if _, err := bc.GetStream(context.Background(), ns+"/"+name); err != nil {
+			t.Fatalf("with its cluster gone nothing could delete %s: %v", name, err)
+		}
+	}
+	h.expectEvents("orphan", "ClusterGone", eventWarning, 1)
+	if e := h.events.find("orphan", "ClusterGone"); len(e) == 0 || !strings.Contains(e[0].Note, "demo-deleted-streams") {
+		t.Errorf("ClusterGone does not say where the stream is recorded: %+v", e)
+	}
+
+	// One is adopted by a new Stream before the cluster returns.
+	newStream(t, ns, "adopted", b.URL, nil)
+	waitReady(t, ns, "adopted", metav1.ConditionFalse, streamsv1alpha1.ReasonClusterNotFound)
+
+	newCluster(t, ns, "demo", atBroker)
+	waitSTS(t, ns, "demo", nil)
+	setSTSStatus(t, ns, "demo", 1)
+	eventually(t, 15*time.Second, func() error {
+		if _, err := bc.GetStream(context.Background(), ns+"/orphan"); !brokeradmin.IsNotFound(err) {
+			return fmt.Errorf("orphan still on the broker (%v)", err)
+		}
+		if err := get(t, ns, "demo-deleted-streams", &corev1.ConfigMap{}); !apierrors.IsNotFound(err) {
+			return fmt.Errorf("the record is still there (%v)", err)
+		}
+		return nil
+	})
+	if _, err := bc.GetStream(context.Background(), ns+"/adopted"); err != nil {
+		t.Errorf("the adopted stream was deleted: %v", err)
+	}
+	waitReady(t, ns, "adopted", metav1.ConditionTrue, streamsv1alpha1.ReasonCreated)
+	h.expectEvents("demo", "StreamDeleted", eventNormal, 1)
+}
+
 func TestStreamBrokerUnreachableBacksOffWithoutHotLoop(t *testing.T) {
 	needsEnvtest(t)
 	b := shared(t)
@@ -276,16 +358,17 @@ func TestStreamBrokerUnreachableBacksOffWithoutHotLoop(t *testing.T) {
 	}
 	h.expectEvents("lost", streamsv1alpha1.ReasonClusterNotReady, eventWarning, 1) // however many retries
 
-	// The cluster Ready but its brokers still unreachable: BrokerError
-	// naming the failure.
 	h.admin.set(func(f *fakeAdmin) { f.leader = "demo-0" })
 	setSTSStatus(t, ns, "demo", 3)
 	eventually(t, 10*time.Second, func() error {
 		return wantCondition(getCluster(t, ns, "demo"), streamsv1alpha1.ConditionReady, metav1.ConditionTrue, streamsv1alpha1.ReasonAllBrokersReady)
 	})
-	s := waitReady(t, ns, "lost", metav1.ConditionFalse, streamsv1alpha1.ReasonBrokerError)
-	if msg := condition(s.Status.Conditions, streamsv1alpha1.ConditionReady).Message; !containsAll(msg, "UNREACHABLE", "get") {
-		t.Errorf("BrokerError message = %q", msg)
+	// The cluster Ready but its brokers unreachable from the operator: the
+	// reason says so (not a broker error, not a storage failure).
+	s := waitReady(t, ns, "lost", metav1.ConditionFalse, streamsv1alpha1.ReasonBrokerUnreachable)
+	if msg := condition(s.Status.Conditions, streamsv1alpha1.ConditionReady).Message; !containsAll(msg, "could not be reached", "connection refused") ||
+		strings.Contains(msg, "STREAM_BACKEND_FAILED") || strings.Contains(msg, "storage") {
+		t.Errorf("BrokerUnreachable message = %q", msg)
 	}
 
 	// The broker is found again: Ready.
@@ -340,6 +423,41 @@ func TestStreamPolicyDriftIsRepaired(t *testing.T) {
 		return nil
 	})
 	h.expectEvents("steady", "PolicyDriftRepaired", eventWarning, 1)
+}
+
+// A user's change that a failed reconcile could not apply is reported as
+// the user's change once it is, not as drift on the broker: drift is
+// decided against the policy last applied, and a failed reconcile moves
+// neither it nor status.observedGeneration.
+func TestStreamChangeAfterAFailedReconcileIsNotDrift(t *testing.T) {
+	needsEnvtest(t)
+	b := shared(t)
+	ns := newNamespace(t)
+	h := startManager(t, ns, Options{})
+	newCluster(t, ns, "demo", nil)
+	newStream(t, ns, "grows", b.URL, func(s *streamsv1alpha1.Stream) { s.Spec.Partitions = 10 })
+	s := waitReady(t, ns, "grows", metav1.ConditionTrue, streamsv1alpha1.ReasonCreated)
+	applied := s.Status.ObservedGeneration
+
+	// The spec grows while the brokers cannot be reached: the reconcile
+	// fails, and status says the new generation is not applied.
+	updateStream(t, ns, "grows", func(s *streamsv1alpha1.Stream) {
+		s.Spec.Partitions = 12
+		s.Annotations[AnnotationAdminURL] = closedURL(t)
+	})
+	s = waitReady(t, ns, "grows", metav1.ConditionFalse, streamsv1alpha1.ReasonClusterNotReady)
+	if s.Status.ObservedGeneration != applied {
+		t.Errorf("a failed reconcile moved observedGeneration %d→%d", applied, s.Status.ObservedGeneration)
+	}
+
+	// The brokers are back: the change is applied, as the user's.
+	updateStream(t, ns, "grows", func(s *streamsv1alpha1.Stream) { s.Annotations[AnnotationAdminURL] = b.URL })
+	s = waitReady(t, ns, "grows", metav1.ConditionTrue, streamsv1alpha1.ReasonCreated)
+	if len(s.Status.Partitions) != 12 {
+		t.Errorf("partitions %d, want 12", len(s.Status.Partitions))
+	}
+	h.expectEvents("grows", "Updated", eventNormal, 1)
+	h.expectEvents("grows", "PolicyDriftRepaired", "", 0)
 }
 
 func TestStreamManagedFalseDetaches(t *testing.T) {

@@ -17,8 +17,9 @@ import (
 // finalize applies a deleted Stream's deletionPolicy on the broker, then
 // drops the finalizer. It never blocks for good: a detached Stream, a
 // Retain policy, a cluster that is gone (or going, with brokers that no
-// longer answer) drop the finalizer without a broker call; a broker that
-// fails is retried with backoff, and the status says how to detach.
+// longer answer) drop the finalizer without a broker call — the last two
+// recording the stream for deletion when the cluster returns; a broker
+// that fails is retried with backoff, and the status says how to detach.
 func (r *StreamReconciler) finalize(ctx context.Context, s *streamsv1alpha1.Stream) (ctrl.Result, error) {
 	if !controllerutil.ContainsFinalizer(s, StreamFinalizer) {
 		return ctrl.Result{}, nil
@@ -38,10 +39,21 @@ func (r *StreamReconciler) finalize(ctx context.Context, s *streamsv1alpha1.Stre
 		return drop(eventNormal, "Retained", "deletionPolicy is Retain: stream %s left on cluster %s", name, s.Spec.ClusterRef.Name)
 	}
 
+	// The cluster gone (or going, its brokers silent): the broker stream
+	// stays on the claims, which outlive the cluster, so it is recorded
+	// and deleted if the cluster runs again (orphans.go).
+	gone := func(why string) (ctrl.Result, error) {
+		if err := r.recordDeletedStream(ctx, s.Namespace, s.Spec.ClusterRef.Name, name); err != nil {
+			return requeueOnConflict(err)
+		}
+		return drop(eventWarning, "ClusterGone",
+			"%s: stream %s was not deleted from its brokers and stays on their claims; recorded in ConfigMap %s, it is deleted when a StreamCluster %s runs again (unless a Stream names it by then)",
+			why, name, deletedStreamsName(s.Spec.ClusterRef.Name), s.Spec.ClusterRef.Name)
+	}
 	var c streamsv1alpha1.StreamCluster
 	switch err := r.Client.Get(ctx, types.NamespacedName{Namespace: s.Namespace, Name: s.Spec.ClusterRef.Name}, &c); {
 	case apierrors.IsNotFound(err):
-		return drop(eventWarning, "ClusterGone", "StreamCluster %s is gone: nothing to delete stream %s from", s.Spec.ClusterRef.Name, name)
+		return gone(fmt.Sprintf("StreamCluster %s is gone", s.Spec.ClusterRef.Name))
 	case err != nil:
 		return ctrl.Result{}, err
 	}
@@ -58,7 +70,7 @@ func (r *StreamReconciler) finalize(ctx context.Context, s *streamsv1alpha1.Stre
 	case brokeradmin.IsNotFound(err):
 		return drop(eventNormal, "Deleted", "stream %s was already gone from cluster %s", name, c.Name)
 	case !c.DeletionTimestamp.IsZero() && brokeradmin.IsUnreachable(err):
-		return drop(eventWarning, "ClusterGone", "StreamCluster %s is being deleted and its brokers do not answer: stream %s not deleted", c.Name, name)
+		return gone(fmt.Sprintf("StreamCluster %s is being deleted and its brokers could not be reached", c.Name))
 	}
 	ready := metav1.Condition{Status: metav1.ConditionFalse, Reason: streamsv1alpha1.ReasonDeleting, Message: fmt.Sprintf(
 		"deleting stream %s on cluster %s failed (retrying with backoff): %v; to delete this resource without deleting the stream, set annotation %s: \"false\"",

@@ -6,20 +6,35 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	streamsv1alpha1 "github.com/picomq/picomq/api/v1alpha1"
 	"github.com/picomq/picomq/broker/client"
+	"github.com/picomq/picomq/broker/httpapi/wire"
 	"github.com/picomq/picomq/controllers/brokeradmin"
 )
 
 // withReady sets a Stream's Ready condition (its lastTransitionTime kept
-// when its status does not change) and the generation observed.
+// when its status does not change), which describes the current
+// generation whatever it says.
 func withReady(ready metav1.Condition) func(*streamsv1alpha1.Stream) {
 	return func(s *streamsv1alpha1.Stream) {
-		s.Status.ObservedGeneration = s.Generation
 		ready.Type = streamsv1alpha1.ConditionReady
 		ready.ObservedGeneration = s.Generation
 		meta.SetStatusCondition(&s.Status.Conditions, ready)
+	}
+}
+
+// withApplied records that the current spec is fully applied: the
+// generation, and the policy now on the broker, which the next sync tells
+// drift from. Only a sync that made the broker's stream what the spec asks
+// writes it: a failed or refused one leaves the last applied generation
+// and policy, so that the next sync reads a user's change as a change, not
+// as drift.
+func withApplied(policy string) func(*streamsv1alpha1.Stream) {
+	return func(s *streamsv1alpha1.Stream) {
+		s.Status.ObservedGeneration = s.Generation
+		s.Status.AppliedPolicy = policy
 	}
 }
 
@@ -38,14 +53,7 @@ func withBrokerInfo(info *client.StreamInfo) func(*streamsv1alpha1.Stream) {
 func applyBrokerInfo(st *streamsv1alpha1.StreamStatus, info *client.StreamInfo) {
 	parts := make([]streamsv1alpha1.PartitionStatus, 0, len(info.Partitions))
 	for _, p := range info.Partitions {
-		parts = append(parts, streamsv1alpha1.PartitionStatus{
-			Partition:  int32(p.Partition),
-			InternalID: int64(p.ID),
-			Epoch:      p.Epoch,
-			Owner:      p.Owner,
-			Start:      int64(p.Start),
-			End:        int64(p.End),
-		})
+		parts = append(parts, partitionStatus(p))
 	}
 	st.Partitions = parts
 	st.Closed = info.Closed
@@ -56,6 +64,31 @@ func applyBrokerInfo(st *streamsv1alpha1.StreamStatus, info *client.StreamInfo) 
 	case info.TTL > 0 && !info.LastAccess.IsZero():
 		st.ExpiresAt = &metav1.Time{Time: info.LastAccess.Add(info.TTL).Truncate(time.Second)}
 	}
+}
+
+// partitionStatus is one partition as status shows it. The broker reports
+// a partition no broker has opened yet with epoch -1 and no owner; status
+// says NotOpened and leaves both out rather than show a -1 that reads like
+// a fault.
+func partitionStatus(p wire.PartitionInfo) streamsv1alpha1.PartitionStatus {
+	ps := streamsv1alpha1.PartitionStatus{
+		Partition:  int32(p.Partition),
+		InternalID: int64(p.ID),
+		Start:      int64(p.Start),
+		End:        int64(p.End),
+	}
+	switch {
+	case p.Epoch < 0:
+		ps.State = streamsv1alpha1.PartitionNotOpened
+		return ps
+	case p.Open:
+		ps.State = streamsv1alpha1.PartitionOpen
+	default:
+		ps.State = streamsv1alpha1.PartitionClosed
+	}
+	ps.Epoch = ptr.To(p.Epoch)
+	ps.Owner = p.Owner
+	return ps
 }
 
 // streamReady is Ready=True: the stream exists as asked. A stream found
@@ -81,14 +114,20 @@ func clusterNotFound(s *streamsv1alpha1.Stream) metav1.Condition {
 
 func clusterNotReady(c *streamsv1alpha1.StreamCluster, endpoint string, err error) metav1.Condition {
 	return metav1.Condition{Status: metav1.ConditionFalse, Reason: streamsv1alpha1.ReasonClusterNotReady, Message: fmt.Sprintf(
-		"StreamCluster %s is not Ready and its admin API at %s does not answer: %v", c.Name, endpoint, err)}
+		"StreamCluster %s is not Ready and its brokers could not be reached at %s: %s", c.Name, endpoint, cause(err))}
 }
 
+// brokerUnreachable: the cluster is Ready, but its admin API could not be
+// reached from the operator.
+func brokerUnreachable(c *streamsv1alpha1.StreamCluster, endpoint, op string, err error) metav1.Condition {
+	return metav1.Condition{Status: metav1.ConditionFalse, Reason: streamsv1alpha1.ReasonBrokerUnreachable, Message: fmt.Sprintf(
+		"the brokers of cluster %s could not be reached at %s (%s): %s", c.Name, endpoint, op, cause(err))}
+}
+
+// brokerError: the broker answered a refusal (or a failure); the message
+// starts with its code.
 func brokerError(c *streamsv1alpha1.StreamCluster, endpoint, op string, err error) metav1.Condition {
 	code := brokeradmin.ErrorCode(err)
-	if brokeradmin.IsUnreachable(err) {
-		code = "UNREACHABLE"
-	}
 	if code == "" {
 		code = "UNKNOWN"
 	}

@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	streamsv1alpha1 "github.com/picomq/picomq/api/v1alpha1"
@@ -37,6 +38,9 @@ type StreamClusterReconciler struct {
 	RESTMapper meta.RESTMapper
 	Recorder   events.EventRecorder
 	Options    Options
+
+	// reach logs the brokers' answers to the status call once per change.
+	reach reachLog
 }
 
 // clusterObservation is what one reconcile saw and did; the status
@@ -48,6 +52,10 @@ type clusterObservation struct {
 	sts *appsv1.StatefulSet
 	// brokers are the answers of the brokers' admin API.
 	brokers []brokerObservation
+	// pods is how many broker pods exist; failing says which of them are
+	// failing and why (crash loops, images that cannot be pulled...).
+	pods    int
+	failing []string
 	// plan is the replica count applied, and why.
 	plan scalePlan
 	// paused: spec.paused, children left alone.
@@ -72,6 +80,9 @@ func (r *StreamClusterReconciler) Reconcile(ctx context.Context, req ctrl.Reques
 	}
 	var c streamsv1alpha1.StreamCluster
 	if err := r.Client.Get(ctx, req.NamespacedName, &c); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.reach.forget(req.Namespace, req.Name)
+		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	if !c.DeletionTimestamp.IsZero() {
@@ -99,6 +110,12 @@ func (r *StreamClusterReconciler) Reconcile(ctx context.Context, req ctrl.Reques
 	}
 	if sts != nil {
 		o.brokers = r.observeBrokers(ctx, &c, current)
+		r.reach.observe(ctrl.LoggerFrom(ctx), c.Namespace, c.Name, o.brokers)
+		pods, err := r.listBrokerPods(ctx, &c)
+		if err != nil {
+			return ctrl.Result{}, err
+		}
+		o.pods, o.failing = len(pods), failingPods(pods)
 	}
 
 	if !o.paused {
@@ -138,6 +155,13 @@ func (r *StreamClusterReconciler) Reconcile(ctx context.Context, req ctrl.Reques
 	}
 	if o.applyErr != nil {
 		return ctrl.Result{}, o.applyErr
+	}
+	// Streams deleted while a cluster of this name was gone: once a broker
+	// serves, they go (orphans.go).
+	if !o.paused && o.sts != nil && o.sts.Status.ReadyReplicas > 0 {
+		if err := r.deleteRecordedStreams(ctx, &c); err != nil {
+			return requeueOnConflict(err)
+		}
 	}
 	return ctrl.Result{RequeueAfter: r.nextLook(o, &c.Status)}, nil
 }
@@ -187,6 +211,9 @@ func (r *StreamClusterReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Owns(&rbacv1.RoleBinding{}).
 		// A PDB's status moves with every pod; only its spec matters here.
 		Owns(&policyv1.PodDisruptionBudget{}, generation).
+		// The broker pods belong to the StatefulSet; their crashes and
+		// recoveries are what Degraded reports.
+		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(clusterOfPod), builder.WithPredicates(podFailureChanged{})).
 		WithOptions(controller.Options{
 			MaxConcurrentReconciles: r.Options.StreamClusterConcurrency,
 			RateLimiter:             rateLimiter(r.Options),

@@ -472,6 +472,99 @@ func TestStreamClusterStatefulSetStatusDrivesReadyAndProgressing(t *testing.T) {
 	h.expectEvents("demo", "NotReady", eventWarning, 1)
 }
 
+// The case: one broker, its pod ready, its name not resolving
+// from the operator. The cluster is not Ready True (readiness is no
+// evidence of a metadata leader), the condition says which broker could
+// not be reached and why, and the log says it once, not at every
+// reconcile.
+func TestStreamClusterNotReadyWhenNoBrokerAnswers(t *testing.T) {
+	needsEnvtest(t)
+	ns := newNamespace(t)
+	var logs logLines
+	h := startManagerLogging(t, ns, restCfg, Options{NotReadyPollInterval: 100 * time.Millisecond}, logs.logger())
+	h.admin.set(func(f *fakeAdmin) { f.leader = "demo-0"; f.down["demo-0"] = true })
+	newCluster(t, ns, "demo", func(c *streamsv1alpha1.StreamCluster) { c.Spec.Replicas = 1 })
+	waitSTS(t, ns, "demo", nil)
+	setSTSStatus(t, ns, "demo", 1)
+	var c *streamsv1alpha1.StreamCluster
+	eventually(t, 10*time.Second, func() error {
+		c = getCluster(t, ns, "demo")
+		return wantCondition(c, streamsv1alpha1.ConditionReady, metav1.ConditionUnknown, streamsv1alpha1.ReasonBrokerUnreachable)
+	})
+	if msg := condition(c.Status.Conditions, streamsv1alpha1.ConditionReady).Message; !containsAll(msg, "broker demo-0 could not be reached", "no such host") {
+		t.Errorf("Ready message %q does not say which broker and why", msg)
+	}
+	// Looked at again and again (every 100ms while not Ready): one log
+	// line for the failure.
+	start := h.counts.get("streamcluster", ns, "demo")
+	eventually(t, 10*time.Second, func() error {
+		if n := h.counts.get("streamcluster", ns, "demo") - start; n < 5 {
+			return fmt.Errorf("%d reconciles", n)
+		}
+		return nil
+	})
+	if n := logs.count("broker did not answer the status call", "demo-0", "no such host"); n != 1 {
+		t.Errorf("the unreachable broker was logged %d times over many reconciles, want once", n)
+	}
+
+	// It answers: Ready, and one line saying so.
+	h.admin.set(func(f *fakeAdmin) { delete(f.down, "demo-0") })
+	eventually(t, 10*time.Second, func() error {
+		return wantCondition(getCluster(t, ns, "demo"), streamsv1alpha1.ConditionReady, metav1.ConditionTrue, streamsv1alpha1.ReasonAllBrokersReady)
+	})
+	if n := logs.count("broker answers the status call again", "demo-0"); n != 1 {
+		t.Errorf("recovery logged %d times, want once", n)
+	}
+}
+
+// A broker in CrashLoopBackOff: Degraded names the pod and why (its
+// container's waiting reason, restart count, last termination message),
+// instead of "AsExpected: nothing needs attention".
+func TestStreamClusterDegradedNamesCrashLoopingBrokers(t *testing.T) {
+	needsEnvtest(t)
+	ns := newNamespace(t)
+	h := startManager(t, ns, Options{})
+	c := newCluster(t, ns, "demo", func(c *streamsv1alpha1.StreamCluster) { c.Spec.Replicas = 1 })
+	waitSTS(t, ns, "demo", nil)
+	setSTSStatus(t, ns, "demo", 0)
+
+	// The pod the StatefulSet controller would make, crashing as the
+	// kubelet reports it (there is no kubelet here).
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "demo-0", Labels: resources.Labels(c)},
+		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "broker", Image: "broker:test"}}, AutomountServiceAccountToken: ptr.To(false)},
+	}
+	if err := k8s.Create(context.Background(), pod); err != nil {
+		t.Fatal(err)
+	}
+	crashing := crashLooping("demo-0", 4, "broker: usage: --long-poll-timeout 0s: must be positive")
+	pod.Status = crashing.Status
+	if err := k8s.Status().Update(context.Background(), pod); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, func() error {
+		c := getCluster(t, ns, "demo")
+		if err := wantCondition(c, streamsv1alpha1.ConditionDegraded, metav1.ConditionTrue, streamsv1alpha1.ReasonBrokersFailing); err != nil {
+			return err
+		}
+		if msg := condition(c.Status.Conditions, streamsv1alpha1.ConditionDegraded).Message; !containsAll(msg,
+			"demo-0", "CrashLoopBackOff", "restarted 4 times", "last exit code 64", "--long-poll-timeout 0s: must be positive") {
+			return fmt.Errorf("Degraded message %q", msg)
+		}
+		return nil
+	})
+	h.expectEvents("demo", streamsv1alpha1.ReasonBrokersFailing, eventWarning, 1)
+
+	// The broker runs again: nothing needs attention.
+	pod.Status.ContainerStatuses[0].State = corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: metav1.Now()}}
+	if err := k8s.Status().Update(context.Background(), pod); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, func() error {
+		return wantCondition(getCluster(t, ns, "demo"), streamsv1alpha1.ConditionDegraded, metav1.ConditionFalse, streamsv1alpha1.ReasonAsExpected)
+	})
+}
+
 // drainTable is a fake drain: each pod drains after a number of calls.
 type drainTable struct {
 	left map[string]int

@@ -78,10 +78,12 @@ func answered(brokers []brokerObservation) int {
 
 // readyCondition: every desired broker is ready and the metadata log has a
 // leader. A broker is only ready (/readyz) while it knows a metadata
-// leader, so when no broker answers the operator (an operator outside the
-// cluster network, say) the pods' readiness stands for the leader; when
-// brokers answer and none knows a leader, the cluster is not Ready
-// whatever the probes last said.
+// leader, but the pods' readiness is what the kubelet saw last, not an
+// answer: when brokers answer and none knows a leader the cluster is not
+// Ready, and when none answers at all (names that do not resolve, refused
+// connections: an operator outside the cluster network, say) whether it
+// is cannot be known, so Ready is Unknown and says which broker could not
+// be reached and why.
 func readyCondition(o clusterObservation) metav1.Condition {
 	c := metav1.Condition{Type: streamsv1alpha1.ConditionReady, Status: metav1.ConditionFalse}
 	sts := o.sts
@@ -89,26 +91,80 @@ func readyCondition(o clusterObservation) metav1.Condition {
 		c.Reason, c.Message = streamsv1alpha1.ReasonCreating, "the brokers' StatefulSet does not exist yet"
 		return c
 	}
-	ready := sts.Status.ReadyReplicas
-	if ready < o.desired || sts.Status.Replicas > o.desired && ready < sts.Status.Replicas {
-		c.Reason = streamsv1alpha1.ReasonBrokersNotReady
-		c.Message = fmt.Sprintf("%d of %d brokers ready", ready, o.desired)
+	ready, running := sts.Status.ReadyReplicas, sts.Status.Replicas
+	count := brokerCount(o, running, ready)
+	if ready < o.desired || running > o.desired && ready < running {
+		c.Reason, c.Message = streamsv1alpha1.ReasonBrokersNotReady, count
+		if len(o.failing) > 0 {
+			c.Message += " (failing pods: see the Degraded condition)"
+		}
+		return c
+	}
+	if answered(o.brokers) == 0 {
+		c.Status, c.Reason = metav1.ConditionUnknown, streamsv1alpha1.ReasonBrokerUnreachable
+		c.Message = count + ", but no broker answered the operator's status call, so whether the metadata log has a leader is unknown"
+		if why := unreachable(o.brokers); why != "" {
+			c.Message += ": " + why
+		}
 		return c
 	}
 	leader := metadataLeader(o.brokers)
-	if leader == "" && answered(o.brokers) > 0 {
+	if leader == "" {
 		c.Reason = streamsv1alpha1.ReasonNoMetadataLeader
-		c.Message = fmt.Sprintf("%d of %d brokers ready, but the %d brokers that answered know no metadata leader", ready, o.desired, answered(o.brokers))
+		c.Message = fmt.Sprintf("%s, but the %d brokers that answered know no metadata leader", count, answered(o.brokers))
 		return c
 	}
 	c.Status, c.Reason = metav1.ConditionTrue, streamsv1alpha1.ReasonAllBrokersReady
-	c.Message = fmt.Sprintf("%d of %d brokers ready", ready, o.desired)
-	if leader != "" {
-		c.Message += "; metadata leader " + leader
-	} else {
-		c.Message += "; no broker answered the operator's status call, readiness implies a metadata leader"
-	}
+	c.Message = count + "; metadata leader " + leader
 	return c
+}
+
+// brokerCount words the brokers' counts for people. Against the desired
+// count while the StatefulSet has as many pods; while it has more (a
+// scale-down held, draining, or under way) the desired count alone would
+// read "3 of 1 brokers ready", so the brokers that run are counted
+// against themselves and the scale-down named.
+func brokerCount(o clusterObservation, running, ready int32) string {
+	if running <= o.desired {
+		return fmt.Sprintf("%d of %d %s ready", ready, o.desired, plural(int(o.desired), "broker", "brokers"))
+	}
+	state := "under way"
+	switch {
+	case o.plan.blocked != "":
+		state = "held"
+	case o.plan.draining != "":
+		state = "waiting for drains"
+	}
+	return fmt.Sprintf("scale-down to %d %s: %d brokers running, %d ready", o.desired, state, running, ready)
+}
+
+// unreachable names the brokers that did not answer and why (the first
+// few: one line each would be as long as the cluster).
+func unreachable(brokers []brokerObservation) string {
+	const shown = 3
+	var parts []string
+	n := 0
+	for _, b := range brokers {
+		if b.err == nil {
+			continue
+		}
+		n++
+		if n <= shown {
+			parts = append(parts, fmt.Sprintf("broker %s could not be reached: %s", b.pod, cause(b.err)))
+		}
+	}
+	if n > shown {
+		parts = append(parts, fmt.Sprintf("and %d more", n-shown))
+	}
+	return strings.Join(parts, "; ")
+}
+
+// plural is one when n is 1, else many.
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
 }
 
 // progressingCondition: a rollout, a scaling or a drain is under way.
@@ -160,8 +216,9 @@ func rollout(sts *appsv1.StatefulSet) (reason, message string) {
 }
 
 // degradedCondition: something needs a person: a spec the operator cannot
-// build, a child it cannot apply, a scale-down it holds, a storage change
-// a StatefulSet cannot take.
+// build, a child it cannot apply, broker pods that fail (a crash loop, an
+// image that cannot be pulled), a scale-down it holds, a storage change a
+// StatefulSet cannot take.
 func degradedCondition(o clusterObservation) metav1.Condition {
 	c := metav1.Condition{Type: streamsv1alpha1.ConditionDegraded, Status: metav1.ConditionTrue}
 	switch {
@@ -169,6 +226,8 @@ func degradedCondition(o clusterObservation) metav1.Condition {
 		c.Reason, c.Message = streamsv1alpha1.ReasonInvalidSpec, o.specErr.Error()
 	case o.applyErr != nil:
 		c.Reason, c.Message = streamsv1alpha1.ReasonApplyFailed, o.applyErr.Error()
+	case len(o.failing) > 0:
+		c.Reason, c.Message = streamsv1alpha1.ReasonBrokersFailing, failingMessage(o.failing, o.pods)
 	case o.plan.blocked != "":
 		c.Reason, c.Message = streamsv1alpha1.ReasonScaleDownBlocked, o.plan.blocked
 	case o.storageChange != "":

@@ -28,6 +28,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
+	"github.com/go-logr/logr/funcr"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -46,6 +48,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	streamsv1alpha1 "github.com/picomq/picomq/api/v1alpha1"
+	brokerclient "github.com/picomq/picomq/broker/client"
 	"github.com/picomq/picomq/controllers/brokeradmin"
 )
 
@@ -170,6 +173,12 @@ func startManager(t *testing.T, ns string, opts Options) *harness {
 // (client rate limits, say).
 func startManagerWith(t *testing.T, ns string, cfg *rest.Config, opts Options) *harness {
 	t.Helper()
+	return startManagerLogging(t, ns, cfg, opts, logf.Log.WithName(ns))
+}
+
+// startManagerLogging is startManagerWith logging to log.
+func startManagerLogging(t *testing.T, ns string, cfg *rest.Config, opts Options, log logr.Logger) *harness {
+	t.Helper()
 	h := &harness{t: t, ns: ns, events: &captureRecorder{}, counts: &reconcileCounter{}}
 	if opts.BrokerAdmin == nil {
 		h.admin = newFakeAdmin()
@@ -191,7 +200,7 @@ func startManagerWith(t *testing.T, ns string, cfg *rest.Config, opts Options) *
 		Cache:                  CacheOptions([]string{ns}),
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
-		Logger:                 logf.Log.WithName(ns),
+		Logger:                 log,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -311,7 +320,10 @@ func (f *fakeAdmin) Status(_ context.Context, b brokeradmin.Broker) (brokeradmin
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.down[b.Pod] {
-		return brokeradmin.NodeStatus{}, fmt.Errorf("dial %s: connection refused", b.URL)
+		// What brokeradmin.HTTP returns for a pod whose name does not
+		// resolve.
+		dns := &net.OpError{Op: "dial", Net: "tcp", Err: &net.DNSError{Err: "no such host", Name: strings.TrimPrefix(b.URL, "http://"), IsNotFound: true}}
+		return brokeradmin.NodeStatus{}, fmt.Errorf("broker %s: %w", b, brokerclient.BrokerUnreachable.Wrap(dns, "endpoint", b.URL))
 	}
 	st := brokeradmin.NodeStatus{NodeID: b.Pod, Leader: f.leader, Ready: f.leader != "", RaftState: "Follower", Drain: f.draining[b.Pod]}
 	if f.leader == b.Pod {
@@ -456,6 +468,34 @@ func closedURL(t *testing.T) string {
 	addr := ln.Addr().String()
 	ln.Close()
 	return "http://" + addr
+}
+
+// logLines is a logger that keeps every line, for tests that count what
+// the controllers log.
+type logLines struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (l *logLines) logger() logr.Logger {
+	return funcr.New(func(prefix, args string) {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		l.lines = append(l.lines, prefix+" "+args)
+	}, funcr.Options{Verbosity: 0})
+}
+
+// count is how many lines hold every one of subs.
+func (l *logLines) count(subs ...string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for _, line := range l.lines {
+		if containsAll(line, subs...) {
+			n++
+		}
+	}
+	return n
 }
 
 // ---------------------------------------------------------------------------

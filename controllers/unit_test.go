@@ -7,11 +7,14 @@ package controllers
 
 import (
 	"errors"
+	"net"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 	"unicode/utf8"
 
+	"github.com/go-logr/logr/funcr"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -65,16 +68,138 @@ func TestReadyCondition(t *testing.T) {
 		{"no StatefulSet", clusterObservation{desired: 3}, metav1.ConditionFalse, streamsv1alpha1.ReasonCreating},
 		{"starting", clusterObservation{desired: 3, sts: stsWith(3, 1, nil)}, metav1.ConditionFalse, streamsv1alpha1.ReasonBrokersNotReady},
 		{"all ready, leader known", clusterObservation{desired: 3, sts: stsWith(3, 3, nil), brokers: brokersWithLeader("demo-0", 3)}, metav1.ConditionTrue, streamsv1alpha1.ReasonAllBrokersReady},
-		{"all ready, nobody answers: readiness implies a leader", clusterObservation{desired: 3, sts: stsWith(3, 3, nil),
-			brokers: []brokerObservation{{pod: "demo-0", err: errors.New("dns")}}}, metav1.ConditionTrue, streamsv1alpha1.ReasonAllBrokersReady},
+		// An unreachable broker is no evidence of a leader: not Ready True.
+		{"all ready, nobody answers", clusterObservation{desired: 3, sts: stsWith(3, 3, nil),
+			brokers: []brokerObservation{{pod: "demo-0", err: errors.New("dns")}}}, metav1.ConditionUnknown, streamsv1alpha1.ReasonBrokerUnreachable},
 		{"all ready, answers without leader", clusterObservation{desired: 3, sts: stsWith(3, 3, nil), brokers: brokersWithLeader("", 3)}, metav1.ConditionFalse, streamsv1alpha1.ReasonNoMetadataLeader},
 		{"held scale-down, extra broker not ready", clusterObservation{desired: 2, sts: stsWith(3, 2, nil)}, metav1.ConditionFalse, streamsv1alpha1.ReasonBrokersNotReady},
-		{"held scale-down, all ready", clusterObservation{desired: 2, sts: stsWith(3, 3, nil)}, metav1.ConditionTrue, streamsv1alpha1.ReasonAllBrokersReady},
+		{"held scale-down, all ready", clusterObservation{desired: 2, sts: stsWith(3, 3, nil), brokers: brokersWithLeader("demo-0", 3)}, metav1.ConditionTrue, streamsv1alpha1.ReasonAllBrokersReady},
 	} {
 		c := readyCondition(tc.o)
 		if c.Status != tc.status || c.Reason != tc.reason || c.Type != streamsv1alpha1.ConditionReady || c.Message == "" {
 			t.Errorf("%s: %s/%s (%s), want %s/%s", tc.name, c.Status, c.Reason, c.Message, tc.status, tc.reason)
 		}
+	}
+}
+
+// The issue's case: one broker, its pod ready, its name not resolving
+// from the operator. Ready is not True, and says which broker could not be
+// reached and why.
+func TestReadyWhenNoBrokerAnswers(t *testing.T) {
+	t.Parallel()
+	dns := client.BrokerUnreachable.Wrap(&net.OpError{Op: "dial", Net: "tcp", Err: &net.DNSError{Err: "no such host", Name: "demo-0.demo-headless.ns.svc", IsNotFound: true}},
+		"endpoint", "http://demo-0.demo-headless.ns.svc:4437")
+	c := readyCondition(clusterObservation{desired: 1, sts: stsWith(1, 1, nil), brokers: []brokerObservation{{pod: "demo-0", err: dns}}})
+	if c.Status == metav1.ConditionTrue || c.Reason != streamsv1alpha1.ReasonBrokerUnreachable {
+		t.Fatalf("Ready = %s/%s (%s), want Unknown/%s", c.Status, c.Reason, c.Message, streamsv1alpha1.ReasonBrokerUnreachable)
+	}
+	if !containsAll(c.Message, "1 of 1 broker ready", "broker demo-0 could not be reached", "lookup demo-0.demo-headless.ns.svc: no such host") {
+		t.Errorf("message %q does not say which broker and why", c.Message)
+	}
+}
+
+// A held scale-down reads as one: not "3 of 1 brokers ready".
+func TestReadyWordsAScaleDown(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		plan scalePlan
+		want string
+	}{
+		{scalePlan{blocked: "no drain"}, "scale-down to 1 held: 3 brokers running, 3 ready"},
+		{scalePlan{draining: "demo-2 draining"}, "scale-down to 1 waiting for drains: 3 brokers running, 3 ready"},
+		{scalePlan{}, "scale-down to 1 under way: 3 brokers running, 3 ready"},
+	} {
+		c := readyCondition(clusterObservation{desired: 1, sts: stsWith(3, 3, nil), plan: tc.plan, brokers: brokersWithLeader("demo-0", 3)})
+		if !strings.HasPrefix(c.Message, tc.want) || strings.Contains(c.Message, "of 1 brokers") {
+			t.Errorf("%+v: %q, want it to start %q", tc.plan, c.Message, tc.want)
+		}
+	}
+	if c := readyCondition(clusterObservation{desired: 3, sts: stsWith(3, 3, nil), brokers: brokersWithLeader("demo-0", 3)}); c.Message != "3 of 3 brokers ready; metadata leader demo-0" {
+		t.Errorf("steady: %q", c.Message)
+	}
+}
+
+// crashLooping is a broker pod whose container keeps exiting.
+func crashLooping(name string, restarts int32, message string) corev1.Pod {
+	return corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name}, Status: corev1.PodStatus{
+		Phase: corev1.PodRunning,
+		ContainerStatuses: []corev1.ContainerStatus{{
+			Name:                 "broker",
+			RestartCount:         restarts,
+			State:                corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff", Message: "back-off 5m0s restarting failed container"}},
+			LastTerminationState: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 64, Reason: "Error", Message: message}},
+		}},
+	}}
+}
+
+// A crash-looping broker makes the cluster Degraded, naming the pod, its
+// waiting reason, its restart count and its last termination message.
+func TestDegradedNamesFailingPods(t *testing.T) {
+	t.Parallel()
+	starting := corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "demo-1"}, Status: corev1.PodStatus{Phase: corev1.PodPending,
+		ContainerStatuses: []corev1.ContainerStatus{{Name: "broker", State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ContainerCreating"}}}}}}
+	pulling := corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "demo-2"}, Status: corev1.PodStatus{Phase: corev1.PodPending,
+		ContainerStatuses: []corev1.ContainerStatus{{Name: "broker", State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ImagePullBackOff", Message: "Back-off pulling image \"x:1\""}}}}}}
+	unschedulable := corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "demo-3"}, Status: corev1.PodStatus{Phase: corev1.PodPending,
+		Conditions: []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: corev1.PodReasonUnschedulable, Message: "0/3 nodes are available: 3 Insufficient memory."}}}}
+	pods := []corev1.Pod{crashLooping("demo-0", 5, "broker: usage: --long-poll-timeout 0s: must be positive\n"), starting, pulling, unschedulable}
+
+	failing := failingPods(pods)
+	if len(failing) != 3 {
+		t.Fatalf("failing = %q, want demo-0, demo-2 and demo-3 (demo-1 is only starting)", failing)
+	}
+	c := degradedCondition(clusterObservation{pods: len(pods), failing: failing})
+	if c.Status != metav1.ConditionTrue || c.Reason != streamsv1alpha1.ReasonBrokersFailing {
+		t.Fatalf("Degraded = %s/%s", c.Status, c.Reason)
+	}
+	for _, want := range []string{
+		"3 of 4 broker pods failing",
+		"demo-0: container broker CrashLoopBackOff, restarted 5 times, last exit code 64: broker: usage: --long-poll-timeout 0s: must be positive",
+		`demo-2: container broker ImagePullBackOff (Back-off pulling image "x:1")`,
+		"demo-3 cannot be scheduled: 0/3 nodes are available: 3 Insufficient memory.",
+	} {
+		if !strings.Contains(c.Message, want) {
+			t.Errorf("Degraded message %q lacks %q", c.Message, want)
+		}
+	}
+	if strings.Contains(c.Message, "back-off 5m0s") {
+		t.Errorf("the crash loop's back-off note is noise: %q", c.Message)
+	}
+	// A termination message that is a log tail keeps its end, where the
+	// error is.
+	long := strings.Repeat("x", 1000) + " the end"
+	if got := podFailure(ptr.To(crashLooping("demo-0", 1, long))); !strings.HasSuffix(got, "the end") || len(got) > 500 || !strings.Contains(got, "restarted once") {
+		t.Errorf("long termination message: %q", got)
+	}
+	// Recovered: running, not failing.
+	ok := crashLooping("demo-0", 5, "old")
+	ok.Status.ContainerStatuses[0].State = corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}
+	if why := podFailure(&ok); why != "" {
+		t.Errorf("a running broker is failing: %q", why)
+	}
+}
+
+// A broker that stays unreachable is logged once per change of why, not
+// at every reconcile.
+func TestUnreachableBrokersLoggedOncePerChange(t *testing.T) {
+	t.Parallel()
+	var lines []string
+	log := funcr.New(func(prefix, args string) { lines = append(lines, args) }, funcr.Options{})
+	var l reachLog
+	refused := brokerObservation{pod: "demo-0", err: &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}}
+	dns := brokerObservation{pod: "demo-0", err: &net.OpError{Op: "dial", Net: "tcp", Err: &net.DNSError{Err: "no such host", Name: "demo-0.x"}}}
+	fine := brokerObservation{pod: "demo-0"}
+	for _, obs := range []brokerObservation{refused, refused, refused, dns, dns, fine, fine, refused} {
+		l.observe(log, "ns", "demo", []brokerObservation{obs})
+	}
+	if len(lines) != 4 || !strings.Contains(lines[0], "connection refused") || !strings.Contains(lines[1], "no such host") ||
+		!strings.Contains(lines[2], "again") || !strings.Contains(lines[3], "connection refused") {
+		t.Errorf("logged %d lines, want 4 (refused, dns, answers again, refused):\n%s", len(lines), strings.Join(lines, "\n"))
+	}
+	l.forget("ns", "demo")
+	l.observe(log, "ns", "demo", []brokerObservation{fine})
+	if len(lines) != 4 {
+		t.Errorf("a forgotten cluster's first answer was logged as a recovery")
 	}
 }
 
@@ -117,6 +242,7 @@ func TestDegradedCondition(t *testing.T) {
 		{"apply failed", clusterObservation{applyErr: errors.New("forbidden")}, metav1.ConditionTrue, streamsv1alpha1.ReasonApplyFailed},
 		{"blocked", clusterObservation{plan: scalePlan{blocked: "no drain"}}, metav1.ConditionTrue, streamsv1alpha1.ReasonScaleDownBlocked},
 		{"storage", clusterObservation{storageChange: "size"}, metav1.ConditionTrue, streamsv1alpha1.ReasonStorageImmutable},
+		{"failing pods", clusterObservation{pods: 1, failing: []string{"demo-0: CrashLoopBackOff"}}, metav1.ConditionTrue, streamsv1alpha1.ReasonBrokersFailing},
 	} {
 		c := degradedCondition(tc.o)
 		if c.Status != tc.status || c.Reason != tc.reason {
@@ -194,6 +320,38 @@ func TestPolicyDiffAndConflicts(t *testing.T) {
 	}
 }
 
+// Drift is a broker policy other than the one last applied; a broker
+// policy that is the one last applied, and differs from the spec, is the
+// user's change — even after failed reconciles moved nothing.
+func TestAppliedPolicyTellsDriftFromChange(t *testing.T) {
+	t.Parallel()
+	applied := appliedPolicy(stream.PolicyValue{Partitions: 10})
+	if applied != appliedPolicy(stream.PolicyValue{Partitions: 10, MaxRecordBytes: 1 << 20}) {
+		t.Errorf("normalized equal policies record differently")
+	}
+	if applied == appliedPolicy(stream.PolicyValue{Partitions: 12}) {
+		t.Errorf("different policies record the same")
+	}
+	if !strings.Contains(applied, `"partitions":10`) {
+		t.Errorf("applied policy %s", applied)
+	}
+}
+
+// Event notes are English: "1 partition", "2 partitions".
+func TestCreatedEventCountsPartitions(t *testing.T) {
+	t.Parallel()
+	rec := &captureRecorder{}
+	r := &StreamReconciler{Recorder: rec}
+	s := testStream()
+	s.Spec.Name = "app/events"
+	r.actionEvents(s, syncOutcome{created: true, info: &client.StreamInfo{PartitionCount: 1}})
+	r.actionEvents(s, syncOutcome{created: true, info: &client.StreamInfo{PartitionCount: 8}})
+	got := rec.find("s", "Created")
+	if len(got) != 2 || got[0].Note != "created stream app/events with 1 partition" || got[1].Note != "created stream app/events with 8 partitions" {
+		t.Errorf("notes %+v", got)
+	}
+}
+
 func TestAdminEndpoint(t *testing.T) {
 	t.Parallel()
 	c := testCluster()
@@ -216,9 +374,19 @@ func TestApplyBrokerInfo(t *testing.T) {
 	last := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
 	var st streamsv1alpha1.StreamStatus
 	applyBrokerInfo(&st, &client.StreamInfo{TTL: time.Hour, LastAccess: last, Closed: true,
-		Partitions: []wire.PartitionInfo{{Partition: 0, ID: 7, Epoch: 2, Owner: "b-0", Start: 3, End: 9}}})
-	if len(st.Partitions) != 1 || st.Partitions[0] != (streamsv1alpha1.PartitionStatus{Partition: 0, InternalID: 7, Epoch: 2, Owner: "b-0", Start: 3, End: 9}) {
-		t.Errorf("partitions %+v", st.Partitions)
+		Partitions: []wire.PartitionInfo{
+			{Partition: 0, ID: 7, Epoch: 2, Owner: "b-0", Open: true, Start: 3, End: 9},
+			{Partition: 1, ID: 8, Epoch: 1, Owner: "b-0", Start: 4, End: 4},
+			// Never opened: the broker says epoch -1 and no owner.
+			{Partition: 2, ID: 9, Epoch: -1},
+		}})
+	want := []streamsv1alpha1.PartitionStatus{
+		{Partition: 0, InternalID: 7, State: streamsv1alpha1.PartitionOpen, Epoch: ptr.To[int64](2), Owner: "b-0", Start: 3, End: 9},
+		{Partition: 1, InternalID: 8, State: streamsv1alpha1.PartitionClosed, Epoch: ptr.To[int64](1), Owner: "b-0", Start: 4, End: 4},
+		{Partition: 2, InternalID: 9, State: streamsv1alpha1.PartitionNotOpened},
+	}
+	if !equality.Semantic.DeepEqual(st.Partitions, want) {
+		t.Errorf("partitions %+v, want %+v", st.Partitions, want)
 	}
 	if !st.Closed || st.ExpiresAt == nil || !st.ExpiresAt.Time.Equal(last.Add(time.Hour)) {
 		t.Errorf("closed %v expiresAt %v", st.Closed, st.ExpiresAt)

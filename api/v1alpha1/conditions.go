@@ -18,7 +18,11 @@ package v1alpha1
 //     rollout, a scaling, a drain, a metadata election), or Progressing=True.
 //   - Degraded: Degraded=True. The operator cannot do what the spec asks
 //     without a person: the reason says why (InvalidSpec, ApplyFailed,
-//     ScaleDownBlocked, StorageChangeNotApplied) and the message what to do.
+//     BrokersFailing, ScaleDownBlocked, StorageChangeNotApplied) and the
+//     message what to do.
+//   - Unknown: Ready=Unknown with reason BrokerUnreachable: the pods are
+//     ready but no broker answered the operator, so whether the cluster
+//     serves is not known (the message says which broker and why).
 //   - Suspended: Progressing=False with reason Paused (spec.paused).
 //
 // For Argo CD, a custom health check (resource.customizations.health.
@@ -55,8 +59,9 @@ package v1alpha1
 //   - Healthy: Ready=True (reason Created, or Recreated: the stream exists as
 //     asked, but was deleted outside the operator once and restarted at
 //     offset 0).
-//   - Progressing: Ready=False with reason ClusterNotReady, BrokerError or
-//     Deleting: the operator retries with backoff.
+//   - Progressing: Ready=False with reason ClusterNotReady,
+//     BrokerUnreachable, BrokerError or Deleting: the operator retries with
+//     backoff.
 //   - Degraded: Ready=False with reason Conflict, InvalidSpec,
 //     ClusterNotFound or Expired: the operator does not retry until the spec,
 //     the cluster or the broker's stream changes.
@@ -94,6 +99,16 @@ const (
 	// ReasonCreating (Ready=False, Progressing=True): the brokers'
 	// StatefulSet does not exist yet. Progressing.
 	ReasonCreating = "Creating"
+	// ReasonBrokerUnreachable (StreamCluster Ready=Unknown): the broker
+	// pods are ready but none answered the operator's status call (a name
+	// that does not resolve, a connection refused, a timeout: the message
+	// names the broker and the error), so the operator cannot tell whether
+	// the metadata log has a leader. Also the reason of a Stream's
+	// Ready=False when its cluster's admin API could not be reached.
+	// Retried; lasting, check the network between the operator and the
+	// pods (an operator outside the cluster cannot reach them: see the
+	// admin-url annotation).
+	ReasonBrokerUnreachable = "BrokerUnreachable"
 )
 
 // Reasons of a StreamCluster's Progressing condition.
@@ -137,6 +152,13 @@ const (
 	// (refused by the apiserver or an admission webhook); retried with
 	// backoff. Degraded.
 	ReasonApplyFailed = "ApplyFailed"
+	// ReasonBrokersFailing (Degraded=True): broker pods are failing: a
+	// container in CrashLoopBackOff, an image that cannot be pulled, a pod
+	// that cannot be scheduled. The message names each pod with its
+	// container's waiting reason, restart count and last termination
+	// message (the broker writes its fatal error there). Degraded until
+	// the pods run.
+	ReasonBrokersFailing = "BrokersFailing"
 	// ReasonStorageImmutable (Degraded=True): spec.storage asks for a claim
 	// template the StatefulSet cannot take (its claim templates are
 	// immutable); the old one is kept and everything else is applied.
@@ -162,9 +184,10 @@ const (
 	// admin API does not answer; retried with backoff. Progressing.
 	ReasonClusterNotReady = "ClusterNotReady"
 	// ReasonBrokerError (Ready=False): a call to the broker failed; the
-	// message starts with the broker's error code (or UNREACHABLE).
-	// Retried with backoff, except a configuration the broker refuses.
-	// Progressing; lasting, Degraded.
+	// message starts with the broker's error code (a broker that could not
+	// be reached at all is BrokerUnreachable instead). Retried with
+	// backoff, except a configuration the broker refuses. Progressing;
+	// lasting, Degraded.
 	ReasonBrokerError = "BrokerError"
 	// ReasonConflict (Ready=False): the broker's stream cannot become what
 	// the spec asks without losing data (another content type, fewer

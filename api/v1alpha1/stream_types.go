@@ -76,15 +76,42 @@ const (
 	DeletionPolicyRetain DeletionPolicy = "Retain"
 )
 
+// PartitionState is where a partition's internal stream is in its life on
+// the brokers.
+// +kubebuilder:validation:Enum=NotOpened;Open;Closed
+type PartitionState string
+
+const (
+	// PartitionNotOpened: no broker has opened the partition yet (nothing
+	// was appended to or read from it); it has no epoch and no owner, and
+	// its first use opens it.
+	PartitionNotOpened PartitionState = "NotOpened"
+	// PartitionOpen: the partition is open on its owner, which takes its
+	// appends.
+	PartitionOpen PartitionState = "Open"
+	// PartitionClosed: the partition was opened before and is open on no
+	// broker now (its owner restarted or let it go); its next use opens it
+	// again, at a higher epoch.
+	PartitionClosed PartitionState = "Closed"
+)
+
 // PartitionStatus is one partition as the broker reports it.
 type PartitionStatus struct {
 	// Partition is the partition's index, from 0.
 	Partition int32 `json:"partition"`
 	// InternalID is the broker's internal stream id behind the partition.
 	InternalID int64 `json:"internalID"`
-	// Epoch counts the openings of the internal stream; -1 until first opened.
-	Epoch int64 `json:"epoch"`
-	// Owner is the broker that currently owns the partition, if any.
+	// State is NotOpened (never used yet: no epoch, no owner), Open (open on
+	// its owner) or Closed (opened before, open on no broker now).
+	State PartitionState `json:"state"`
+	// Epoch counts the openings of the partition's internal stream: each
+	// opening fences the writer of the one before. Absent until the
+	// partition is first opened.
+	// +optional
+	Epoch *int64 `json:"epoch,omitempty"`
+	// Owner is the broker that opened the partition last, which its appends
+	// go through while it is Open. Absent until the partition is first
+	// opened.
 	// +optional
 	Owner string `json:"owner,omitempty"`
 	// Start is the first offset still readable.
@@ -101,9 +128,21 @@ type StreamStatus struct {
 	// +optional
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
 
-	// ObservedGeneration is the spec generation the status describes.
+	// ObservedGeneration is the latest spec generation the operator fully
+	// applied to the broker's stream. While a change is being applied,
+	// retried or refused it stays below metadata.generation; the Ready
+	// condition, whose own observedGeneration is the generation it
+	// describes, says why.
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// AppliedPolicy is the policy the operator last set on the broker's
+	// stream (or found there as asked), in the admin API's JSON with the
+	// defaults filled in. A broker policy that differs from it was changed
+	// on the broker, not through this resource: that drift is set back, with
+	// a Warning event.
+	// +optional
+	AppliedPolicy string `json:"appliedPolicy,omitempty"`
 
 	// Partitions describes every partition of the stream.
 	// +listType=map
@@ -127,9 +166,10 @@ type StreamStatus struct {
 // +kubebuilder:subresource:status
 // +kubebuilder:resource:shortName=strm,categories=picomq
 // +kubebuilder:printcolumn:name="Cluster",type=string,JSONPath=`.spec.clusterRef.name`
-// +kubebuilder:printcolumn:name="Name",type=string,JSONPath=`.spec.name`
+// +kubebuilder:printcolumn:name="Stream",type=string,JSONPath=`.spec.name`,description="The stream's name on the broker (metadata.name when empty)"
 // +kubebuilder:printcolumn:name="Partitions",type=integer,JSONPath=`.spec.partitions`
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type Stream struct {
 	metav1.TypeMeta   `json:",inline"`

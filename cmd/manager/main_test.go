@@ -124,7 +124,7 @@ func TestLogsEncodeDurationsAsStrings(t *testing.T) {
 func TestCacheOptions(t *testing.T) {
 	t.Parallel()
 	all := controllers.CacheOptions(nil)
-	if all.DefaultNamespaces != nil || len(all.ByObject) != 7 {
+	if all.DefaultNamespaces != nil || len(all.ByObject) != 8 {
 		t.Errorf("all namespaces: %+v", all)
 	}
 	for obj, by := range all.ByObject {
