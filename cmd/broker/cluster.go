@@ -5,13 +5,22 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
 	"github.com/picomq/picomq/broker/core"
+	"github.com/picomq/picomq/broker/httpapi/wire"
 	"github.com/picomq/picomq/broker/membership"
 	"github.com/picomq/picomq/broker/metalog"
+	"github.com/picomq/picomq/broker/ownership"
 	"github.com/picomq/picomq/broker/peer"
+	"github.com/picomq/picomq/broker/routing"
 	"github.com/picomq/picomq/broker/settings"
 )
 
@@ -25,7 +34,11 @@ type cluster struct {
 	dialer peer.Dialer
 	client *peer.Client
 	member *membership.Member
+	owners *ownership.Manager
 	srv    *peer.Server
+
+	mu sync.Mutex
+	b  *core.Broker // set once open: the ownership callbacks act on it
 
 	stop func()
 	wg   sync.WaitGroup
@@ -33,7 +46,7 @@ type cluster struct {
 
 // prepareCluster opens the peer port and takes this broker's place in the
 // cluster's metadata log (bootstrap or join), before the core opens.
-func prepareCluster(ctx context.Context, s settings.Settings, logger *slog.Logger) (*cluster, error) {
+func prepareCluster(ctx context.Context, s settings.Settings, logger *slog.Logger, reg prometheus.Registerer) (*cluster, error) {
 	c := &cluster{cfg: s.Cluster, log: logger}
 	_, peerPort, err := net.SplitHostPort(s.Cluster.PeerListen)
 	if err != nil {
@@ -65,7 +78,51 @@ func prepareCluster(ctx context.Context, s settings.Settings, logger *slog.Logge
 		c.mux.Close()
 		return nil, err
 	}
+	if c.owners, err = c.newOwnership(s, reg); err != nil {
+		c.mux.Close()
+		return nil, err
+	}
 	return c, nil
+}
+
+// newOwnership makes the slot Lease manager: the core asks it before it
+// opens a partition, and it hands slots off (Release) or stops them at
+// once (Revoke) through the core.
+func (c *cluster) newOwnership(s settings.Settings, reg prometheus.Registerer) (*ownership.Manager, error) {
+	var rc *rest.Config
+	var err error
+	if s.Cluster.Kubeconfig != "" {
+		rc, err = clientcmd.BuildConfigFromFlags("", s.Cluster.Kubeconfig)
+	} else {
+		rc, err = rest.InClusterConfig()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("the API server holding the slot Leases (--kubeconfig, or the pod's service account): %w", err)
+	}
+	client, err := kubernetes.NewForConfig(ownership.RestConfigFor(rc, s.Cluster.Slots, s.Cluster.RetryPeriod))
+	if err != nil {
+		return nil, err
+	}
+	var m *ownership.Manager
+	m, err = ownership.New(ownership.Config{
+		Client: client, Namespace: s.Cluster.Namespace, Cluster: s.Cluster.Name, Node: s.NodeID,
+		Identity: c.member.Identity().ID(), Slots: s.Cluster.Slots,
+		LeaseDuration: s.Cluster.LeaseDuration, RenewDeadline: s.Cluster.RenewDeadline, RetryPeriod: s.Cluster.RetryPeriod,
+		Logger: c.log, Metrics: reg,
+		Release: func(ctx context.Context, slot int) error {
+			return c.broker().Release(ctx, func(id uint64) bool { return m.SlotOf(id) == slot })
+		},
+		Revoke: func(slot int) {
+			c.broker().Revoke(func(id uint64) bool { return m.SlotOf(id) == slot })
+		},
+	})
+	return m, err
+}
+
+func (c *cluster) broker() *core.Broker {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.b
 }
 
 // coreConfig is how the core reaches the cluster's metadata log.
@@ -82,15 +139,30 @@ func (c *cluster) coreConfig() *core.ClusterConfig {
 	}
 }
 
+// configure sets the core's cluster seams in cfg.
+func (c *cluster) configure(cfg *core.Config) {
+	cfg.Cluster = c.coreConfig()
+	cfg.Ownership = c.owners
+}
+
 // start serves the peer API and runs the membership duties beside b.
 func (c *cluster) start(ctx context.Context, b *core.Broker) error {
 	c.srv = peer.NewServer(c.log)
+	c.mu.Lock()
+	c.b = b
+	c.mu.Unlock()
 	if err := c.member.Attach(ctx, b, c.srv); err != nil {
 		return err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	c.stop = cancel
-	c.wg.Add(2)
+	c.wg.Add(3)
+	go func() {
+		defer c.wg.Done()
+		if err := c.owners.Run(ctx); err != nil && ctx.Err() == nil {
+			c.log.Error("the slot Lease manager stopped", "err", err)
+		}
+	}()
 	go func() {
 		defer c.wg.Done()
 		if err := c.srv.Serve(c.mux.HTTP()); err != nil {
@@ -115,4 +187,32 @@ func (c *cluster) close() {
 	}
 	c.mux.Close()
 	c.wg.Wait()
+}
+
+// router is the front of the client port: every request served here or by
+// its partition's owner.
+func (c *cluster) router(local http.Handler, maxBody int64, reg prometheus.Registerer) *routing.Router {
+	b := c.broker()
+	return routing.New(routing.Config{
+		Self: c.member.Identity().ID(), Local: local, Broker: b,
+		SlotOf: c.owners.SlotOf, Owner: c.owners.Owner, Serving: c.owners.Serving,
+		Address: func(member string) (string, bool) {
+			m, ok := b.Member(member)
+			if !ok {
+				return "", false
+			}
+			addr, err := c.addrs.Client(m.Node)
+			return addr, err == nil
+		},
+		Catchup: c.member.Catchup, MaxBodyBytes: maxBody, Logger: c.log, Metrics: reg,
+	})
+}
+
+// nodeInfo adds the cluster's view to GET /v1/admin/node.
+func (c *cluster) nodeInfo(info *wire.NodeInfo) {
+	ms := c.member.Status()
+	os := c.owners.Status()
+	info.ClusterID, info.MemberID, info.Voters, info.NonVoters = ms.ClusterID, ms.MemberID, ms.Voters, ms.NonVoters
+	held := os.SlotsHeld
+	info.SlotsHeld, info.Slots = &held, os.Held
 }

@@ -90,7 +90,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 
 	var cl *cluster
 	if cfg.Cluster.Name != "" {
-		if cl, err = prepareCluster(ctx, cfg, logger); err != nil {
+		if cl, err = prepareCluster(ctx, cfg, logger, reg); err != nil {
 			logger.Error("cannot take this broker's place in its cluster", "err", err)
 			terminationMessage(cfg.TerminationLog, fmt.Errorf("cannot take this broker's place in its cluster: %w", err))
 			return errs.ExitCode(err)
@@ -110,7 +110,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		RaftLog:        raftLog,
 	}
 	if cl != nil {
-		coreCfg.Cluster = cl.coreConfig()
+		cl.configure(&coreCfg)
 	}
 	b, err := core.Open(coreCfg)
 	if err != nil {
@@ -131,7 +131,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		}
 	}
 	front := frontend.Options{LongPollTimeout: cfg.LongPollTimeout, MaxBodyBytes: cfg.MaxBodyBytes, Logger: logger}
-	api := httpapi.New(b, reg, httpapi.Options{Options: front, Registerer: reg, TestClock: testClock, DefaultPolicy: cfg.DefaultStreamPolicy})
+	apiOpts := httpapi.Options{Options: front, Registerer: reg, TestClock: testClock, DefaultPolicy: cfg.DefaultStreamPolicy}
+	if cl != nil {
+		apiOpts.Cluster = cl.nodeInfo
+	}
+	api := httpapi.New(b, reg, apiOpts)
 	ds := dsapi.New(b, dsapi.Options{Options: front})
 	api.Handle(dsapi.Prefix, ds) // the Durable Streams protocol
 	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
@@ -144,6 +148,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		logger.Warn("profiler enabled under /debug/pprof/ on the API port")
 	}
 
+	var handler http.Handler = api
+	if cl != nil {
+		handler = cl.router(api, cfg.MaxBodyBytes, reg)
+	}
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		logger.Error("cannot listen", "addr", cfg.Listen, "err", err)
@@ -157,7 +165,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		return exitUnavailable
 	}
 	srv := &http.Server{
-		Handler:           api,
+		Handler:           handler,
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          log.New(&slogWriter{logger}, "", 0),
