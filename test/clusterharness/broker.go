@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -221,4 +222,26 @@ func (b *Broker) logTail(n int) string {
 		return err.Error()
 	}
 	return string(data[max(0, len(data)-n):])
+}
+
+// stoppedAll reports nil once every thread of process pid is stopped
+// (state T in /proc/<pid>/task/<tid>/stat).
+func stoppedAll(pid int) error {
+	dir := fmt.Sprintf("/proc/%d/task", pid)
+	tasks, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	for _, task := range tasks {
+		stat, err := os.ReadFile(filepath.Join(dir, task.Name(), "stat"))
+		if err != nil {
+			continue // the thread ended
+		}
+		s := string(stat)
+		fields := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+		if len(fields) == 0 || (fields[0] != "T" && fields[0] != "t") {
+			return fmt.Errorf("thread %s of %d is in state %v", task.Name(), pid, fields[:min(1, len(fields))])
+		}
+	}
+	return nil
 }

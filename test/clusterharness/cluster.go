@@ -369,9 +369,17 @@ func (c *Cluster) HealAll() {
 // Kill SIGKILLs broker i and waits for it to end.
 func (c *Cluster) Kill(i int) { c.brokers[i].kill() }
 
-// Stop SIGSTOPs broker i: it holds its sockets and answers nothing.
+// Stop SIGSTOPs broker i and waits until every thread of it has stopped
+// (the signal is delivered asynchronously): it holds its sockets and
+// answers nothing.
 func (c *Cluster) Stop(i int) {
-	if err := c.brokers[i].signal(syscall.SIGSTOP); err != nil {
+	b := c.brokers[i]
+	if err := b.signal(syscall.SIGSTOP); err != nil {
+		c.t.Fatal(err)
+	}
+	if err := Poll(context.Background(), 5*time.Second, b.Name+" stopped", func(context.Context) error {
+		return stoppedAll(b.Pid())
+	}); err != nil {
 		c.t.Fatal(err)
 	}
 }
