@@ -22,10 +22,10 @@ import (
 // In a cluster an object file written on one member is copied to others
 // before the commit naming them is proposed. The copy arrives here as the
 // object's bytes, header and frames; WriteReplica checks every frame as it
-// streams them to a file aside, makes that file durable, and only then
-// gives it the object's name and makes the name durable — so the object's
-// name only ever stands for a whole, checked, durable copy, and a reader
-// never sees one half written. ReadFrameRaw serves a frame, header
+// streams them to a file aside, and only then gives it the object's name
+// and makes file and name durable (fdatasync, directory fsync) before it
+// returns — so the object's name only ever stands for a whole, checked
+// copy, and a reader never sees one half written. ReadFrameRaw serves a frame, header
 // included, for a member that fetches it (and checks it again itself).
 
 var (
@@ -113,19 +113,13 @@ func (s *Store) WriteReplica(id uint64, r io.Reader) (int64, error) {
 	tmp := f.Name()
 	size, err := receiveObject(f, id, r)
 	if err == nil {
-		if err = fdatasync(f); err != nil {
-			err = stream.StreamBackendFailed.Wrap(err, "op", "objstore.replica.fdatasync", "object", id)
-		}
+		err = s.placeReplica(id, f, tmp)
 	}
 	if cerr := f.Close(); err == nil && cerr != nil {
 		err = stream.StreamBackendFailed.Wrap(cerr, "op", "objstore.replica.close", "object", id)
 	}
 	if err != nil {
-		os.Remove(tmp)
-		return 0, err
-	}
-	if err := s.placeReplica(id, tmp); err != nil {
-		os.Remove(tmp)
+		os.Remove(tmp) // gone already once renamed
 		return 0, err
 	}
 	return size, nil
@@ -220,9 +214,18 @@ func receiveObject(w io.Writer, id uint64, r io.Reader) (int64, error) {
 	}
 }
 
-// placeReplica gives the durable file tmp object id's name, unless the
-// name already holds the same bytes, and makes the name durable.
-func (s *Store) placeReplica(id uint64, tmp string) error {
+// placeReplica gives f, the checked copy written at tmp, object id's
+// name, unless the name already holds the same bytes, and makes file and
+// name durable.
+//
+// The rename comes before the fdatasync: the name never stands for bytes
+// that did not check, and on a journalling file system (ext4, XFS) the
+// file's fdatasync commits the rename with it, which leaves the
+// directory's fsync next to nothing to do — one journal commit per copy
+// instead of two. Until both returned the copy is not answered, so nobody
+// relies on it; a crash in between leaves a file that either checks (the
+// same copy sent again finds it) or is torn (and is replaced).
+func (s *Store) placeReplica(id uint64, f *os.File, tmp string) error {
 	final := s.path(id)
 	fail := func(op string, err error) error {
 		return stream.StreamBackendFailed.Wrap(err, "op", op, "object", id)
@@ -239,12 +242,12 @@ func (s *Store) placeReplica(id uint64, tmp string) error {
 		if err := os.Chtimes(final, now, now); err != nil {
 			return fail("objstore.replica.touch", err)
 		}
-		f, err := os.OpenFile(final, os.O_RDONLY, 0)
+		g, err := os.OpenFile(final, os.O_RDONLY, 0)
 		if err != nil {
 			return fail("objstore.replica.open", err)
 		}
-		err = fdatasync(f)
-		f.Close()
+		err = fdatasync(g)
+		g.Close()
 		if err != nil {
 			return fail("objstore.replica.fdatasync", err)
 		}
@@ -256,6 +259,14 @@ func (s *Store) placeReplica(id uint64, tmp string) error {
 		}
 		// A handle cached for the file replaced would go on reading it.
 		s.cache.evict(id)
+		if err := fdatasync(f); err != nil {
+			// The kernel may have dropped the pages that failed: a later
+			// sync of this file could succeed without them. The name goes,
+			// so that the next copy is written afresh.
+			os.Remove(final)
+			s.cache.evict(id)
+			return fail("objstore.replica.fdatasync", err)
+		}
 	}
 	if err := s.dirf.Sync(); err != nil {
 		return fail("objstore.fsyncdir", err)
