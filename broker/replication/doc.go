@@ -1,0 +1,53 @@
+// Package replication copies a cluster member's object files to R-1 other
+// members before the commit naming them is proposed, and reads frames of
+// objects a member holds no file of from the members that do.
+//
+// # Nothing is acknowledged with fewer than R copies
+//
+// An append is acknowledged after its commit applied; the commit names the
+// object's replica set, and is proposed only after the writer's Sync
+// returned nil. Sync returns nil only when every replica is durable:
+//
+//  1. Create picks R for the object (R = 0: min(3, live members)) and
+//     starts it in this member's store, keeping what the peers must
+//     receive: the header, each frame's header and its payload (a copy
+//     for AppendFrame; the caller's bytes for AppendFrameRef, valid until
+//     Sync returns).
+//  2. Sync chooses R-1 peers among the live members other than this one,
+//     by rendezvous hashing on (object id, member id) — every member would
+//     choose the same from the same live set. Too few live peers fails
+//     the Sync (REPLICATION_FAILED): no object is ever committed with
+//     fewer copies than R.
+//  3. The local fdatasync and the copies run at once. Each peer receives
+//     the object's bytes (PUT ObjectsPath{id}), checks every frame's CRC
+//     as they stream in, writes them to a file aside, fdatasyncs it,
+//     renames it to the object's name and fsyncs the directory — and only
+//     then answers 204 (objstore.Store.WriteReplica).
+//  4. Sync returns nil when the local Sync and every copy succeeded;
+//     Replicas then names this member first, then the peers, for the
+//     commit. Any failure is the Sync's error: the caller aborts the
+//     object, nothing is committed, and the copies some peers made are
+//     orphans there, collected after the orphan grace.
+//
+// A copy's bytes may come from the caller's memory: the request body stops
+// reading it once the copy is over (answered, failed or timed out), so
+// nothing is read after Sync returned, even from a transport that writes a
+// body after its request failed.
+//
+// Objects whose frames travel inside their commit (core's inline objects)
+// never come here: the metadata log replicates them.
+//
+// # Reading from a replica
+//
+// Fetcher.FetchFrame asks the replicas a commit named (this member left
+// out) in rendezvous order for the frame, header included (GET
+// ObjectsPath{id}/frame?pos=P&len=N), checks its length and CRC itself,
+// and moves on to the next replica when the bytes fail or the replica
+// cannot answer. It never returns bytes it could not check.
+//
+// # Under-replication
+//
+// UnderReplicated counts committed objects with fewer than R replicas
+// among the current members (a member that is down but not removed still
+// holds its copy); Metrics.UnderReplicated is the gauge for it.
+package replication
