@@ -218,6 +218,25 @@ func (m *Member) serveJoin(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if s, ok := conf.Server(req.ID); !ok || s.Address != req.PeerAddr {
+		// Raft keeps one server per address: a server there already is the
+		// node's old incarnation (its directory was wiped), which cannot be
+		// running any more — the address is the new one's now. It goes
+		// first; the planner would remove it once the new one is in anyway.
+		for _, old := range conf.Servers {
+			if old.Address == req.PeerAddr && old.ID != req.ID {
+				m.log.Info("a node joins under a new incarnation: its old one goes", "old", old.ID, "new", req.ID)
+				if err := l.RemoveServer(r.Context(), old.ID); err != nil {
+					m.fail(w, r, err)
+					return
+				}
+				if mem, ok := b.Member(old.ID); ok && mem.Removed.IsZero() {
+					if err := b.RemoveMember(r.Context(), old.ID); err != nil {
+						m.fail(w, r, err)
+						return
+					}
+				}
+			}
+		}
 		if err := l.AddNonvoter(r.Context(), req.ID, req.PeerAddr); err != nil {
 			m.fail(w, r, err)
 			return

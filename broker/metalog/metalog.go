@@ -728,6 +728,22 @@ func (l *Log) Leader() (addr, id string) {
 // lost at any moment after; Apply reports ErrNotLeader when it is.
 func (l *Log) IsLeader() bool { return l.raft.State() == raft.Leader }
 
+// InContact reports whether this node can commit through a leader now:
+// it is the leader (a leader that loses its quorum steps down within its
+// lease), or it heard from one within within. A node cut from the others
+// must give up what only a member in contact may hold (its slots): its
+// commits would fail anyway.
+func (l *Log) InContact(within time.Duration) bool {
+	switch l.raft.State() {
+	case raft.Leader:
+		return true
+	case raft.Follower:
+		_, id := l.raft.LeaderWithID()
+		return id != "" && time.Since(l.raft.LastContact()) < within
+	}
+	return false
+}
+
 // State returns raft's state: "Follower", "Candidate", "Leader" or
 // "Shutdown".
 func (l *Log) State() string { return l.raft.State().String() }

@@ -109,6 +109,10 @@ func (c *cluster) newOwnership(s settings.Settings, reg prometheus.Registerer) (
 		Identity: c.member.Identity().ID(), Slots: s.Cluster.Slots,
 		LeaseDuration: s.Cluster.LeaseDuration, RenewDeadline: s.Cluster.RenewDeadline, RetryPeriod: s.Cluster.RetryPeriod,
 		Logger: c.log, Metrics: reg,
+		// A slot taken is served once this member has what the leader
+		// committed: the partitions' last owner may have committed appends
+		// this member has not applied yet, and a read must not miss them.
+		Acquire: func(ctx context.Context, slot int) error { return c.member.Catchup(ctx) },
 		Release: func(ctx context.Context, slot int) error {
 			return c.broker().Release(ctx, func(id uint64) bool { return m.SlotOf(id) == slot })
 		},
