@@ -44,6 +44,11 @@ func (r *StreamReconciler) finalize(ctx context.Context, s *streamsv1alpha1.Stre
 	// and deleted if the cluster runs again (orphans.go).
 	gone := func(why string) (ctrl.Result, error) {
 		if err := r.recordDeletedStream(ctx, s.Namespace, s.Spec.ClusterRef.Name, name); err != nil {
+			if apierrors.IsAlreadyExists(err) {
+				// Created by another Stream's finalizer since the cache
+				// was read: add to it on the next try.
+				return ctrl.Result{RequeueAfter: conflictRetry}, nil
+			}
 			return requeueOnConflict(err)
 		}
 		return drop(eventWarning, "ClusterGone",
