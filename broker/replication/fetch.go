@@ -37,6 +37,9 @@ func (f *Fetcher) FetchFrame(object uint64, replicas []string, pos, n int64) ([]
 		return nil, fmt.Errorf("replication: frame of %d bytes at %d in object %016x: %w", n, pos, object, objstore.ErrFrameSize)
 	}
 	r := f.r
+	if r.cfg.Client == nil {
+		return nil, ReplicaUnavailable.With("object", object, "reason", "no peer client configured")
+	}
 	addrs := map[string]string{}
 	for _, p := range r.peers() {
 		addrs[p.ID] = p.Addr

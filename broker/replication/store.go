@@ -55,7 +55,8 @@ func (w soleWriter) Replicas() []string { return append([]string(nil), w.self...
 // the header, and each frame's header and payload (a copy for AppendFrame,
 // the caller's own bytes for AppendFrameRef, which stay valid until Sync
 // returns). It is used by one goroutine at a time, as core.ObjectWriter
-// says.
+// says. A Sync sends the whole object, so a frame after a Sync that sent
+// frames by reference is refused (see errAppendAfterSync).
 type writer struct {
 	local core.ObjectWriter
 	r     *Replication
@@ -66,6 +67,7 @@ type writer struct {
 	size   int64    // bytes in pieces: the object's size
 
 	synced   int64    // size when the last Sync succeeded (0: none did)
+	byRef    bool     // some pieces are callers' payloads (AppendFrameRef)
 	replicas []string // this member, then the peers, after a Sync succeeded
 	err      error    // the first failure; the writer is unusable after it
 	closed   bool
@@ -75,7 +77,7 @@ func (w *writer) ID() uint64  { return w.local.ID() }
 func (w *writer) Size() int64 { return w.local.Size() }
 
 func (w *writer) AppendFrame(payload []byte) (int64, int64, error) {
-	if err := w.usable(); err != nil {
+	if err := w.appendable(); err != nil {
 		return 0, 0, err
 	}
 	pos, n, err := w.local.AppendFrame(payload)
@@ -88,7 +90,7 @@ func (w *writer) AppendFrame(payload []byte) (int64, int64, error) {
 }
 
 func (w *writer) AppendFrameRef(payload []byte) (int64, int64, error) {
-	if err := w.usable(); err != nil {
+	if err := w.appendable(); err != nil {
 		return 0, 0, err
 	}
 	pos, n, err := w.local.AppendFrameRef(payload)
@@ -99,6 +101,7 @@ func (w *writer) AppendFrameRef(payload []byte) (int64, int64, error) {
 	// pieces keep the old one, unchanged.
 	at := len(w.hdrs)
 	w.hdrs = objstore.AppendFrameHeader(w.hdrs, payload)
+	w.byRef = true
 	return pos, n, w.kept(pos, n, w.hdrs[at:len(w.hdrs):len(w.hdrs)], payload)
 }
 
@@ -120,6 +123,23 @@ func (w *writer) usable() error {
 		return objstore.ErrClosed
 	}
 	return w.err
+}
+
+// errAppendAfterSync refuses a frame after a Sync that sent frames by
+// reference: their bytes are the caller's again, and the next Sync would
+// have to send the whole object anew. (The core appends, syncs once and
+// closes.)
+var errAppendAfterSync = errors.New("replication: a frame appended after a Sync of frames appended by reference: the object could not be copied whole again")
+
+// appendable is usable for a new frame.
+func (w *writer) appendable() error {
+	if err := w.usable(); err != nil {
+		return err
+	}
+	if w.byRef && w.replicas != nil {
+		return fmt.Errorf("object %016x: %w", w.ID(), errAppendAfterSync)
+	}
+	return nil
 }
 
 // Sync makes the object durable on this member and on R-1 live peers, the

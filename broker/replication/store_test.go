@@ -1,6 +1,7 @@
 package replication
 
 import (
+	"bytes"
 	"errors"
 	"log/slog"
 	"net/http"
@@ -282,6 +283,30 @@ func TestResyncAfterMoreFrames(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.checkCopies(t, w.ID(), m.fileOf(t, w.ID()), w.Replicas(), frames)
+}
+
+// TestNoAppendAfterSyncByReference: once a Sync sent frames by reference,
+// their bytes are the caller's again: a further frame, which would need
+// the whole object sent anew, is refused (Close still works).
+func TestNoAppendAfterSyncByReference(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t, 2, Config{R: 2})
+	w, _, err := writeObject(t, c.members[0].placement(), []byte("copied"), []byte("by reference"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := w.AppendFrame([]byte("more")); !errors.Is(err, errAppendAfterSync) {
+		t.Fatalf("AppendFrame after the Sync: %v", err)
+	}
+	if _, _, err := w.AppendFrameRef([]byte("more")); !errors.Is(err, errAppendAfterSync) {
+		t.Fatalf("AppendFrameRef after the Sync: %v", err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got := c.members[1].fileOf(t, w.ID()); !bytes.Equal(got, c.members[0].fileOf(t, w.ID())) {
+		t.Fatal("the copy differs")
+	}
 }
 
 // TestConcurrentWriters: every member writes many objects at once, each
