@@ -8,7 +8,7 @@ import (
 )
 
 var (
-	flagSeqs  = flag.Int("ownership.seqs", 60, "random sequences the property test runs")
+	flagSeqs  = flag.Int("ownership.seqs", 40, "random sequences the property test runs")
 	flagSteps = flag.Int("ownership.steps", 200, "events per random sequence")
 	flagSeed  = flag.Uint64("ownership.seed", 0, "run only the sequence of this seed (0: seeds 1..seqs)")
 )

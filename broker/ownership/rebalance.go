@@ -283,11 +283,23 @@ func (m *Manager) takeOne(ctx context.Context, s int, base *coordinationv1.Lease
 		n.Spec.LeaseTransitions = ptr.To(ptr.Deref(base.Spec.LeaseTransitions, 0) + 1)
 	}
 	got, err := m.leases.Update(ctx, n, metav1.UpdateOptions{})
-	if err != nil {
-		if !apierrors.IsConflict(err) && !apierrors.IsNotFound(err) {
-			m.noteErr(err)
-			m.log.Warn("taking a slot failed", "slot", s, "err", err)
+	switch {
+	case apierrors.IsConflict(err):
+		// Another broker won, or our cache is behind (a stalled watch would
+		// make every Lease look expired): learn the Lease as it is, so the
+		// next decision starts its expiry from now instead of failing again.
+		if latest, gerr := m.leases.Get(ctx, base.Name, metav1.GetOptions{}); gerr == nil {
+			m.mu.Lock()
+			m.observeLocked(latest, m.clk.Now())
+			m.mu.Unlock()
 		}
+		return false
+	case apierrors.IsNotFound(err):
+		m.forgetLease(base.Name)
+		return false
+	case err != nil:
+		m.noteErr(err)
+		m.log.Warn("taking a slot failed", "slot", s, "err", err)
 		return false
 	}
 	m.mu.Lock()
