@@ -70,5 +70,20 @@
 // Acquire, Release and Revoke are called from the manager's goroutine. Every
 // Acquire that returns nil is followed, for that slot on that broker, by
 // exactly one Release that returns nil or one Revoke, before the slot is
-// given up or acquired again.
+// given up or acquired again. Wired to the broker core:
+//
+//	var m *ownership.Manager
+//	m, err := ownership.New(ownership.Config{
+//		Client: kubernetes.NewForConfigOrDie(ownership.RestConfigFor(restCfg, slots, retry)),
+//		// ... names and timings ...
+//		Release: func(ctx context.Context, slot int) error {
+//			return core.Release(ctx, func(id uint64) bool { return m.SlotOf(id) == slot })
+//		},
+//		Revoke: func(slot int) { core.Revoke(func(id uint64) bool { return m.SlotOf(id) == slot }) },
+//	})
+//	// core's Config takes m as its Ownership (MayOpen); go m.Run(ctx).
+//
+// A graceful stop is SetDraining(ctx, true), waiting until Held is empty,
+// then ending Run's context; ending it without that leaves the Leases to
+// expire, as after a crash.
 package ownership

@@ -18,17 +18,10 @@ import (
 // queues anyway.
 const renewParallelism = 8
 
-// renew renews the member Lease, then every held slot not being let go.
+// renew renews the member Lease and every held slot not being let go, at
+// most renewParallelism requests at once, all bounded by one ioContext.
+// Failures are counted each, and logged once per period.
 func (m *Manager) renew(ctx context.Context) {
-	m.memberMu.Lock()
-	err := m.writeMemberLocked(ctx)
-	m.memberMu.Unlock()
-	if err != nil {
-		m.met.renewFailures.Inc()
-		m.noteErr(err)
-		m.log.Warn("renewing the member Lease failed", "err", err)
-	}
-
 	type job struct {
 		slot  int
 		lease *coordinationv1.Lease
@@ -41,14 +34,6 @@ func (m *Manager) renew(ctx context.Context) {
 		}
 	}
 	m.mu.Unlock()
-	if len(jobs) == 0 {
-		if err == nil {
-			m.mu.Lock()
-			m.lastErr = nil
-			m.mu.Unlock()
-		}
-		return
-	}
 	slices.SortFunc(jobs, func(a, b job) int { return a.slot - b.slot })
 
 	ioctx, cancel := m.ioContext(ctx)
@@ -56,19 +41,29 @@ func (m *Manager) renew(ctx context.Context) {
 	results := make([]renewResult, len(jobs))
 	sem := make(chan struct{}, renewParallelism)
 	var wg sync.WaitGroup
-	for i, j := range jobs {
-		wg.Add(1)
+	var memberErr error
+	wg.Go(func() {
 		sem <- struct{}{}
-		go func() {
-			defer wg.Done()
+		defer func() { <-sem }()
+		m.memberMu.Lock()
+		defer m.memberMu.Unlock()
+		memberErr = m.writeMemberLocked(ioctx)
+	})
+	for i, j := range jobs {
+		wg.Go(func() {
+			sem <- struct{}{}
 			defer func() { <-sem }()
 			results[i] = m.renewSlot(ioctx, j.slot, j.lease)
-		}()
+		})
 	}
 	wg.Wait()
 
-	var revoke []int
-	failed := false
+	var revoke, failedSlots []int
+	var firstErr error
+	if memberErr != nil {
+		firstErr = memberErr
+		m.met.renewFailures.Inc()
+	}
 	m.mu.Lock()
 	for _, r := range results {
 		h := m.held[r.slot]
@@ -89,16 +84,22 @@ func (m *Manager) renew(ctx context.Context) {
 			m.met.handoffs.WithLabelValues(eventLost).Inc()
 			m.log.Warn("slot lost", "slot", r.slot, "holder", r.holder)
 		default:
-			failed = true
+			failedSlots = append(failedSlots, r.slot)
+			if firstErr == nil {
+				firstErr = r.err
+			}
 			m.met.renewFailures.Inc()
-			m.lastErr, m.errAt = r.err, m.clk.Now()
-			m.log.Warn("renewing a slot failed", "slot", r.slot, "err", r.err)
 		}
 	}
-	if !failed && err == nil {
+	if firstErr != nil {
+		m.lastErr, m.errAt = firstErr, m.clk.Now()
+	} else {
 		m.lastErr = nil // every renewal of the period went through
 	}
 	m.mu.Unlock()
+	if firstErr != nil {
+		m.log.Warn("renewals failed", "member", memberErr != nil, "slots", failedSlots, "err", firstErr)
+	}
 	for _, s := range revoke {
 		m.cfg.Revoke(s)
 	}

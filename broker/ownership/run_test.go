@@ -22,18 +22,68 @@ type runBroker struct {
 
 	mu                          sync.Mutex
 	acquires, releases, revokes int
+	open                        map[int]time.Time // slot -> when its episode began (Acquire)
+	episodes                    []episode         // ended ones (Release or Revoke)
+}
+
+// episode is one broker's stretch of writing a slot, on the real clock:
+// from Acquire's call to Release's or Revoke's, which contains the time
+// it served the slot.
+type episode struct {
+	who        string
+	slot       int
+	start, end time.Time
+}
+
+func (b *runBroker) began(slot int) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.acquires++
+	if b.open == nil {
+		b.open = map[int]time.Time{}
+	}
+	b.open[slot] = time.Now()
+}
+
+func (b *runBroker) ended(slot int, p *int) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	*p++
+	if start, ok := b.open[slot]; ok {
+		b.episodes = append(b.episodes, episode{b.id, slot, start, time.Now()})
+		delete(b.open, slot)
+	}
+}
+
+// overlaps returns the episodes of one slot on two brokers that overlap in
+// time: two writers at once.
+func overlaps(bs []*runBroker) []string {
+	var all []episode
+	now := time.Now()
+	for _, b := range bs {
+		b.mu.Lock()
+		all = append(all, b.episodes...)
+		for slot, start := range b.open {
+			all = append(all, episode{b.id, slot, start, now})
+		}
+		b.mu.Unlock()
+	}
+	var out []string
+	for i, x := range all {
+		for _, y := range all[i+1:] {
+			if x.slot == y.slot && x.who != y.who && x.start.Before(y.end) && y.start.Before(x.end) {
+				out = append(out, fmt.Sprintf("slot %d: %s [%v, %v] and %s [%v, %v]", x.slot, x.who,
+					x.start.Format(time.StampMicro), x.end.Format(time.StampMicro), y.who, y.start.Format(time.StampMicro), y.end.Format(time.StampMicro)))
+			}
+		}
+	}
+	return out
 }
 
 func (b *runBroker) counts() (acq, rel, rev int) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.acquires, b.releases, b.revokes
-}
-
-func (b *runBroker) count(p *int) {
-	b.mu.Lock()
-	*p++
-	b.mu.Unlock()
 }
 
 // poll waits, on the real clock, for cond.
@@ -79,9 +129,9 @@ func TestRunWithInformerOnFakeClock(t *testing.T) {
 			Namespace: simNS, Cluster: "demo", Node: fmt.Sprintf("demo-%d", i), Identity: b.id,
 			Slots: slots, LeaseDuration: 3 * time.Second, RenewDeadline: 2 * time.Second, RetryPeriod: 500 * time.Millisecond,
 			Clock:   clk,
-			Acquire: func(context.Context, int) error { b.count(&b.acquires); return nil },
-			Release: func(context.Context, int) error { b.count(&b.releases); return nil },
-			Revoke:  func(int) { b.count(&b.revokes) },
+			Acquire: func(_ context.Context, slot int) error { b.began(slot); return nil },
+			Release: func(_ context.Context, slot int) error { b.ended(slot, &b.releases); return nil },
+			Revoke:  func(slot int) { b.ended(slot, &b.revokes) },
 		})
 		if err != nil {
 			t.Fatal(err)
@@ -163,6 +213,9 @@ func TestRunWithInformerOnFakeClock(t *testing.T) {
 		t.Fatalf("drain: %d released, %d revoked", rel-relBefore, rev-revBefore)
 	}
 	checkAPI()
+	if o := overlaps(bs); len(o) > 0 {
+		t.Fatalf("two writers of one slot at once: %v", o)
+	}
 	t.Logf("crash taken over in %v of the fake clock; %d writes", took, api.writes)
 
 	for _, b := range rest {

@@ -161,7 +161,28 @@ func TestHandOffReleasesBeforeClearing(t *testing.T) {
 		t.Fatalf("a released %d revoked %d; b acquired %d; %d taken from a holder", a.releases, a.revokes, b.acquires, s.api.takes)
 	}
 	t.Logf("hand-off of 8 slots done in %v", s.now.Sub(start))
+
+	// Both see one owner per slot, live; a refusal names it.
+	for slot := range 16 {
+		ida, la := a.m.Owner(slot)
+		idb, lb := b.m.Owner(slot)
+		if ida != idb || !la || !lb || (ida != a.id && ida != b.id) {
+			t.Fatalf("slot %d: a sees %q live=%v, b sees %q live=%v", slot, ida, la, idb, lb)
+		}
+		if ida == b.id {
+			err := a.m.MayOpen(uint64(slot + 16*1000))
+			if o, _ := errs.FieldOf(err, "owner"); o != b.id {
+				t.Fatalf("refusal on a for b's slot %d: %v", slot, err)
+			}
+		}
+	}
+	if ms := a.m.Members(); len(ms) != 2 || ms[0].Identity > ms[1].Identity {
+		t.Errorf("members %+v", ms)
+	}
 }
+
+// The shape the broker core's Ownership seam asks for.
+var _ interface{ MayOpen(id uint64) error } = (*Manager)(nil)
 
 // A Release that fails keeps the slot held and not served, and it is tried
 // again each period until it succeeds.
