@@ -82,6 +82,8 @@ type Broker struct {
 	gcMu         sync.Mutex           // guards garbageSince; one collection at a time
 	garbageSince map[uint64]time.Time // garbage objects waiting out GarbageGrace
 
+	opened time.Time // when Open returned
+
 	stop chan struct{}
 	wg   sync.WaitGroup
 }
@@ -164,6 +166,7 @@ func Open(cfg Config) (*Broker, error) {
 		cfg.Logger.Warn("start-up garbage collection failed", "err", err)
 	}
 	b.flush = newFlusher(b)
+	b.opened = time.Now()
 	b.wg.Add(2)
 	go func() { defer b.wg.Done(); b.flush.run() }()
 	go func() { defer b.wg.Done(); b.maintainLoop() }()

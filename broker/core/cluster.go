@@ -3,12 +3,14 @@ package core
 import (
 	"context"
 	"fmt"
+	"iter"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/picomq/picomq/broker/meta"
 	"github.com/picomq/picomq/broker/metalog"
+	"github.com/picomq/picomq/broker/objstore"
 )
 
 // The cluster rooms' view of the core: the metadata log itself (for its
@@ -43,6 +45,34 @@ func memberOf(m *meta.Member) Member {
 // Log is the broker's metadata log: its membership operations are the
 // membership room's.
 func (b *Broker) Log() *metalog.Log { return b.log }
+
+// Objects is this node's object store: a replica of another member's
+// object is written there by the replication room.
+func (b *Broker) Objects() *objstore.Store { return b.objs }
+
+// ObjectReplicas lists the committed objects and the members holding
+// their files (none for an object every member holds through the log), as
+// of now.
+func (b *Broker) ObjectReplicas() iter.Seq2[uint64, []string] {
+	type obj struct {
+		id       uint64
+		replicas []string
+	}
+	var objs []obj
+	b.fsm.View(func(s *meta.State) {
+		objs = make([]obj, 0, len(s.Objects))
+		for id, o := range s.Objects {
+			objs = append(objs, obj{id, slices.Clone(o.Replicas)})
+		}
+	})
+	return func(yield func(uint64, []string) bool) {
+		for _, o := range objs {
+			if !yield(o.id, o.replicas) {
+				return
+			}
+		}
+	}
+}
 
 // ClusterID is the id the log's cluster was named with ("" before).
 func (b *Broker) ClusterID() string {

@@ -73,6 +73,18 @@ func (b *Broker) collectGarbage(ctx context.Context, grace time.Duration, orphan
 	if !orphans {
 		return nil
 	}
+	if b.cfg.Cluster != nil {
+		// A member's state is only as complete as its log's last contact
+		// with the leader: at start a follower has applied nothing yet, and
+		// a file it holds may be a replica it acknowledged whose commit it
+		// has not applied. So a member collects orphans only while it is
+		// in contact, only files older than OrphanGrace, and only once it
+		// has run for OrphanGrace itself (a file's age says nothing of the
+		// commits the member missed while it was down).
+		if grace == 0 || time.Since(b.opened) < grace || !b.log.InContact(5*time.Second) {
+			return nil
+		}
+	}
 	infos, err := b.objs.List()
 	if err != nil {
 		return err

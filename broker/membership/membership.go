@@ -437,8 +437,17 @@ func (m *Member) Catchup(ctx context.Context) error {
 		return errNotLeader.With("reason", "starting")
 	}
 	st := b.Status()
-	if st.Leader == "" || st.Leader == m.id.ID() {
-		return nil
+	switch st.Leader {
+	case "":
+		// Nobody can say what was committed: what this member applied so
+		// far may miss the last commits (a member just restarted has
+		// applied nothing yet).
+		return errNotLeader.With("reason", "no metadata leader known: cannot tell whether this member has caught up")
+	case m.id.ID():
+		// The leader has every committed entry; a barrier makes sure it
+		// has applied them (a new leader applies its predecessors' last
+		// commits once it commits in its own term).
+		return b.Log().Barrier(ctx)
 	}
 	nodeName, _, _ := strings.Cut(st.Leader, "~")
 	ls, err := m.status(ctx, m.cfg.Addresses.Advertise(nodeName))

@@ -4,11 +4,14 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"strconv"
 	"sync"
 
+	"github.com/picomq/picomq/broker/errs"
+	"github.com/picomq/picomq/broker/frontend"
 	"github.com/picomq/picomq/broker/httpapi/wire"
 )
 
@@ -52,12 +55,15 @@ func (rt *Router) serveAppends(w http.ResponseWriter, r *http.Request) {
 	for _, member := range order {
 		g := groups[member]
 		wg.Go(func() {
-			res, ok := rt.sendGroup(r, g)
+			res, failure := rt.sendGroup(r, g)
 			for k, i := range g.index {
-				if ok && k < len(res) {
+				switch {
+				case failure == nil:
 					out[i] = res[k]
-				} else {
-					out[i] = wire.AppendsItemResult{Alone: true}
+				case failure == errNotDelivered:
+					out[i] = wire.AppendsItemResult{Alone: true} // never served: the client sends it alone
+				default:
+					out[i] = wire.AppendsItemResult{Error: rt.problem(failure)}
 				}
 			}
 		})
@@ -108,8 +114,14 @@ func (rt *Router) placeItem(ctx context.Context, it wire.AppendItem) (member, ad
 	return t.member, t.addr, p
 }
 
-// sendGroup answers a group: served here, or sent to its owner.
-func (rt *Router) sendGroup(r *http.Request, g *group) ([]wire.AppendsItemResult, bool) {
+// errNotDelivered: a group that never reached its owner, or that its owner
+// refused whole before serving any of it.
+var errNotDelivered = errors.New("routing: the group was not delivered")
+
+// sendGroup answers a group: served here, or sent to its owner. It fails
+// with errNotDelivered when nothing of the group was served, and with
+// OutcomeUnknown when the owner may have served it and its answer was lost.
+func (rt *Router) sendGroup(r *http.Request, g *group) ([]wire.AppendsItemResult, error) {
 	var status int
 	var raw []byte
 	if g.member == "" {
@@ -122,30 +134,46 @@ func (rt *Router) sendGroup(r *http.Request, g *group) ([]wire.AppendsItemResult
 	} else {
 		req, err := http.NewRequestWithContext(r.Context(), http.MethodPost, "http://"+g.addr+wire.AppendsPath, bytes.NewReader(g.body))
 		if err != nil {
-			return nil, false
+			return nil, errNotDelivered
 		}
 		req.Header.Set("Content-Type", wire.AppendsContentType)
 		req.Header.Set(RouteHeader, g.member+";-1")
 		resp, err := rt.rt.RoundTrip(req)
 		if err != nil {
-			rt.metrics.proxied.WithLabelValues("unreachable").Inc()
-			return nil, false
+			if notSent(err) {
+				rt.metrics.proxied.WithLabelValues("unreachable").Inc()
+				return nil, errNotDelivered
+			}
+			rt.metrics.proxied.WithLabelValues("unknown").Inc()
+			return nil, OutcomeUnknown.Wrap(err, "owner", g.member)
 		}
 		defer resp.Body.Close()
 		status = resp.StatusCode
 		if raw, err = io.ReadAll(io.LimitReader(resp.Body, 64<<20)); err != nil {
-			return nil, false
+			rt.metrics.proxied.WithLabelValues("unknown").Inc()
+			return nil, OutcomeUnknown.Wrap(err, "owner", g.member)
 		}
 		rt.metrics.proxied.WithLabelValues("ok").Inc()
 	}
 	if status != http.StatusOK {
-		return nil, false
+		// An appends request is refused whole before any item is served
+		// (a malformed body, a route to a broker that is not the member).
+		return nil, errNotDelivered
 	}
 	var res wire.AppendsResult
 	if err := json.Unmarshal(raw, &res); err != nil || len(res.Results) != len(g.index) {
-		return nil, false
+		return nil, OutcomeUnknown.With("owner", g.member, "reason", "the owner's answer does not match its request")
 	}
-	return res.Results, true
+	return res.Results, nil
+}
+
+// problem encodes err as an item's refusal.
+func (rt *Router) problem(err error) []byte {
+	body, merr := errs.Marshal(frontend.Coded(err, "routing.appends"))
+	if merr != nil {
+		body, _ = errs.Marshal(OutcomeUnknown.With("reason", "unencodable problem"))
+	}
+	return body
 }
 
 // local serves the request here, with its body as read.

@@ -17,4 +17,13 @@ var (
 		"This broker does not serve the partition the request was routed to it for",
 		"broker/routing: a routed request named a slot this broker does not serve now; the fields name the slot, who it was routed to and the owner this broker knows",
 		421, 75)
+
+	// OutcomeUnknown: the request reached the partition's owner and its
+	// answer was lost (the owner went away, the link broke): it may have
+	// taken effect, so it is not sent again by the proxy. An append's retry
+	// is safe with an idempotent producer.
+	OutcomeUnknown = errs.Static(0x00_10_08_03, "PROXY_OUTCOME_UNKNOWN",
+		"The request reached the partition's owner but its answer was lost; it may have taken effect",
+		"broker/routing: the proxied request was sent and no answer came back; the fields name the owner and the cause",
+		502, 75)
 )

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httputil"
 	"strconv"
@@ -60,7 +61,7 @@ func (rt *Router) forward(w http.ResponseWriter, r *http.Request, id uint64, bod
 				rt.fail(w, r, err)
 				return
 			}
-			rt.fail(w, r, NoSlotOwner.Wrap(err, "slot", t.slot, "holder", t.member, "reason", "the holder could not be reached"))
+			rt.fail(w, r, OutcomeUnknown.Wrap(err, "slot", t.slot, "owner", t.member))
 		},
 	}
 	rp.ServeHTTP(w, r)
@@ -91,11 +92,19 @@ func (x *retrying) RoundTrip(req *http.Request) (*http.Response, error) {
 			x.rt.metrics.proxied.WithLabelValues("ok").Inc()
 			return resp, nil
 		}
+		if err != nil && !notSent(err) {
+			// Sent, and no answer: it may have been served. Never again.
+			x.rt.metrics.proxied.WithLabelValues("unknown").Inc()
+			return nil, OutcomeUnknown.Wrap(err, "slot", t.slot, "owner", t.member)
+		}
+		// The owner refused it before serving it (it does not serve the
+		// slot), or it never left: it may go again.
 		if attempt > 0 || req.Context().Err() != nil || (err != nil && x.body == nil && req.Body != nil && req.Body != http.NoBody) {
 			if moved {
 				x.rt.metrics.proxied.WithLabelValues("moved").Inc()
+				return resp, nil
 			}
-			return resp, err
+			return nil, NoSlotOwner.Wrap(err, "slot", t.slot, "holder", t.member, "reason", "the holder could not be reached")
 		}
 		if resp != nil {
 			_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
@@ -180,6 +189,13 @@ func (p *pipeResponse) Write(b []byte) (int, error) {
 
 // Flush is a no-op: every write is in the pipe already.
 func (p *pipeResponse) Flush() {}
+
+// notSent reports an error a request met before any of it was sent: the
+// connection could not be made.
+func notSent(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial"
+}
 
 // readBounded reads a request's body, refusing one above limit.
 func readBounded(r *http.Request, limit int64) ([]byte, error) {

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -20,6 +21,7 @@ import (
 	"github.com/picomq/picomq/broker/metalog"
 	"github.com/picomq/picomq/broker/ownership"
 	"github.com/picomq/picomq/broker/peer"
+	"github.com/picomq/picomq/broker/replication"
 	"github.com/picomq/picomq/broker/routing"
 	"github.com/picomq/picomq/broker/settings"
 )
@@ -35,7 +37,9 @@ type cluster struct {
 	client *peer.Client
 	member *membership.Member
 	owners *ownership.Manager
+	repl   *replication.Replication
 	srv    *peer.Server
+	under  atomic.Int64 // objects under-replicated, as of the last count
 
 	mu sync.Mutex
 	b  *core.Broker // set once open: the ownership callbacks act on it
@@ -82,7 +86,49 @@ func prepareCluster(ctx context.Context, s settings.Settings, logger *slog.Logge
 		c.mux.Close()
 		return nil, err
 	}
+	c.repl, err = replication.New(replication.Config{
+		Self: c.member.Identity().ID(), R: s.Cluster.ReplicationFactor,
+		Members: c.liveMembers, Client: c.client, Logger: logger, Metrics: reg,
+	})
+	if err != nil {
+		c.mux.Close()
+		return nil, err
+	}
 	return c, nil
+}
+
+// liveMembers are the members holding live member Leases, not draining:
+// where new objects' copies go.
+func (c *cluster) liveMembers() []replication.Peer {
+	b := c.broker()
+	if b == nil {
+		return nil
+	}
+	var out []replication.Peer
+	for _, m := range c.owners.Members() {
+		if m.Draining {
+			continue
+		}
+		if rec, ok := b.Member(m.Identity); ok && rec.Removed.IsZero() {
+			out = append(out, replication.Peer{ID: rec.ID, Addr: rec.PeerAddr})
+		}
+	}
+	return out
+}
+
+// countUnderReplicated counts the objects with fewer copies on current
+// members than R asks, for the metric and the node status.
+func (c *cluster) countUnderReplicated(b *core.Broker) {
+	current := map[string]bool{}
+	for _, m := range b.Members() {
+		if m.Removed.IsZero() {
+			current[m.ID] = true
+		}
+	}
+	n := replication.UnderReplicated(b.ObjectReplicas(), func(id string) bool { return current[id] },
+		replication.EffectiveR(c.cfg.ReplicationFactor, len(current)))
+	c.under.Store(int64(n))
+	c.repl.Metrics().UnderReplicated.Set(float64(n))
 }
 
 // newOwnership makes the slot Lease manager: the core asks it before it
@@ -147,6 +193,8 @@ func (c *cluster) coreConfig() *core.ClusterConfig {
 func (c *cluster) configure(cfg *core.Config) {
 	cfg.Cluster = c.coreConfig()
 	cfg.Ownership = c.owners
+	cfg.Placement = c.repl.Placement
+	cfg.Fetcher = c.repl.Fetcher()
 }
 
 // start serves the peer API and runs the membership duties beside b.
@@ -155,12 +203,28 @@ func (c *cluster) start(ctx context.Context, b *core.Broker) error {
 	c.mu.Lock()
 	c.b = b
 	c.mu.Unlock()
+	// Before the peer API serves: the handler sets aside copies a crash
+	// left half received.
+	c.srv.Handle(replication.ObjectsPath, replication.Handler(b.Objects(), c.log))
 	if err := c.member.Attach(ctx, b, c.srv); err != nil {
 		return err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	c.stop = cancel
-	c.wg.Add(3)
+	c.wg.Add(4)
+	go func() {
+		defer c.wg.Done()
+		t := time.NewTicker(5 * time.Second)
+		defer t.Stop()
+		for {
+			c.countUnderReplicated(b)
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+		}
+	}()
 	go func() {
 		defer c.wg.Done()
 		if err := c.owners.Run(ctx); err != nil && ctx.Err() == nil {
@@ -218,5 +282,6 @@ func (c *cluster) nodeInfo(info *wire.NodeInfo) {
 	os := c.owners.Status()
 	info.ClusterID, info.MemberID, info.Voters, info.NonVoters = ms.ClusterID, ms.MemberID, ms.Voters, ms.NonVoters
 	held := os.SlotsHeld
-	info.SlotsHeld, info.Slots = &held, os.Held
+	under := int(c.under.Load())
+	info.SlotsHeld, info.Slots, info.UnderReplicated = &held, os.Held, &under
 }
