@@ -1,0 +1,80 @@
+package ownership
+
+import (
+	"context"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+)
+
+// writeMemberLocked creates or renews the member Lease: holder this
+// broker's identity, renewed now, annotated while draining. The caller
+// holds memberMu.
+func (m *Manager) writeMemberLocked(ctx context.Context) error {
+	ctx, cancel := m.ioContext(ctx)
+	defer cancel()
+	m.mu.Lock()
+	draining := m.draining
+	base := m.member
+	if base == nil {
+		base = m.members[m.cfg.Node]
+	}
+	m.mu.Unlock()
+
+	name := MemberLeaseName(m.cfg.Cluster, m.cfg.Node)
+	for attempt := 0; ; attempt++ {
+		now := m.clk.Now()
+		var got *coordinationv1.Lease
+		var err error
+		if base == nil {
+			l := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: m.cfg.Namespace,
+				Labels: leaseLabels(m.cfg.Cluster, RoleMember)}}
+			l.Spec.AcquireTime = ptr.To(metav1.NewMicroTime(now))
+			got, err = m.leases.Create(ctx, m.memberLease(l, now, draining), metav1.CreateOptions{})
+		} else {
+			got, err = m.leases.Update(ctx, m.memberLease(base, now, draining), metav1.UpdateOptions{})
+		}
+		if err == nil {
+			m.member = got
+			m.mu.Lock()
+			m.observeLocked(got, now)
+			m.mu.Unlock()
+			return nil
+		}
+		conflict := apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err) || apierrors.IsNotFound(err)
+		if !conflict || attempt > 0 {
+			return err
+		}
+		// Our copy is stale (a previous incarnation wrote it, or our last
+		// write's answer was lost): read it and write once more.
+		base, err = m.leases.Get(ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			base = nil
+		} else if err != nil {
+			return err
+		}
+	}
+}
+
+// memberLease returns a copy of l as this broker's member Lease now.
+func (m *Manager) memberLease(l *coordinationv1.Lease, now time.Time, draining bool) *coordinationv1.Lease {
+	n := m.renewed(l, now)
+	if n.Labels == nil {
+		n.Labels = map[string]string{}
+	}
+	for k, v := range leaseLabels(m.cfg.Cluster, RoleMember) {
+		n.Labels[k] = v
+	}
+	if draining {
+		if n.Annotations == nil {
+			n.Annotations = map[string]string{}
+		}
+		n.Annotations[AnnotationDraining] = "true"
+	} else {
+		delete(n.Annotations, AnnotationDraining)
+	}
+	return n
+}
