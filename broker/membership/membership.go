@@ -135,7 +135,7 @@ func (m *Member) Attach(ctx context.Context, b *core.Broker, srv *peer.Server) e
 	m.b = b
 	m.mu.Unlock()
 	if m.id.Bootstrapping {
-		if err := m.leaderDuties(ctx, b, b.Log()); err != nil {
+		if _, err := m.leaderDuties(ctx, b, b.Log()); err != nil {
 			return fmt.Errorf("membership: naming the new cluster: %w", err)
 		}
 		if err := m.recordSelf(ctx, b); err != nil {
@@ -179,9 +179,15 @@ func (m *Member) tick(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	l := b.Log()
-	if l.IsLeader() {
-		if err := m.leaderDuties(ctx, b, l); err != nil {
+	// One change at a time (raft applies them so), as many as are due: a
+	// cluster forming promotes its joiners in one go.
+	for step := 0; step < maxStepsPerTick && l.IsLeader(); step++ {
+		changed, err := m.leaderDuties(ctx, b, l)
+		if err != nil {
 			m.log.Warn("membership change failed; retrying", "err", err)
+		}
+		if !changed || err != nil {
+			break
 		}
 	}
 	if err := m.recordSelf(ctx, b); err != nil && !errors.Is(err, context.Canceled) {
@@ -214,9 +220,12 @@ func (m *Member) recordSelf(ctx context.Context, b *core.Broker) error {
 	return m.id.save(m.cfg.DataDir)
 }
 
+// maxStepsPerTick bounds the membership changes one tick makes.
+const maxStepsPerTick = 8
+
 // leaderDuties runs on the leader: name the cluster, then plan and make
-// the next membership change.
-func (m *Member) leaderDuties(ctx context.Context, b *core.Broker, l *metalog.Log) error {
+// the next membership change. It reports whether it changed anything.
+func (m *Member) leaderDuties(ctx context.Context, b *core.Broker, l *metalog.Log) (bool, error) {
 	if b.ClusterID() == "" {
 		id := m.cfg.ClusterID
 		if id == "" {
@@ -224,13 +233,13 @@ func (m *Member) leaderDuties(ctx context.Context, b *core.Broker, l *metalog.Lo
 		}
 		named, err := b.NameCluster(ctx, id)
 		if err != nil {
-			return err
+			return false, err
 		}
 		m.log.Info("cluster named", "cluster", named)
 	}
 	conf, err := l.Configuration(ctx)
 	if err != nil {
-		return err
+		return false, err
 	}
 	members := map[string]core.Member{}
 	for _, mem := range b.Members() {
@@ -257,27 +266,25 @@ func (m *Member) leaderDuties(ctx context.Context, b *core.Broker, l *metalog.Lo
 	}
 	steps := planSteps(servers, string(m.id.ID()))
 	if len(steps) == 0 {
-		return nil
+		return false, nil
 	}
 	s := steps[0]
 	m.log.Info("membership change", "change", s.Kind.String(), "server", s.ID)
 	switch s.Kind {
 	case stepPromote:
-		return l.Promote(ctx, s.ID)
+		err = l.Promote(ctx, s.ID)
 	case stepDemote:
-		return l.DemoteVoter(ctx, s.ID)
+		err = l.DemoteVoter(ctx, s.ID)
 	case stepRemove:
-		if err := l.RemoveServer(ctx, s.ID); err != nil {
-			return err
+		if err = l.RemoveServer(ctx, s.ID); err == nil {
+			if mem, ok := members[s.ID]; ok && mem.Removed.IsZero() {
+				err = b.RemoveMember(ctx, s.ID)
+			}
 		}
-		if mem, ok := members[s.ID]; ok && mem.Removed.IsZero() {
-			return b.RemoveMember(ctx, s.ID)
-		}
-		return nil
 	case stepTransfer:
-		return l.TransferLeadership(ctx, s.ID)
+		err = l.TransferLeadership(ctx, s.ID)
 	}
-	return nil
+	return err == nil, err
 }
 
 // caughtUpLag is how many entries a non-voter may trail the leader by and

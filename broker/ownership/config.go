@@ -81,6 +81,11 @@ type Config struct {
 	// cleared; an error keeps the slot held (not served) and it is tried
 	// again next period. Required.
 	Release func(ctx context.Context, slot int) error
+	// InContact, when set, says whether this broker can commit through the
+	// metadata log now (metalog.Log.InContact). While it cannot, the
+	// manager renews and takes nothing: a broker cut from its peers but not
+	// from the API server must not keep slots it cannot write.
+	InContact func() bool
 	// Revoke tells the broker to stop writing a slot's streams at once,
 	// without I/O: the slot was lost or is past its renew deadline. Called
 	// once per loss. Required.

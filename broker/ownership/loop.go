@@ -57,6 +57,19 @@ func (m *Manager) Run(ctx context.Context) error {
 func (m *Manager) wake(ctx context.Context) time.Time {
 	now := m.clk.Now()
 	m.expire(now)
+	if m.cfg.InContact != nil && !m.cfg.InContact() {
+		// Cut from the metadata log: whatever this broker would write, it
+		// could not commit. It renews nothing and takes nothing, so its
+		// slots pass, by the timing rule, to brokers that can commit — a
+		// blip shorter than RenewDeadline only skips a renewal or two.
+		if !now.Before(m.nextTick) {
+			m.nextTick = now.Add(m.cfg.RetryPeriod)
+		}
+		m.nextPass = time.Time{}
+		m.poked = false
+		m.publish()
+		return m.nextWake()
+	}
 	switch {
 	case !now.Before(m.nextTick):
 		m.nextTick = now.Add(m.cfg.RetryPeriod)

@@ -2,6 +2,7 @@ package ownership
 
 import (
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -284,5 +285,35 @@ func TestRestartSameIdentityAdoptsNewIncarnationWaits(t *testing.T) {
 			}
 			s.settle()
 		})
+	}
+}
+
+// A broker cut from its peers but not from the API server (InContact
+// false) renews and takes nothing: it stops serving its slots by the
+// timing rule, and another broker takes them LeaseDuration later — its
+// commits would fail anyway. Back in contact, it takes its share again.
+func TestOutOfContactGivesSlotsUp(t *testing.T) {
+	s := newTimingSim(t, 4)
+	var contact atomic.Bool
+	contact.Store(true)
+	a := s.startWith("demo-0", "", func(c *Config) { c.InContact = contact.Load })
+	b := s.start("demo-1", "")
+	s.settle()
+	if served(a, 4)+served(b, 4) != 4 || served(a, 4) == 0 {
+		t.Fatalf("before: a serves %d, b %d", served(a, 4), served(b, 4))
+	}
+	contact.Store(false)
+	s.advance(s.rd + s.rp)
+	if n := served(a, 4); n != 0 {
+		t.Fatalf("out of contact past the renew deadline, a still serves %d slots", n)
+	}
+	s.advance(s.ld + 2*s.rp)
+	if n := served(b, 4); n != 4 {
+		t.Fatalf("b serves %d slots after a's Leases ran out, want 4", n)
+	}
+	contact.Store(true)
+	s.settle()
+	if served(a, 4) != 2 || served(b, 4) != 2 {
+		t.Fatalf("back in contact: a serves %d, b %d; want 2 and 2", served(a, 4), served(b, 4))
 	}
 }

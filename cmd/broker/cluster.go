@@ -159,6 +159,12 @@ func (c *cluster) newOwnership(s settings.Settings, reg prometheus.Registerer) (
 		// committed: the partitions' last owner may have committed appends
 		// this member has not applied yet, and a read must not miss them.
 		Acquire: func(ctx context.Context, slot int) error { return c.member.Catchup(ctx) },
+		// A broker that has not heard from a metadata leader for two
+		// periods cannot commit: it lets its slots go to those that can.
+		InContact: func() bool {
+			b := c.broker()
+			return b != nil && b.Log().InContact(2*s.Cluster.RetryPeriod)
+		},
 		Release: func(ctx context.Context, slot int) error {
 			return c.broker().Release(ctx, func(id uint64) bool { return m.SlotOf(id) == slot })
 		},

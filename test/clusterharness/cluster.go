@@ -189,7 +189,30 @@ func (c *Cluster) cleanup() {
 	c.mu.Unlock()
 	if c.t.Failed() {
 		c.t.Logf("broker logs (tails):\n%s", c.LogTails(4096))
+		c.keepLogs()
 	}
+}
+
+// KeepLogsEnv names a folder where a failed test's broker logs are copied
+// whole (they go with the test's temporary directory otherwise).
+const KeepLogsEnv = "PICOMQ_CLUSTER_LOGS"
+
+func (c *Cluster) keepLogs() {
+	dir := os.Getenv(KeepLogsEnv)
+	if dir == "" {
+		return
+	}
+	dst := filepath.Join(dir, strings.NewReplacer("/", "_", " ", "_").Replace(c.t.Name()))
+	if err := os.MkdirAll(dst, 0o755); err != nil {
+		c.t.Logf("keeping the logs: %v", err)
+		return
+	}
+	for _, b := range c.brokers {
+		if raw, err := os.ReadFile(b.LogPath); err == nil {
+			_ = os.WriteFile(filepath.Join(dst, b.Name+".log"), raw, 0o644)
+		}
+	}
+	c.t.Logf("broker logs kept in %s", dst)
 }
 
 // assignAddrs gives every broker new client and peer addresses and puts a

@@ -120,7 +120,36 @@ func (c *Cluster) ClusterReady(ctx context.Context) error {
 	if reported && held != c.opts.Slots {
 		return fmt.Errorf("brokers hold %d slots, want %d", held, c.opts.Slots)
 	}
+	// The metadata log has its voters: a cluster whose joiners are not
+	// promoted yet loses its quorum with its first voter.
+	serving := 0
+	for _, b := range c.brokers {
+		if b.Serving() {
+			serving++
+		}
+	}
+	for i, n := range nodes {
+		if n.Leader != n.MemberID || n.MemberID == "" {
+			continue
+		}
+		if want := voterTarget(serving); len(n.Voters()) < want {
+			return fmt.Errorf("the leader %s counts %d voters, want %d", c.brokers[i].Name, len(n.Voters()), want)
+		}
+	}
 	return nil
+}
+
+// voterTarget is how many voters n members keep (broker/membership's rule).
+func voterTarget(n int) int {
+	switch {
+	case n >= 5:
+		return 5
+	case n >= 3:
+		return 3
+	case n >= 1:
+		return 1
+	}
+	return 0
 }
 
 // WaitFor polls cond until it holds, for at most timeout.
