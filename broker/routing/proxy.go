@@ -35,6 +35,11 @@ func (rt *Router) forward(w http.ResponseWriter, r *http.Request, id uint64, bod
 		rt.cfg.Local.ServeHTTP(w, r)
 		return
 	}
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	stop := context.AfterFunc(rt.draining, cancel)
+	defer stop()
+	r = r.WithContext(ctx)
 	if body == nil && r.Body != nil && r.Body != http.NoBody {
 		// Kept, so that the request can be sent again.
 		if body, err = readBounded(r, rt.cfg.MaxBodyBytes); err != nil {

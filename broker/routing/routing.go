@@ -75,7 +75,12 @@ type Router struct {
 	metrics *metrics
 
 	rrMu sync.Mutex
-	rr   map[string]*atomic.Uint64 // round-robin cursor of unkeyed appends, per stream
+	rr   map[string]*atomicCounter // round-robin cursor of unkeyed appends, per stream
+
+	// draining ends when Drain is called: proxied requests still streaming
+	// (long-polls, SSE) end with it.
+	draining context.Context
+	drain    context.CancelFunc
 }
 
 // New returns the router of cfg.
@@ -94,8 +99,13 @@ func New(cfg Config) *Router {
 			ResponseHeaderTimeout: 0, // long-polls and SSE answer late
 		}
 	}
-	return &Router{cfg: cfg, log: cfg.Logger, rt: rt, metrics: newMetrics(cfg.Metrics), rr: map[string]*atomicCounter{}}
+	draining, drain := context.WithCancel(context.Background())
+	return &Router{cfg: cfg, log: cfg.Logger, rt: rt, metrics: newMetrics(cfg.Metrics), rr: map[string]*atomicCounter{}, draining: draining, drain: drain}
 }
+
+// Drain ends every proxied request still in flight (a shutdown): a long-poll
+// or SSE stream from another broker would otherwise hold this one open.
+func (rt *Router) Drain() { rt.drain() }
 
 // ServeHTTP routes a request.
 func (rt *Router) ServeHTTP(w http.ResponseWriter, r *http.Request) {

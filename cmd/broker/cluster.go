@@ -291,3 +291,36 @@ func (c *cluster) nodeInfo(info *wire.NodeInfo) {
 	under := int(c.under.Load())
 	info.SlotsHeld, info.Slots, info.UnderReplicated = &held, os.Held, &under
 }
+
+// leave hands this broker's work over before it stops (SIGTERM): its slots
+// go to the others through the hand-off — their streams closed through the
+// log, so the next owners open them at once rather than after the Leases
+// run out — and its leadership of the metadata log to another voter. Each
+// is bounded, so that a stop of the whole cluster does not wait on peers
+// that are stopping too.
+func (c *cluster) leave(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, leaveTimeout)
+	defer cancel()
+	if err := c.owners.SetDraining(ctx, true); err != nil {
+		c.log.Warn("handing the slots off before stopping failed; they expire instead", "err", err)
+	}
+	t := time.NewTicker(50 * time.Millisecond)
+	defer t.Stop()
+	for len(c.owners.Held()) > 0 && ctx.Err() == nil {
+		select {
+		case <-ctx.Done():
+		case <-t.C:
+		}
+	}
+	if n := len(c.owners.Held()); n > 0 {
+		c.log.Warn("slots still held when stopping: they expire for the others to take", "slots", n)
+	}
+	if l := c.broker().Log(); l.IsLeader() {
+		if err := l.TransferLeadership(ctx, ""); err != nil {
+			c.log.Warn("handing the metadata log's leadership over failed", "err", err)
+		}
+	}
+}
+
+// leaveTimeout bounds the hand-over a stopping broker makes.
+const leaveTimeout = 8 * time.Second

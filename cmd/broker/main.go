@@ -149,8 +149,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	}
 
 	var handler http.Handler = api
+	var router interface{ Drain() }
 	if cl != nil {
-		handler = cl.router(api, cfg.MaxBodyBytes, reg)
+		r := cl.router(api, cfg.MaxBodyBytes, reg)
+		handler, router = r, r
 	}
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
@@ -185,8 +187,14 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		logger.Error("the HTTP server stopped", "err", err)
 		code = exitSoftware
 	}
+	if cl != nil {
+		cl.leave(context.Background())
+	}
 	api.Drain()
 	ds.Drain()
+	if router != nil {
+		router.Drain()
+	}
 	sctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
 	defer cancel()
 	if err := srv.Shutdown(sctx); err != nil {
