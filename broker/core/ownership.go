@@ -89,3 +89,52 @@ func (b *Broker) closeOpen(ctx context.Context, which func(id uint64) bool) erro
 	_, err := b.apply(ctx, &meta.Command{Op: meta.OpCloseMany, CloseMany: &meta.CloseMany{Streams: parts}})
 	return err
 }
+
+// OpenForServing makes this node the writer of internal stream id, through
+// the metadata log, unless it is already: a cluster member serves a
+// partition's reads, tails and long-polls only once its open has applied
+// here, so that what it answers holds everything the previous owner
+// committed (the open is ordered after all of it). Ownership must allow
+// the open. On a lone broker there is nothing to wait for.
+func (b *Broker) OpenForServing(ctx context.Context, id uint64) error {
+	if b.cfg.Cluster == nil {
+		return nil
+	}
+	n, pt, err := b.partByID(id)
+	if err != nil {
+		return err
+	}
+	n.mu.Lock()
+	opened := pt.opened
+	n.mu.Unlock()
+	if opened {
+		return nil
+	}
+	return b.openPart(ctx, n, pt)
+}
+
+// partByID finds the view and partition of internal stream id, loading
+// its stream's view if needed.
+func (b *Broker) partByID(id uint64) (*named, *part, error) {
+	var name string
+	b.fsm.View(func(s *meta.State) {
+		if in, ok := s.Streams[id]; ok {
+			name = in.Name
+		}
+	})
+	if name == "" {
+		return nil, nil, meta.StreamNotFound.With("stream", id)
+	}
+	n, err := b.stream(name)
+	if err != nil {
+		return nil, nil, err
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for _, p := range n.parts {
+		if p.id == id {
+			return n, p, nil
+		}
+	}
+	return nil, nil, meta.StreamNotFound.With("stream", id, "name", name)
+}

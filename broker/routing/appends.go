@@ -105,7 +105,7 @@ func (rt *Router) placeItem(ctx context.Context, it wire.AppendItem) (member, ad
 	if p >= len(e.Partitions) {
 		return "", "", it.Partition
 	}
-	t, err := rt.targetOf(e.Partitions[p])
+	t, err := rt.targetOf(ctx, e.Partitions[p])
 	if err != nil || t.addr == "" {
 		// Here — or nobody: served here, where its open is refused
 		// retriably (the core asks Ownership), as a lone append would be.

@@ -22,12 +22,18 @@ import (
 // by its owner for the slot (it moved), or whose owner cannot be reached,
 // is sent once more to the owner looked up again.
 func (rt *Router) forward(w http.ResponseWriter, r *http.Request, id uint64, body []byte) {
-	t, err := rt.targetOf(id)
+	t, err := rt.targetOf(r.Context(), id)
 	if err != nil {
 		rt.fail(w, r, err)
 		return
 	}
 	if t.addr == "" {
+		if rt.cfg.Fresh != nil {
+			if err := rt.cfg.Fresh(r.Context(), id); err != nil {
+				rt.fail(w, r, err)
+				return
+			}
+		}
 		rt.metrics.local.Inc()
 		if body != nil {
 			r.Body = io.NopCloser(bytes.NewReader(body))
@@ -121,7 +127,7 @@ func (x *retrying) RoundTrip(req *http.Request) (*http.Response, error) {
 		var next target
 		deadline := time.Now().Add(2 * time.Second)
 		for {
-			if next, err = x.rt.targetOf(x.id); err == nil && next != t {
+			if next, err = x.rt.targetOf(req.Context(), x.id); err == nil && next != t {
 				break
 			}
 			if time.Now().After(deadline) {
@@ -138,6 +144,11 @@ func (x *retrying) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		if next.addr == "" {
 			// The partition moved here meanwhile: serve it here.
+			if x.rt.cfg.Fresh != nil {
+				if err := x.rt.cfg.Fresh(req.Context(), x.id); err != nil {
+					return nil, err
+				}
+			}
 			x.rt.metrics.local.Inc()
 			in := req.Clone(req.Context())
 			in.Header.Del(RouteHeader)

@@ -54,6 +54,10 @@ type Config struct {
 	Serving func(slot int) bool
 	// Address is a member's client API address (host:port).
 	Address func(member string) (string, bool)
+	// Fresh, when set, prepares this broker to serve internal stream id:
+	// a cluster member opens the partition (core.OpenForServing) before it
+	// answers its reads, so that its state holds all that was committed.
+	Fresh func(ctx context.Context, id uint64) error
 	// Catchup, when set, waits until this broker's state has what the
 	// leader committed: a stream just created through another broker may
 	// not have reached it yet.
@@ -107,11 +111,17 @@ func New(cfg Config) *Router {
 // or SSE stream from another broker would otherwise hold this one open.
 func (rt *Router) Drain() { rt.drain() }
 
+// routedKey marks a request routed here by another broker's proxy, its
+// slot checked: it is served here, never proxied again.
+type routedKey struct{}
+
 // ServeHTTP routes a request.
 func (rt *Router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if v := r.Header.Get(RouteHeader); v != "" {
-		rt.serveRouted(w, r, v)
-		return
+		if !rt.acceptRouted(w, r, v) {
+			return
+		}
+		r = r.WithContext(context.WithValue(r.Context(), routedKey{}, true))
 	}
 	path := r.URL.Path
 	switch {
@@ -126,9 +136,10 @@ func (rt *Router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// serveRouted serves a request a proxy routed here, or refuses it when
-// this broker does not serve the slot it was routed for.
-func (rt *Router) serveRouted(w http.ResponseWriter, r *http.Request, route string) {
+// acceptRouted checks a request a proxy routed here: it is refused (and
+// false returned) when this broker does not serve the slot it was routed
+// for.
+func (rt *Router) acceptRouted(w http.ResponseWriter, r *http.Request, route string) bool {
 	member, slotText, _ := strings.Cut(route, ";")
 	slot, err := strconv.Atoi(slotText)
 	// Slot -1 routes a group of appends of several slots to their owner:
@@ -136,9 +147,9 @@ func (rt *Router) serveRouted(w http.ResponseWriter, r *http.Request, route stri
 	if err != nil || member != rt.cfg.Self || (slot != -1 && !rt.cfg.Serving(slot)) {
 		owner, _ := rt.cfg.Owner(slot)
 		rt.fail(w, r, NotSlotOwner.With("slot", slot, "routed_to", member, "self", rt.cfg.Self, "owner", owner))
-		return
+		return false
 	}
-	rt.cfg.Local.ServeHTTP(w, r)
+	return true
 }
 
 // target is where a request about internal stream id goes: here, or the
@@ -149,9 +160,13 @@ type target struct {
 	addr   string // "" when here
 }
 
-// targetOf finds who serves internal stream id now.
-func (rt *Router) targetOf(id uint64) (target, error) {
+// targetOf finds who serves internal stream id now: here, for a request
+// routed here (its slot checked already).
+func (rt *Router) targetOf(ctx context.Context, id uint64) (target, error) {
 	slot := rt.cfg.SlotOf(id)
+	if routed, _ := ctx.Value(routedKey{}).(bool); routed {
+		return target{slot: slot, member: rt.cfg.Self}, nil
+	}
 	member, live := rt.cfg.Owner(slot)
 	t := target{slot: slot, member: member}
 	switch {

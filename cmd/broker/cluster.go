@@ -278,7 +278,7 @@ func (c *cluster) router(local http.Handler, maxBody int64, reg prometheus.Regis
 			addr, err := c.addrs.Client(m.Node)
 			return addr, err == nil
 		},
-		Catchup: c.member.Catchup, MaxBodyBytes: maxBody, Logger: c.log, Metrics: reg,
+		Fresh: b.OpenForServing, Catchup: c.member.Catchup, MaxBodyBytes: maxBody, Logger: c.log, Metrics: reg,
 	})
 }
 
