@@ -24,6 +24,12 @@ import (
 func (rt *Router) forward(w http.ResponseWriter, r *http.Request, id uint64, body []byte) {
 	t, err := rt.targetOf(r.Context(), id)
 	if err != nil {
+		if rt.staleReadAllowed(r, err) {
+			rt.metrics.local.Inc()
+			w.Header().Set(StaleHeader, "true")
+			rt.local(w, r, body)
+			return
+		}
 		rt.fail(w, r, err)
 		return
 	}
@@ -205,6 +211,18 @@ func (p *pipeResponse) Write(b []byte) (int, error) {
 
 // Flush is a no-op: every write is in the pipe already.
 func (p *pipeResponse) Flush() {}
+
+// staleReadAllowed reports a read this broker answers from its own copy:
+// nobody serves the partition, and this broker has no metadata leader
+// either — the cluster lost its quorum, and no owner can be (during an
+// ordinary failover the cluster has a leader, and the read waits for the
+// new owner instead, so that no read goes back in time).
+func (rt *Router) staleReadAllowed(r *http.Request, err error) bool {
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		return false
+	}
+	return errors.Is(err, NoSlotOwner) && rt.cfg.InContact != nil && !rt.cfg.InContact()
+}
 
 // notSent reports an error a request met before any of it was sent: the
 // connection could not be made.

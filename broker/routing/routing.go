@@ -36,6 +36,10 @@ import (
 // again; it serves it, or refuses it when it does not serve that slot.
 const RouteHeader = "Picomq-Route"
 
+// StaleHeader marks an answer served from this broker's own copy while the
+// cluster had no quorum: it may miss the last commits.
+const StaleHeader = "Picomq-Stale"
+
 // Prefix of the Durable Streams protocol's URLs (broker/dsapi.Prefix).
 const streamPrefix = "/v1/stream/"
 
@@ -58,6 +62,12 @@ type Config struct {
 	// a cluster member opens the partition (core.OpenForServing) before it
 	// answers its reads, so that its state holds all that was committed.
 	Fresh func(ctx context.Context, id uint64) error
+	// InContact, when set, says whether this broker is in contact with a
+	// metadata leader. While it is not and no live owner serves a
+	// partition — the cluster lost its quorum — a read of it is answered
+	// from this broker's own copy, marked with StaleHeader: committed data
+	// stays readable, though it may miss the last commits.
+	InContact func() bool
 	// Catchup, when set, waits until this broker's state has what the
 	// leader committed: a stream just created through another broker may
 	// not have reached it yet.

@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -247,5 +248,36 @@ func TestRouterSplitsAppends(t *testing.T) {
 	defer w.mu.Unlock()
 	if len(w.served["b"]) != 1 {
 		t.Errorf("b served %v, want one appends request (its items)", w.served["b"])
+	}
+}
+
+// TestStaleReadsWithoutQuorum: with no live owner and no metadata leader
+// (the cluster lost its quorum), a read is answered from this broker's
+// copy, marked stale; a write is refused. With a leader, the read waits
+// for the new owner instead (503): no read goes back in time.
+func TestStaleReadsWithoutQuorum(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	ra := w.routers["a"]
+	var contact atomic.Bool
+	contact.Store(true)
+	ra.cfg.InContact = contact.Load
+	a := w.servers["a"].URL
+	code, body, h := get(t, a, "/v1/log/one?from=0")
+	if code != 503 || h.Get(StaleHeader) != "" {
+		t.Fatalf("no owner, but a leader: %d %q, want 503 (no stale read)", code, body)
+	}
+	contact.Store(false)
+	code, body, h = get(t, a, "/v1/log/one?from=0")
+	if code != 200 || body != "a" || h.Get(StaleHeader) != "true" {
+		t.Fatalf("no quorum: %d %q %v, want a's copy, marked stale", code, body, h)
+	}
+	resp, err := http.Post(a+"/v1/log/one", "application/octet-stream", strings.NewReader("x"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 503 {
+		t.Fatalf("a write with no quorum: %d, want 503", resp.StatusCode)
 	}
 }

@@ -279,6 +279,7 @@ func (c *cluster) router(local http.Handler, maxBody int64, reg prometheus.Regis
 			return addr, err == nil
 		},
 		Fresh: b.OpenForServing, Catchup: c.member.Catchup, MaxBodyBytes: maxBody, Logger: c.log, Metrics: reg,
+		InContact: func() bool { return b.Log().InContact(2 * c.cfg.RetryPeriod) },
 	})
 }
 
