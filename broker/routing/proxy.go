@@ -213,15 +213,14 @@ func (p *pipeResponse) Write(b []byte) (int, error) {
 func (p *pipeResponse) Flush() {}
 
 // staleReadAllowed reports a read this broker answers from its own copy:
-// nobody serves the partition, and this broker has no metadata leader
-// either — the cluster lost its quorum, and no owner can be (during an
-// ordinary failover the cluster has a leader, and the read waits for the
-// new owner instead, so that no read goes back in time).
+// nobody serves the partition, and the cluster lost its quorum, so no
+// owner can be (during an ordinary failover, or cut off alone, the read
+// waits for the owner instead, so that no read goes back in time).
 func (rt *Router) staleReadAllowed(r *http.Request, err error) bool {
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		return false
 	}
-	return errors.Is(err, NoSlotOwner) && rt.cfg.InContact != nil && !rt.cfg.InContact()
+	return errors.Is(err, NoSlotOwner) && rt.cfg.QuorumLost != nil && rt.cfg.QuorumLost()
 }
 
 // notSent reports an error a request met before any of it was sent: the

@@ -62,12 +62,14 @@ type Config struct {
 	// a cluster member opens the partition (core.OpenForServing) before it
 	// answers its reads, so that its state holds all that was committed.
 	Fresh func(ctx context.Context, id uint64) error
-	// InContact, when set, says whether this broker is in contact with a
-	// metadata leader. While it is not and no live owner serves a
-	// partition — the cluster lost its quorum — a read of it is answered
-	// from this broker's own copy, marked with StaleHeader: committed data
-	// stays readable, though it may miss the last commits.
-	InContact func() bool
+	// QuorumLost, when set, says whether the cluster has lost its quorum
+	// as this broker sees it: no metadata leader in sight, and no other
+	// member renewing its Lease. Then, for a partition no live owner
+	// serves, a read is answered from this broker's own copy, marked with
+	// StaleHeader: committed data stays readable, though it may miss the
+	// last commits. (A broker cut off alone sees the others renewing, and
+	// answers no stale read.)
+	QuorumLost func() bool
 	// Catchup, when set, waits until this broker's state has what the
 	// leader committed: a stream just created through another broker may
 	// not have reached it yet.

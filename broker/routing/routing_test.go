@@ -251,23 +251,22 @@ func TestRouterSplitsAppends(t *testing.T) {
 	}
 }
 
-// TestStaleReadsWithoutQuorum: with no live owner and no metadata leader
-// (the cluster lost its quorum), a read is answered from this broker's
-// copy, marked stale; a write is refused. With a leader, the read waits
-// for the new owner instead (503): no read goes back in time.
+// TestStaleReadsWithoutQuorum: with no live owner and the cluster's
+// quorum lost, a read is answered from this broker's copy, marked stale; a
+// write is refused. Otherwise the read waits for the owner (503): no read
+// goes back in time.
 func TestStaleReadsWithoutQuorum(t *testing.T) {
 	t.Parallel()
 	w := newWorld(t)
 	ra := w.routers["a"]
-	var contact atomic.Bool
-	contact.Store(true)
-	ra.cfg.InContact = contact.Load
+	var lost atomic.Bool
+	ra.cfg.QuorumLost = lost.Load
 	a := w.servers["a"].URL
 	code, body, h := get(t, a, "/v1/log/one?from=0")
 	if code != 503 || h.Get(StaleHeader) != "" {
 		t.Fatalf("no owner, but a leader: %d %q, want 503 (no stale read)", code, body)
 	}
-	contact.Store(false)
+	lost.Store(true)
 	code, body, h = get(t, a, "/v1/log/one?from=0")
 	if code != 200 || body != "a" || h.Get(StaleHeader) != "true" {
 		t.Fatalf("no quorum: %d %q %v, want a's copy, marked stale", code, body, h)

@@ -279,7 +279,17 @@ func (c *cluster) router(local http.Handler, maxBody int64, reg prometheus.Regis
 			return addr, err == nil
 		},
 		Fresh: b.OpenForServing, Catchup: c.member.Catchup, MaxBodyBytes: maxBody, Logger: c.log, Metrics: reg,
-		InContact: func() bool { return b.Log().InContact(2 * c.cfg.RetryPeriod) },
+		QuorumLost: func() bool {
+			if b.Log().InContact(2 * c.cfg.RetryPeriod) {
+				return false
+			}
+			for _, m := range c.owners.Members() {
+				if !m.Self {
+					return false // another member renews: the quorum may be there, without us
+				}
+			}
+			return true
+		},
 	})
 }
 

@@ -71,6 +71,9 @@ func (o Options) withDefaults() Options {
 		o.ReplicationFactor = min(3, o.Brokers)
 	}
 	if o.LogLevel == "" {
+		o.LogLevel = os.Getenv(LogLevelEnv)
+	}
+	if o.LogLevel == "" {
 		o.LogLevel = "warn"
 	}
 	if o.ReadyTimeout <= 0 {
@@ -192,6 +195,10 @@ func (c *Cluster) cleanup() {
 		c.keepLogs()
 	}
 }
+
+// LogLevelEnv sets the brokers' --log-level when Options leave it
+// (debug shows the metadata log's own logs).
+const LogLevelEnv = "PICOMQ_CLUSTER_LOG_LEVEL"
 
 // KeepLogsEnv names a folder where a failed test's broker logs are copied
 // whole (they go with the test's temporary directory otherwise).
