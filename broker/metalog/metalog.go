@@ -613,8 +613,9 @@ func (l *Log) awaitLeadership(ctx context.Context) error {
 // as its error, unwrapped, so the FSM's errors reach the caller as they are.
 //
 // Every other error is wrapped with the reason: ErrNotLeader (not appended,
-// safe to retry on the leader), ErrClosed, raft.ErrLeadershipLost (appended
-// but leadership was lost before it committed: it may or may not apply), or
+// safe to retry on the leader), ErrClosed, ErrUnknownOutcome with
+// raft.ErrLeadershipLost (appended but leadership was lost before it
+// committed: it may or may not apply), or
 // the context's error.
 //
 // ctx bounds the wait. When ctx ends first Apply returns at once, but the
@@ -841,7 +842,7 @@ func (l *Log) wrap(op string, err error) error {
 	case errors.Is(err, raft.ErrRaftShutdown):
 		return fmt.Errorf("%w: %s: %w", ErrClosed, op, err)
 	case errors.Is(err, raft.ErrLeadershipLost):
-		return fmt.Errorf("metalog: %s: leadership lost before the entry committed, it may or may not be applied: %w", op, err)
+		return fmt.Errorf("%w: %s: leadership lost before the entry committed, it may or may not be applied: %w", ErrUnknownOutcome, op, err)
 	case errors.Is(err, raft.ErrEnqueueTimeout):
 		return fmt.Errorf("metalog: %s: not accepted by raft before the context deadline: %w: %w", op, context.DeadlineExceeded, err)
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):

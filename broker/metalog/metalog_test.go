@@ -12,6 +12,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/hashicorp/raft"
 )
 
 // syncBuffer collects a node's log lines; they are printed only if the test
@@ -595,5 +597,19 @@ func TestProposeKeepsOrderWithSeveralInFlight(t *testing.T) {
 	_ = l.Close()
 	if _, err := l.Propose(mustCmd("add", "k", 1))(context.Background()); !errors.Is(err, ErrClosed) {
 		t.Fatalf("Propose after Close: %v", err)
+	}
+}
+
+// A proposal whose leader stepped down before it committed may still be
+// applied: callers must see "outcome unknown", not a plain failure they would
+// report as "not written".
+func TestWrapLeadershipLostIsUnknownOutcome(t *testing.T) {
+	l := &Log{}
+	err := l.wrap("apply", raft.ErrLeadershipLost)
+	if !errors.Is(err, ErrUnknownOutcome) || !errors.Is(err, raft.ErrLeadershipLost) {
+		t.Fatalf("wrap(ErrLeadershipLost) = %v: want ErrUnknownOutcome wrapping raft.ErrLeadershipLost", err)
+	}
+	if errors.Is(err, ErrNotLeader) {
+		t.Fatalf("wrap(ErrLeadershipLost) = %v: must not read as not-appended ErrNotLeader", err)
 	}
 }
