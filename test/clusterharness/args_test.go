@@ -116,6 +116,24 @@ func TestArgsClusterPeersGoThroughTheLinks(t *testing.T) {
 	}
 }
 
+func TestArgsDirectLinksNamePeersAtTheirOwnAddresses(t *testing.T) {
+	t.Parallel()
+	c := fakeCluster(t, Options{Brokers: 3, Cluster: true, DirectLinks: true})
+	for i := 0; i < 3; i++ {
+		peers, _ := flagValue(c.Args(i), "peers")
+		var want []string
+		for j := 0; j < 3; j++ {
+			want = append(want, brokerName(j)+"="+c.Broker(j).PeerAddr()+"|"+c.Broker(j).ClientAddr())
+		}
+		if peers != strings.Join(want, ",") {
+			t.Errorf("broker %d: --peers %q, want %q", i, peers, strings.Join(want, ","))
+		}
+	}
+	if len(c.links) != 0 {
+		t.Errorf("%d link proxies with DirectLinks", len(c.links))
+	}
+}
+
 func TestPartitionCutsBetweenGroupsOnly(t *testing.T) {
 	t.Parallel()
 	c := fakeCluster(t, Options{Brokers: 3, Cluster: true})

@@ -23,6 +23,11 @@ type Options struct {
 	// Leases. Without it no cluster flag is passed, so everything the
 	// broker supports today runs.
 	Cluster bool
+	// DirectLinks names every peer at its own addresses in --peers, with
+	// no link proxy: no broker-to-broker byte passes through this process,
+	// as a benchmark wants. Link, Partition and Isolate are unavailable
+	// then; the apiserver's proxies stay.
+	DirectLinks bool
 
 	Name      string // cluster name (default "picomq"): Leases are <Name>-slot-<n>
 	Namespace string // namespace of the Leases (default "default")
@@ -239,7 +244,7 @@ func (c *Cluster) assignAddrs() error {
 		b.clientAddr, b.peerAddr = cl, peer
 		b.mu.Unlock()
 	}
-	if !c.opts.Cluster {
+	if !c.opts.Cluster || c.opts.DirectLinks {
 		return nil
 	}
 	c.mu.Lock()
@@ -297,11 +302,12 @@ func (c *Cluster) Args(i int) []string {
 }
 
 // peers is broker i's --peers: every broker as name=peer|client, itself
-// at its own addresses and the others through i's links to them.
+// at its own addresses and the others through i's links to them (at
+// their own addresses too with DirectLinks).
 func (c *Cluster) peers(i int) string {
 	var parts []string
 	for _, b := range c.brokers {
-		if b.Index == i {
+		if b.Index == i || c.opts.DirectLinks {
 			parts = append(parts, fmt.Sprintf("%s=%s|%s", b.Name, b.PeerAddr(), b.ClientAddr()))
 			continue
 		}
@@ -342,7 +348,7 @@ func (c *Cluster) Link(from, to int) *Link {
 	defer c.mu.Unlock()
 	l := c.links[[2]int{from, to}]
 	if l == nil {
-		panic(fmt.Sprintf("clusterharness: no link %d→%d (cluster mode only)", from, to))
+		panic(fmt.Sprintf("clusterharness: no link %d→%d (cluster mode without DirectLinks only)", from, to))
 	}
 	return l
 }
