@@ -55,6 +55,9 @@ type Options struct {
 	// Cluster, when set, adds a clustered broker's view of its cluster to
 	// GET /v1/admin/node.
 	Cluster func(*wire.NodeInfo)
+	// Drain, when set, serves wire.DrainPath (a clustered broker); without
+	// it the path answers 501 NOT_CLUSTERED.
+	Drain Drainer
 	// DefaultPolicy, when set, is the policy of a stream created through
 	// the admin API without one (an empty "policy" member).
 	DefaultPolicy *stream.PolicyValue
@@ -103,6 +106,7 @@ func New(b node.Broker, gatherer prometheus.Gatherer, opts Options) *Server {
 	s.mux.HandleFunc("GET /healthz", s.healthz)
 	s.mux.HandleFunc("GET /readyz", s.readyz)
 	s.mux.HandleFunc("GET "+wire.NodePath, s.node)
+	s.mux.HandleFunc(wire.DrainPath, s.serveDrain)
 	if gatherer != nil {
 		s.mux.Handle("GET /metrics", promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{ErrorLog: slogPrinter{s.log}}))
 	}

@@ -301,6 +301,10 @@ func (c *cluster) nodeInfo(info *wire.NodeInfo) {
 	held := os.SlotsHeld
 	under := int(c.under.Load())
 	info.SlotsHeld, info.Slots, info.UnderReplicated = &held, os.Held, &under
+	if os.Draining {
+		ds := c.DrainStatus()
+		info.Drain = &ds
+	}
 }
 
 // leave hands this broker's work over before it stops (SIGTERM): its slots

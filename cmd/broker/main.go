@@ -133,7 +133,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	front := frontend.Options{LongPollTimeout: cfg.LongPollTimeout, MaxBodyBytes: cfg.MaxBodyBytes, Logger: logger}
 	apiOpts := httpapi.Options{Options: front, Registerer: reg, TestClock: testClock, DefaultPolicy: cfg.DefaultStreamPolicy}
 	if cl != nil {
-		apiOpts.Cluster = cl.nodeInfo
+		apiOpts.Cluster, apiOpts.Drain = cl.nodeInfo, cl
 	}
 	api := httpapi.New(b, reg, apiOpts)
 	ds := dsapi.New(b, dsapi.Options{Options: front})

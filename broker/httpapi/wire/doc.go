@@ -31,6 +31,9 @@
 //	DELETE /v1/admin/streams/{name}   204
 //	GET    /v1/admin/streams          {"streams":[...]} (no per-partition detail)
 //	GET    /v1/admin/node             node id, metadata log state, leader, indexes
+//	POST   /v1/admin/drain            start draining (a clustered broker): DrainStatus
+//	GET    /v1/admin/drain            the drain's progress: DrainStatus
+//	DELETE /v1/admin/drain            stop draining: DrainStatus
 //	GET    /healthz, /readyz, /metrics
 //
 // /v1/stream/ is reserved for the Durable Streams protocol.

@@ -12,6 +12,8 @@ const (
 	CodeNotReady             errs.Code = 0x00_10_03_05
 	CodeRouteNotFound        errs.Code = 0x00_10_03_06
 	CodeMethodNotAllowed     errs.Code = 0x00_10_03_07
+	CodeNotClustered         errs.Code = 0x00_10_03_08
+	CodeDrainRefused         errs.Code = 0x00_10_03_09
 )
 
 var (
@@ -62,4 +64,20 @@ var (
 		"The method is not allowed on this endpoint",
 		"broker/httpapi: the route serves other methods; the fields carry them",
 		405, 64)
+
+	// NotClustered answers a call only a clustered broker serves (the
+	// drain), made to a lone broker: 501, which the operator reads as
+	// "not supported".
+	NotClustered = errs.Static(CodeNotClustered, "NOT_CLUSTERED",
+		"This broker is not a member of a cluster",
+		"broker/httpapi: the call needs cluster mode (--cluster); a lone broker has nothing to hand off",
+		501, 64)
+
+	// DrainRefused refuses to start a drain that would leave the cluster
+	// unable to do what it promises (fewer other members than the
+	// replication factor asks); the fields say why. Nothing changed.
+	DrainRefused = errs.Static(CodeDrainRefused, "DRAIN_REFUSED",
+		"The drain was refused",
+		"broker/httpapi: draining this broker now would leave too few members; the fields say why",
+		409, 75)
 )

@@ -213,6 +213,10 @@ type NodeInfo struct {
 	SlotsHeld       *int     `json:"slotsHeld,omitempty"`
 	Slots           []int    `json:"slots,omitempty"`
 	UnderReplicated *int     `json:"underReplicated,omitempty"`
+
+	// Drain is this broker's drain while it drains (what GET DrainPath
+	// answers); absent otherwise.
+	Drain *DrainStatus `json:"drain,omitempty"`
 }
 
 // AppendResult is the answer of an append.
