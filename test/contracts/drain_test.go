@@ -1,0 +1,200 @@
+package contracts_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/picomq/picomq/broker/client"
+	"github.com/picomq/picomq/broker/httpapi/wire"
+	"github.com/picomq/picomq/broker/stream"
+	"github.com/picomq/picomq/test/clusterharness"
+)
+
+// TestDrainHandsEverySlotOff: the first stage of a drain. A drained broker
+// ends with no slot and no stream open, the others hold every slot between
+// them, the streams it owned are served by them with everything that was
+// acknowledged, and it never reports Drained (it still holds its object
+// copies and its Raft membership). A drain that would leave fewer members
+// than R is refused; cancelling gives the broker its share back.
+func TestDrainHandsEverySlotOff(t *testing.T) {
+	needCluster(t)
+	o := options()
+	c := clusterharness.Start(t, o)
+	ctx := t.Context()
+
+	// A stream with a partition on every slot (internal ids are
+	// consecutive, the slot is id mod 16), each opened by an append, so
+	// that the broker to drain owns some of them.
+	cl, err := client.New(c.URL(drained))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	const name = "drain/every-slot"
+	s, err := cl.Open(ctx, name, client.StreamConfig{Policy: stream.PolicyValue{Partitions: o.Slots}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	appendEach := func(round string) {
+		t.Helper()
+		for p := range o.Slots {
+			rec := stream.RecordValue{Key: []byte(keyOn(p, o.Slots)), Payload: []byte(fmt.Sprintf("%s-%d", round, p))}
+			if _, err := s.Append(ctx, []stream.RecordValue{rec}); err != nil {
+				t.Fatalf("append %s to partition %d through broker-%d: %v", round, p, drained, err)
+			}
+		}
+	}
+	appendEach("before")
+	owned := 0
+	for p := range o.Slots {
+		if owner, err := c.Owner(ctx, name, p); err != nil {
+			t.Fatal(err)
+		} else if owner == drained {
+			owned++
+		}
+	}
+	if owned == 0 {
+		t.Fatalf("broker-%d owns none of %d partitions before the drain: nothing to hand off", drained, o.Slots)
+	}
+	ds, err := c.DrainStatus(ctx, drained)
+	if err != nil || ds.Phase != wire.DrainNone || ds.SlotsHeld == 0 || ds.OpenStreams != owned {
+		t.Fatalf("before the drain: %+v, %v; want no phase, slots held and %d streams open", ds, err, owned)
+	}
+
+	// Drained of its slots: watched all along, it never says Drained.
+	stopWatch := watchNeverDrained(t, c, drained)
+	if ds, err = c.Drain(ctx, drained); err != nil || ds.Phase != wire.DrainDraining {
+		t.Fatalf("POST drain: %+v, %v", ds, err)
+	}
+	if ds2, err := c.Drain(ctx, drained); err != nil || ds2.Phase != wire.DrainDraining {
+		t.Fatalf("POST drain again: %+v, %v", ds2, err)
+	}
+	if err := c.DrainAndWait(drained, drainTimeout); err != nil {
+		t.Fatal(err)
+	}
+	ds, err = c.DrainStatus(ctx, drained)
+	if err != nil || ds.Phase != wire.DrainDraining || ds.SlotsHeld != 0 || ds.OpenStreams != 0 ||
+		!strings.Contains(ds.Message, "object") || !strings.Contains(ds.Message, "Raft") {
+		t.Fatalf("drained of its slots: %+v, %v; want Draining, 0 and 0, and a message naming the copies and the Raft membership left", ds, err)
+	}
+	n, err := c.Node(drained)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(n.Raw), `"drain":{"phase":"Draining"`) {
+		t.Errorf("GET /v1/admin/node does not report the drain (the operator reads it there): %s", n.Raw)
+	}
+	held := 0
+	for i := range c.N() {
+		node, err := c.Node(i)
+		if err != nil {
+			t.Fatal(err)
+		}
+		count, _, _ := node.Slots()
+		if i == drained && count != 0 {
+			t.Errorf("broker-%d holds %d slots once drained", i, count)
+		}
+		held += count
+	}
+	if held != o.Slots {
+		t.Errorf("the brokers hold %d slots, want %d", held, o.Slots)
+	}
+
+	// Its streams are served by the others, whole, through it.
+	appendEach("during")
+	for p := range o.Slots {
+		owner, err := c.Owner(ctx, name, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if owner == drained {
+			t.Errorf("partition %d is still owned by the drained broker-%d", p, drained)
+		}
+		es, err := s.Read(ctx, p, 0, 10)
+		if err != nil || len(es) != 2 || string(es[0].Record.Payload) != fmt.Sprintf("before-%d", p) || string(es[1].Record.Payload) != fmt.Sprintf("during-%d", p) {
+			t.Errorf("partition %d through broker-%d: %v, %v", p, drained, payloadsOf(es), err)
+		}
+	}
+
+	// Draining a second broker would leave one member for R=2: refused,
+	// and that broker stays a full member.
+	if ds, err := c.Drain(ctx, 1); err == nil || !strings.Contains(err.Error(), "DRAIN_REFUSED") {
+		t.Errorf("a drain leaving fewer members than R: %+v, %v; want 409 DRAIN_REFUSED", ds, err)
+	}
+	if ds, err := c.DrainStatus(ctx, 1); err != nil || ds.Phase != wire.DrainNone || ds.SlotsHeld == 0 {
+		t.Errorf("broker-1 after a refused drain: %+v, %v", ds, err)
+	}
+	stopWatch()
+
+	// Cancelled: it takes its share again, and serves it.
+	if ds, err = c.CancelDrain(ctx, drained); err != nil || ds.Phase != wire.DrainNone {
+		t.Fatalf("DELETE drain: %+v, %v", ds, err)
+	}
+	if err := c.WaitFor(drainTimeout, fmt.Sprintf("broker-%d holding slots again", drained), func(ctx context.Context) error {
+		n, err := c.Node(drained)
+		if err != nil {
+			return err
+		}
+		if count, _, _ := n.Slots(); count < o.Slots/o.Brokers {
+			return fmt.Errorf("broker-%d holds %d slots", drained, count)
+		}
+		return c.ClusterReady(ctx)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	appendEach("after")
+	for p := range o.Slots {
+		if es, err := s.Read(ctx, p, 0, 10); err != nil || len(es) != 3 {
+			t.Errorf("partition %d after the drain was cancelled: %v, %v", p, payloadsOf(es), err)
+		}
+	}
+}
+
+// watchNeverDrained polls broker i's drain status until stop is called and
+// fails t if it ever reports Drained: the first stage of a drain leaves
+// the broker's object copies and Raft membership in place.
+func watchNeverDrained(t *testing.T, c *clusterharness.Cluster, i int) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(100 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			if ds, err := c.DrainStatus(ctx, i); err == nil && ds.Phase == wire.DrainDrained {
+				t.Errorf("broker-%d reported %+v: it still holds its copies and its Raft membership", i, ds)
+				return
+			} else if err != nil && !errors.Is(err, context.Canceled) && ctx.Err() == nil {
+				t.Logf("drain status of broker-%d: %v", i, err)
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	return func() { cancel(); <-done }
+}
+
+// keyOn returns a key PartitionOf places on partition p of n.
+func keyOn(p, n int) string {
+	for i := 0; ; i++ {
+		k := fmt.Sprintf("k-%d", i)
+		if stream.PartitionOf([]byte(k), n) == p {
+			return k
+		}
+	}
+}
+
+func payloadsOf(es []stream.EntryValue) []string {
+	out := make([]string, len(es))
+	for i, e := range es {
+		out[i] = string(e.Record.Payload)
+	}
+	return out
+}
