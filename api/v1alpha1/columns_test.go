@@ -59,3 +59,21 @@ func TestStreamClusterColumnsTellDesiredFromRunning(t *testing.T) {
 		}
 	}
 }
+
+// -o wide shows who leads the metadata log and how many objects lack
+// copies: what a person looks at first in a failover.
+func TestStreamClusterWideColumnsShowTheCluster(t *testing.T) {
+	t.Parallel()
+	cols := map[string]apiextensionsv1.CustomResourceColumnDefinition{}
+	for _, c := range printerColumns(t, "streamclusters") {
+		cols[c.Name] = c
+	}
+	for name, path := range map[string]string{
+		"Leader":           ".status.metadataLeader",
+		"Under-Replicated": ".status.underReplicated",
+	} {
+		if c := cols[name]; c.JSONPath != path || c.Priority != 1 {
+			t.Errorf("column %q = %q priority %d, want %s in -o wide", name, c.JSONPath, c.Priority, path)
+		}
+	}
+}

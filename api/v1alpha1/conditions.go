@@ -15,11 +15,12 @@ package v1alpha1
 //
 //   - Healthy: Ready=True.
 //   - Progressing: Ready=False and Degraded=False (brokers starting, a
-//     rollout, a scaling, a drain, a metadata election), or Progressing=True.
+//     rollout, a scaling, a drain, a metadata election, slots changing
+//     hands), or Progressing=True.
 //   - Degraded: Degraded=True. The operator cannot do what the spec asks
-//     without a person: the reason says why (InvalidSpec, ApplyFailed,
-//     BrokersFailing, ScaleDownBlocked, StorageChangeNotApplied) and the
-//     message what to do.
+//     without a person: the reason says why (ClusterIDMismatch,
+//     InvalidSpec, ApplyFailed, BrokersFailing, ScaleDownBlocked,
+//     StorageChangeNotApplied) and the message what to do.
 //   - Unknown: Ready=Unknown with reason BrokerUnreachable: the pods are
 //     ready but no broker answered the operator, so whether the cluster
 //     serves is not known (the message says which broker and why).
@@ -71,9 +72,10 @@ package v1alpha1
 // Condition types.
 const (
 	// ConditionReady is True when the object is what its spec asks for and
-	// serves: for a StreamCluster, every desired broker is ready and the
-	// metadata log has a leader; for a Stream, the stream exists on its
-	// cluster with the spec's configuration.
+	// serves: for a StreamCluster, every desired broker is ready, the
+	// metadata log has a leader and every slot has a live holder; for a
+	// Stream, the stream exists on its cluster with the spec's
+	// configuration.
 	ConditionReady = "Ready"
 	// ConditionProgressing (StreamCluster) is True while a rollout, a
 	// scaling or a drain is under way; False when the cluster is stable,
@@ -86,8 +88,10 @@ const (
 
 // Reasons of a StreamCluster's Ready condition.
 const (
-	// ReasonAllBrokersReady (Ready=True): every desired broker is ready and
-	// the metadata log has a leader. Healthy.
+	// ReasonAllBrokersReady (Ready=True): every desired broker is ready,
+	// the metadata log has a leader and, for brokers that report slots
+	// (every cluster-mode broker), each of the spec's slots is held by a
+	// broker that answered. Healthy.
 	ReasonAllBrokersReady = "AllBrokersReady"
 	// ReasonBrokersNotReady (Ready=False): fewer brokers ready than desired
 	// (starting, rolling, or failing: the pods say which). Progressing.
@@ -96,6 +100,16 @@ const (
 	// that answer know no metadata leader (an election under way).
 	// Progressing; lasting, it needs a look at the brokers' logs.
 	ReasonNoMetadataLeader = "NoMetadataLeader"
+	// ReasonSlotsUnheld (Ready=False): a metadata leader exists but some
+	// slots have no live holder: the brokers that answered hold fewer
+	// distinct slots than spec.ownership.slots (the message gives both
+	// counts and names the brokers that did not answer). Streams of an
+	// unheld slot answer 503 until a broker takes it: a live broker takes
+	// a free slot at once, and one whose holder stopped renewing once its
+	// Lease has not changed for leaseDuration. Progressing (a failover);
+	// lasting, the brokers cannot write their Leases (their logs say why)
+	// or the holders do not answer the operator.
+	ReasonSlotsUnheld = "SlotsUnheld"
 	// ReasonCreating (Ready=False, Progressing=True): the brokers'
 	// StatefulSet does not exist yet. Progressing.
 	ReasonCreating = "Creating"
@@ -144,6 +158,14 @@ const (
 const (
 	// ReasonAsExpected (Degraded=False): nothing needs attention.
 	ReasonAsExpected = "AsExpected"
+	// ReasonClusterIDMismatch (Degraded=True): a broker reports a cluster id
+	// other than status.clusterId, which the operator recorded and never
+	// changes: it belongs to another metadata log (a cluster bootstrapped
+	// again from an empty data directory, a volume from another cluster).
+	// The message names the broker and both ids; that broker counts for no
+	// leader and no slot. Degraded until it reports the recorded id (or
+	// leaves).
+	ReasonClusterIDMismatch = "ClusterIDMismatch"
 	// ReasonInvalidSpec (StreamCluster Degraded=True, Stream Ready=False):
 	// the spec cannot be turned into children or a broker stream; the
 	// message names the field. Degraded until the spec changes.

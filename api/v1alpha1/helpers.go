@@ -44,6 +44,15 @@ func (s *StreamClusterSpec) EffectiveReplicationFactor() int32 {
 	return min(MaxDefaultReplicationFactor, s.EffectiveReplicas())
 }
 
+// EffectiveSlots returns ownership.slots, or its default when a client
+// bypassed the apiserver's defaulting.
+func (o *OwnershipSpec) EffectiveSlots() int32 {
+	if o.Slots < 1 {
+		return DefaultSlots
+	}
+	return o.Slots
+}
+
 // EffectiveLeaseTimings returns the slot Lease duration, renew deadline and
 // retry period, filling the ones left out as client-go's leader election
 // does: renew at two thirds of the duration, retry at 2/15 of it.

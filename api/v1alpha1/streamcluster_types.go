@@ -278,15 +278,55 @@ type StreamClusterStatus struct {
 	// +optional
 	Endpoint string `json:"endpoint,omitempty"`
 
-	// MetadataLeader is the broker leading the metadata log.
+	// ClusterID is the id of the cluster the brokers formed, as they report
+	// it, recorded once and never changed after: the brokers read it
+	// (PICOMQ_CLUSTER_ID, from the ConfigMap <name>-cluster-id), so a broker
+	// starting on an empty data directory joins this cluster rather than
+	// bootstrap another. A broker that reports another id is not counted
+	// and makes the cluster Degraded (reason ClusterIDMismatch).
+	// +optional
+	ClusterID string `json:"clusterId,omitempty"`
+
+	// MetadataLeader is the member leading the metadata log, as the brokers
+	// report it: a member id, the broker's pod name followed by "~" and the
+	// incarnation of its data directory (demo-1~3f9a2c1e), or the pod name
+	// alone for a broker that does not report member ids. When the brokers
+	// disagree (an election under way), the one most of them name.
 	// +optional
 	MetadataLeader string `json:"metadataLeader,omitempty"`
 
-	// SlotsHeld is how many slot Leases each broker holds.
+	// Voters are the members (ids as in metadataLeader) that vote in the
+	// metadata log: a quorum of them must be up for writes. As the leader
+	// reports them, or the first answering broker when the leader does not
+	// answer.
+	// +listType=atomic
+	// +optional
+	Voters []string `json:"voters,omitempty"`
+
+	// NonVoters are members that replicate the metadata log without voting:
+	// brokers catching up before their promotion, or beyond the odd number
+	// of voters.
+	// +listType=atomic
+	// +optional
+	NonVoters []string `json:"nonVoters,omitempty"`
+
+	// SlotsHeld is how many slot Leases each broker holds, of those that
+	// answered.
 	// +listType=map
 	// +listMapKey=broker
 	// +optional
 	SlotsHeld []BrokerSlots `json:"slotsHeld,omitempty"`
+
+	// UnderReplicated is how many committed objects have fewer copies on
+	// current members than the replication factor asks (a copy on a member
+	// that was removed, or written when fewer brokers were live). It is a
+	// count over the whole cluster, which every broker computes from its
+	// copy of the metadata log: the leader's count (the freshest), or the
+	// highest count reported when the leader did not answer — never a sum,
+	// which would count each object once per broker. Absent when no broker
+	// reports it.
+	// +optional
+	UnderReplicated *int32 `json:"underReplicated,omitempty"`
 }
 
 // BrokerSlots is one broker's share of the slots.
@@ -310,6 +350,8 @@ type BrokerSlots struct {
 // +kubebuilder:printcolumn:name="Ready Brokers",type=integer,JSONPath=`.status.readyReplicas`,description="Broker pods that are ready"
 // +kubebuilder:printcolumn:name="Endpoint",type=string,JSONPath=`.status.endpoint`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+// +kubebuilder:printcolumn:name="Leader",type=string,JSONPath=`.status.metadataLeader`,priority=1,description="Member leading the metadata log"
+// +kubebuilder:printcolumn:name="Under-Replicated",type=integer,JSONPath=`.status.underReplicated`,priority=1,description="Committed objects with fewer copies than the replication factor"
 // +kubebuilder:printcolumn:name="Message",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].message`,priority=1
 type StreamCluster struct {
 	metav1.TypeMeta   `json:",inline"`

@@ -431,10 +431,25 @@ func (in *StreamClusterStatus) DeepCopyInto(out *StreamClusterStatus) {
 			(*in)[i].DeepCopyInto(&(*out)[i])
 		}
 	}
+	if in.Voters != nil {
+		in, out := &in.Voters, &out.Voters
+		*out = make([]string, len(*in))
+		copy(*out, *in)
+	}
+	if in.NonVoters != nil {
+		in, out := &in.NonVoters, &out.NonVoters
+		*out = make([]string, len(*in))
+		copy(*out, *in)
+	}
 	if in.SlotsHeld != nil {
 		in, out := &in.SlotsHeld, &out.SlotsHeld
 		*out = make([]BrokerSlots, len(*in))
 		copy(*out, *in)
+	}
+	if in.UnderReplicated != nil {
+		in, out := &in.UnderReplicated, &out.UnderReplicated
+		*out = new(int32)
+		**out = **in
 	}
 }
 
