@@ -81,6 +81,22 @@ type NodeStatus struct {
 	// SlotsHeld is how many slot Leases the broker holds; nil when the broker
 	// does not report slots (a single-node broker holds them all).
 	SlotsHeld *int32
+	// Slots are the slots the broker holds, when it lists them.
+	Slots []int32
+
+	// In cluster mode (empty from a single-node broker): the id of the
+	// cluster the broker belongs to ("" until its metadata log names one),
+	// its member id (pod name ~ incarnation), and the metadata log's
+	// voters and non-voters as it sees them (member ids).
+	ClusterID string
+	MemberID  string
+	Voters    []string
+	NonVoters []string
+	// UnderReplicated is how many committed objects of the whole cluster
+	// have fewer copies on current members than the replication factor
+	// asks, counted from this broker's copy of the metadata log; nil when
+	// not reported.
+	UnderReplicated *int32
 	// Drain is the broker's drain state (DrainNone for a full member).
 	Drain DrainStatus
 }

@@ -2,11 +2,13 @@ package brokeradmin
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -50,6 +52,31 @@ func TestStatusDecodesNodeInfoAndClusterFields(t *testing.T) {
 	})
 	if st, err = NewHTTP().Status(context.Background(), b); err != nil || st.SlotsHeld != nil || st.Drain.Phase != DrainNone {
 		t.Errorf("single node: %+v %v", st, err)
+	}
+}
+
+// What a cluster-mode broker answers, encoded with the broker's own wire
+// type (cmd/broker fills it), reaches NodeStatus whole: a field renamed on
+// one side fails here, not as a status that silently lacks it.
+func TestStatusDecodesTheClusterBrokersNodeInfo(t *testing.T) {
+	t.Parallel()
+	held, under := 3, 7
+	info := wire.NodeInfo{NodeID: "demo-1", RaftState: "Follower", Leader: "demo-0~aa", Ready: true,
+		ClusterID: "c-42", MemberID: "demo-1~bb", Voters: []string{"demo-0~aa", "demo-1~bb", "demo-2~cc"}, NonVoters: []string{"demo-3~dd"},
+		SlotsHeld: &held, Slots: []int{1, 5, 9}, UnderReplicated: &under}
+	b := serve(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(info)
+	})
+	st, err := NewHTTP().Status(context.Background(), b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.ClusterID != "c-42" || st.MemberID != "demo-1~bb" || st.Leader != "demo-0~aa" ||
+		!slices.Equal(st.Voters, info.Voters) || !slices.Equal(st.NonVoters, info.NonVoters) ||
+		st.SlotsHeld == nil || *st.SlotsHeld != 3 || !slices.Equal(st.Slots, []int32{1, 5, 9}) ||
+		st.UnderReplicated == nil || *st.UnderReplicated != 7 {
+		t.Errorf("status %+v", st)
 	}
 }
 

@@ -56,8 +56,10 @@ func NewHTTPClient() *http.Client {
 // members the cluster-mode broker adds (absent from a single-node broker).
 type nodeInfo struct {
 	wire.NodeInfo
-	SlotsHeld *int32       `json:"slotsHeld,omitempty"`
-	Drain     *DrainStatus `json:"drain,omitempty"`
+	SlotsHeld       *int32       `json:"slotsHeld,omitempty"`
+	Slots           []int32      `json:"slots,omitempty"`
+	UnderReplicated *int32       `json:"underReplicated,omitempty"`
+	Drain           *DrainStatus `json:"drain,omitempty"`
 }
 
 // Status implements BrokerAdmin.
@@ -68,7 +70,9 @@ func (h *HTTP) Status(ctx context.Context, b Broker) (NodeStatus, error) {
 	}
 	s := NodeStatus{
 		NodeID: n.NodeID, RaftState: n.RaftState, Leader: n.Leader, Ready: n.Ready,
-		Streams: n.Streams, SlotsHeld: n.SlotsHeld,
+		Streams: n.Streams, SlotsHeld: n.SlotsHeld, Slots: n.Slots,
+		ClusterID: n.ClusterID, MemberID: n.MemberID, Voters: n.Voters, NonVoters: n.NonVoters,
+		UnderReplicated: n.UnderReplicated,
 	}
 	if n.Drain != nil {
 		s.Drain = *n.Drain
