@@ -35,6 +35,7 @@ const (
 	EnvLeaseRenewDeadline  = "PICOMQ_LEASE_RENEW_DEADLINE"  // cluster mode
 	EnvLeaseRetryPeriod    = "PICOMQ_LEASE_RETRY_PERIOD"    // cluster mode
 	EnvReplicationFactor   = "PICOMQ_REPLICATION_FACTOR"    // cluster mode
+	EnvClusterID           = "PICOMQ_CLUSTER_ID"            // cluster mode: in ClusterIDConfigMap, not here
 	EnvDefaultStreamPolicy = "PICOMQ_DEFAULT_STREAM_POLICY" // JSON, the admin API's policy shape
 	EnvTLSCertFile         = "PICOMQ_TLS_CERT_FILE"
 	EnvTLSKeyFile          = "PICOMQ_TLS_KEY_FILE"
@@ -57,11 +58,7 @@ func ConfigMap(c *streamsv1alpha1.StreamCluster) (*corev1.ConfigMap, error) {
 		EnvPeerListen:  ":" + itoa(PeerPort),
 		EnvPeerService: HeadlessServiceName(c) + "." + c.Namespace + ".svc",
 	}
-	slots := s.Ownership.Slots
-	if slots < 1 {
-		slots = streamsv1alpha1.DefaultSlots
-	}
-	data[EnvSlots] = itoa(slots)
+	data[EnvSlots] = itoa(s.Ownership.EffectiveSlots())
 	lease, renew, retry, err := s.Ownership.EffectiveLeaseTimings()
 	if err != nil {
 		return nil, err
@@ -112,6 +109,32 @@ func ConfigMap(c *streamsv1alpha1.StreamCluster) (*corev1.ConfigMap, error) {
 		ObjectMeta: objectMeta(c, ConfigMapName(c)),
 		Data:       data,
 	}, nil
+}
+
+// ClusterIDConfigMap renders the cluster id recorded in c's status
+// (PICOMQ_CLUSTER_ID), or nil while none is: a broker starting on an empty
+// data directory with it joins the cluster instead of bootstrapping a new
+// one (without it ordinal 0 would bootstrap, which is right only the first
+// time).
+//
+// It is a ConfigMap of its own, which the pods load with an optional
+// envFrom, rather than a key of ConfigMap: ConfigHash of that one is on the
+// pod template and rolls every broker when it changes, and the id is
+// learned from the brokers after they started, so recording it would
+// restart the whole cluster the moment it formed — for nothing, since a
+// running broker keeps the id in its data directory. A broker reads it at
+// its next start, the only time it matters. Optional, because the first
+// pods start before any id exists; once written it never changes (status
+// keeps the first id for good).
+func ClusterIDConfigMap(c *streamsv1alpha1.StreamCluster) *corev1.ConfigMap {
+	if c.Status.ClusterID == "" {
+		return nil
+	}
+	return &corev1.ConfigMap{
+		TypeMeta:   typeMeta("v1", "ConfigMap"),
+		ObjectMeta: objectMeta(c, ClusterIDConfigMapName(c)),
+		Data:       map[string]string{EnvClusterID: c.Status.ClusterID},
+	}
 }
 
 // ConfigHash is a short, stable hash of a ConfigMap's data (and binary

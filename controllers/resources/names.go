@@ -108,6 +108,10 @@ func ClientServiceName(c *streamsv1alpha1.StreamCluster) string { return c.Name 
 // ConfigMapName is the broker configuration's ConfigMap.
 func ConfigMapName(c *streamsv1alpha1.StreamCluster) string { return c.Name + "-config" }
 
+// ClusterIDConfigMapName is the ConfigMap holding the recorded cluster id
+// (see ClusterIDConfigMap).
+func ClusterIDConfigMapName(c *streamsv1alpha1.StreamCluster) string { return c.Name + "-cluster-id" }
+
 // ServiceAccountName is the brokers' ServiceAccount; the Role and the
 // RoleBinding share its name.
 func ServiceAccountName(c *streamsv1alpha1.StreamCluster) string { return c.Name + "-broker" }

@@ -249,6 +249,40 @@ func TestConfigHash(t *testing.T) {
 	}
 }
 
+// The recorded cluster id reaches the brokers through a ConfigMap of its
+// own, once status has it, and recording it changes nothing the pods'
+// template depends on: not the broker ConfigMap, not its hash, not the
+// StatefulSet.
+func TestClusterIDConfigMap(t *testing.T) {
+	t.Parallel()
+	c := cluster()
+	if cm := ClusterIDConfigMap(c); cm != nil {
+		t.Fatalf("no id recorded yet, but %v", cm.Data)
+	}
+	before, _ := ConfigMap(c)
+	stsBefore := StatefulSet(c, StatefulSetParams{Replicas: 3, ConfigHash: ConfigHash(before)})
+
+	c.Status.ClusterID = "c-1f2e"
+	cm := ClusterIDConfigMap(c)
+	if cm == nil {
+		t.Fatal("an id is recorded, but no ConfigMap")
+	}
+	checkMeta(t, "ConfigMap", cm.ObjectMeta, "demo-cluster-id")
+	if !reflect.DeepEqual(cm.Data, map[string]string{"PICOMQ_CLUSTER_ID": "c-1f2e"}) || len(cm.BinaryData) != 0 {
+		t.Errorf("data = %v", cm.Data)
+	}
+	after, _ := ConfigMap(c)
+	if !reflect.DeepEqual(before.Data, after.Data) || ConfigHash(before) != ConfigHash(after) {
+		t.Errorf("recording the id changed the broker ConfigMap (%v) and so would roll every broker", after.Data)
+	}
+	if _, ok := after.Data[EnvClusterID]; ok {
+		t.Errorf("the id is in the hashed ConfigMap")
+	}
+	if stsAfter := StatefulSet(c, StatefulSetParams{Replicas: 3, ConfigHash: ConfigHash(after)}); !reflect.DeepEqual(stsBefore, stsAfter) {
+		t.Errorf("recording the id changed the StatefulSet")
+	}
+}
+
 func TestServiceAccountRoleAndBinding(t *testing.T) {
 	t.Parallel()
 	c := cluster()
@@ -376,8 +410,9 @@ func TestStatefulSetDefaults(t *testing.T) {
 		ctr.Ports[1] != (corev1.ContainerPort{Name: "peer", ContainerPort: 4438, Protocol: corev1.ProtocolTCP}) {
 		t.Errorf("ports %+v", ctr.Ports)
 	}
-	if len(ctr.EnvFrom) != 1 || ctr.EnvFrom[0].ConfigMapRef.Name != "demo-config" {
-		t.Errorf("envFrom %+v", ctr.EnvFrom)
+	if len(ctr.EnvFrom) != 2 || ctr.EnvFrom[0].ConfigMapRef.Name != "demo-config" || ptr.Deref(ctr.EnvFrom[0].ConfigMapRef.Optional, false) ||
+		ctr.EnvFrom[1].ConfigMapRef.Name != "demo-cluster-id" || !ptr.Deref(ctr.EnvFrom[1].ConfigMapRef.Optional, false) {
+		t.Errorf("envFrom %+v: want the broker ConfigMap, then the optional cluster id", ctr.EnvFrom)
 	}
 	env := map[string]string{}
 	for _, e := range ctr.Env {

@@ -244,6 +244,14 @@ func container(c *streamsv1alpha1.StreamCluster, p StatefulSetParams) corev1.Con
 		},
 		EnvFrom: []corev1.EnvFromSource{{
 			ConfigMapRef: &corev1.ConfigMapEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: ConfigMapName(c)}},
+		}, {
+			// The recorded cluster id: optional (it exists once the
+			// brokers formed a cluster) and out of the config hash, so
+			// recording it rolls nothing (see ClusterIDConfigMap).
+			ConfigMapRef: &corev1.ConfigMapEnvSource{
+				LocalObjectReference: corev1.LocalObjectReference{Name: ClusterIDConfigMapName(c)},
+				Optional:             ptr.To(true),
+			},
 		}},
 		Env: []corev1.EnvVar{
 			// The broker's node id is its pod name: stable across restarts,
