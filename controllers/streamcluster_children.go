@@ -47,11 +47,19 @@ func (r *StreamClusterReconciler) applyChildren(ctx context.Context, c *streamsv
 		resources.Role(c),
 		resources.RoleBinding(c),
 		cm,
+	}
+	// The recorded cluster id, once status has one: its own ConfigMap, out
+	// of the config hash, so that recording it rolls no broker.
+	idm := resources.ClusterIDConfigMap(c)
+	if idm != nil {
+		children = append(children, idm)
+	}
+	children = append(children,
 		resources.HeadlessService(c),
 		resources.ClientService(c),
 		resources.PodDisruptionBudget(c),
 		sts,
-	}
+	)
 	for _, child := range children {
 		var oldHash, basedOn string
 		if child == sts && o.sts != nil {
@@ -70,6 +78,9 @@ func (r *StreamClusterReconciler) applyChildren(ctx context.Context, c *streamsv
 			eventAbout(r.Recorder, c, sts, eventNormal, "ConfigChanged", "RollBrokers",
 				"broker configuration changed (ConfigMap %s): rolling the brokers", cm.Name)
 		}
+	}
+	if idm != nil {
+		o.renderedClusterID = idm.Data[resources.EnvClusterID]
 	}
 	if err := r.reconcileServiceMonitor(ctx, c, o); err != nil {
 		return sts, err

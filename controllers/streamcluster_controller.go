@@ -46,8 +46,16 @@ type StreamClusterReconciler struct {
 // clusterObservation is what one reconcile saw and did; the status
 // functions read it.
 type clusterObservation struct {
-	// desired is spec.replicas.
+	// desired is spec.replicas; slots is spec.ownership.slots (0: the
+	// default).
 	desired int32
+	slots   int32
+	// clusterID is the cluster id status records (clusterStatus sets it:
+	// the recorded one, or the one the brokers just agreed on).
+	clusterID string
+	// renderedClusterID is the id this reconcile rendered for the brokers
+	// (the ConfigMap <name>-cluster-id), "" when none.
+	renderedClusterID string
 	// sts is the StatefulSet after this reconcile's apply (nil: none).
 	sts *appsv1.StatefulSet
 	// brokers are the answers of the brokers' admin API.
@@ -93,6 +101,7 @@ func (r *StreamClusterReconciler) Reconcile(ctx context.Context, req ctrl.Reques
 
 	o := clusterObservation{
 		desired:   c.Spec.EffectiveReplicas(),
+		slots:     c.Spec.Ownership.EffectiveSlots(),
 		paused:    c.Spec.Paused,
 		firstLook: c.Status.ObservedGeneration != c.Generation,
 	}
@@ -167,12 +176,18 @@ func (r *StreamClusterReconciler) Reconcile(ctx context.Context, req ctrl.Reques
 }
 
 // nextLook is when the cluster is looked at again with no event: soon while
-// a scale-down waits on the brokers, sooner than the resync while it is not
-// Ready, else at the jittered resync.
+// a scale-down waits on the brokers or a recorded cluster id waits to be
+// rendered, sooner than the resync while it is not Ready, else at the
+// jittered resync.
 func (r *StreamClusterReconciler) nextLook(o clusterObservation, st *streamsv1alpha1.StreamClusterStatus) time.Duration {
 	switch {
 	case o.plan.draining != "" || o.plan.blocked != "":
 		return r.Options.DrainPollInterval
+	case !o.paused && o.specErr == nil && st.ClusterID != o.renderedClusterID:
+		// The id was recorded by this reconcile's status write, after
+		// the children were applied: render it now rather than at the
+		// next resync (status writes trigger no reconcile).
+		return conflictRetry
 	case !meta.IsStatusConditionTrue(st.Conditions, streamsv1alpha1.ConditionReady):
 		return min(r.Options.NotReadyPollInterval, r.Options.ResyncPeriod)
 	}

@@ -472,6 +472,118 @@ func TestStreamClusterStatefulSetStatusDrivesReadyAndProgressing(t *testing.T) {
 	h.expectEvents("demo", "NotReady", eventWarning, 1)
 }
 
+// A cluster-mode cluster as its brokers report it: the cluster id recorded
+// once and passed to the brokers without rolling them, Ready only with a
+// leader and every slot held (the message counting what is missing), the
+// voters and the under-replicated objects shown, and a broker of another
+// cluster reported, never recorded over the first id.
+func TestStreamClusterReportsTheClusterItsBrokersFormed(t *testing.T) {
+	needsEnvtest(t)
+	ns := newNamespace(t)
+	h := startManager(t, ns, Options{NotReadyPollInterval: 200 * time.Millisecond, ResyncPeriod: 500 * time.Millisecond})
+	h.admin.set(func(f *fakeAdmin) {
+		f.leader = "demo-1"
+		f.slots = map[string]int32{"demo-0": 22, "demo-1": 21, "demo-2": 11}
+	})
+	newCluster(t, ns, "demo", nil)
+	waitSTS(t, ns, "demo", nil)
+	setSTSStatus(t, ns, "demo", 3)
+
+	// 54 of 64 slots held: not Ready, and the message counts.
+	eventually(t, 10*time.Second, func() error {
+		c := getCluster(t, ns, "demo")
+		if err := wantCondition(c, streamsv1alpha1.ConditionReady, metav1.ConditionFalse, streamsv1alpha1.ReasonSlotsUnheld); err != nil {
+			return err
+		}
+		if msg := condition(c.Status.Conditions, streamsv1alpha1.ConditionReady).Message; !containsAll(msg, "10 of 64 slots have no live holder", "hold 54") {
+			return fmt.Errorf("message %q", msg)
+		}
+		return nil
+	})
+	// No id reported yet: none recorded, none rendered.
+	if c := getCluster(t, ns, "demo"); c.Status.ClusterID != "" {
+		t.Fatalf("clusterId %q before any broker reported one", c.Status.ClusterID)
+	}
+	if err := get(t, ns, "demo-cluster-id", &corev1.ConfigMap{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("the cluster id ConfigMap exists before an id is recorded (err %v)", err)
+	}
+	sts0 := waitSTS(t, ns, "demo", nil)
+
+	// The brokers report their cluster: recorded, rendered for the brokers,
+	// and shown with the voters and the leader's count of objects lacking
+	// copies (not the sum of every broker's count of the same objects).
+	h.admin.set(func(f *fakeAdmin) {
+		f.cluster = "c-1f2e"
+		f.voters = []string{"demo-2", "demo-0", "demo-1"}
+		f.under = map[string]int32{"demo-0": 3, "demo-1": 2, "demo-2": 3}
+	})
+	eventually(t, 10*time.Second, func() error {
+		c := getCluster(t, ns, "demo")
+		if c.Status.ClusterID != "c-1f2e" {
+			return fmt.Errorf("clusterId %q", c.Status.ClusterID)
+		}
+		if !slices.Equal(c.Status.Voters, []string{"demo-0", "demo-1", "demo-2"}) || c.Status.UnderReplicated == nil || *c.Status.UnderReplicated != 2 {
+			return fmt.Errorf("voters %v, underReplicated %v", c.Status.Voters, c.Status.UnderReplicated)
+		}
+		var cm corev1.ConfigMap
+		if err := get(t, ns, "demo-cluster-id", &cm); err != nil {
+			return err
+		}
+		if cm.Data[resources.EnvClusterID] != "c-1f2e" || !metav1.IsControlledBy(&cm, c) {
+			return fmt.Errorf("cluster id ConfigMap %v, owners %v", cm.Data, cm.OwnerReferences)
+		}
+		return nil
+	})
+	h.expectEvents("demo", "ClusterIDRecorded", eventNormal, 1)
+	// Recording it rolled nothing: the pod template and its config hash
+	// are as they were; the broker ConfigMap does not carry the id.
+	consistently(t, time.Second, func() error {
+		sts := waitSTS(t, ns, "demo", nil)
+		if sts.Generation != sts0.Generation || sts.Spec.Template.Annotations[resources.ConfigHashAnnotation] != sts0.Spec.Template.Annotations[resources.ConfigHashAnnotation] {
+			return fmt.Errorf("the StatefulSet changed (generation %d→%d): recording the cluster id would roll every broker", sts0.Generation, sts.Generation)
+		}
+		return nil
+	})
+	var cfg corev1.ConfigMap
+	if err := get(t, ns, "demo-config", &cfg); err != nil || cfg.Data[resources.EnvClusterID] != "" {
+		t.Errorf("broker ConfigMap %v (err %v): the id belongs in demo-cluster-id", cfg.Data, err)
+	}
+
+	// Every slot held: Ready.
+	h.admin.set(func(f *fakeAdmin) { f.slots["demo-2"] = 21 })
+	eventually(t, 10*time.Second, func() error {
+		return wantCondition(getCluster(t, ns, "demo"), streamsv1alpha1.ConditionReady, metav1.ConditionTrue, streamsv1alpha1.ReasonAllBrokersReady)
+	})
+
+	// No leader: not Ready.
+	h.admin.set(func(f *fakeAdmin) { f.leader = "" })
+	eventually(t, 10*time.Second, func() error {
+		return wantCondition(getCluster(t, ns, "demo"), streamsv1alpha1.ConditionReady, metav1.ConditionFalse, streamsv1alpha1.ReasonNoMetadataLeader)
+	})
+	h.admin.set(func(f *fakeAdmin) { f.leader = "demo-1" })
+
+	// A broker of another cluster: Degraded, naming it and both ids; the
+	// recorded id and the brokers' ConfigMap stay; its slots do not count.
+	h.admin.set(func(f *fakeAdmin) { f.clusters["demo-2"] = "c-9999" })
+	eventually(t, 10*time.Second, func() error {
+		c := getCluster(t, ns, "demo")
+		if err := wantCondition(c, streamsv1alpha1.ConditionDegraded, metav1.ConditionTrue, streamsv1alpha1.ReasonClusterIDMismatch); err != nil {
+			return err
+		}
+		if msg := condition(c.Status.Conditions, streamsv1alpha1.ConditionDegraded).Message; !containsAll(msg, "demo-2 reports cluster id c-9999", "recorded c-1f2e") {
+			return fmt.Errorf("message %q", msg)
+		}
+		return wantCondition(c, streamsv1alpha1.ConditionReady, metav1.ConditionFalse, streamsv1alpha1.ReasonSlotsUnheld)
+	})
+	c := getCluster(t, ns, "demo")
+	var cm corev1.ConfigMap
+	if err := get(t, ns, "demo-cluster-id", &cm); err != nil || c.Status.ClusterID != "c-1f2e" || cm.Data[resources.EnvClusterID] != "c-1f2e" {
+		t.Errorf("clusterId %q, ConfigMap %v (err %v): a mismatch must not overwrite the recorded id", c.Status.ClusterID, cm.Data, err)
+	}
+	h.expectEvents("demo", streamsv1alpha1.ReasonClusterIDMismatch, eventWarning, 1)
+	h.expectEvents("demo", "ClusterIDRecorded", eventNormal, 1)
+}
+
 // The case: one broker, its pod ready, its name not resolving
 // from the operator. The cluster is not Ready True (readiness is no
 // evidence of a metadata leader), the condition says which broker could

@@ -2,7 +2,6 @@ package controllers
 
 import (
 	"fmt"
-	"slices"
 	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -16,7 +15,10 @@ import (
 // clusterStatus is the status one reconcile observed: the previous
 // conditions updated by the three condition functions (a condition whose
 // status did not change keeps its lastTransitionTime), and the counts,
-// endpoint, leader and slots.
+// endpoint, cluster id, leader, configuration, slots and under-replicated
+// objects. The cluster id, once recorded, is kept whatever the brokers say
+// (recordedClusterID); the rest describes the brokers of that cluster
+// (members).
 func clusterStatus(c *streamsv1alpha1.StreamCluster, o clusterObservation) streamsv1alpha1.StreamClusterStatus {
 	st := c.Status.DeepCopy()
 	st.ObservedGeneration = c.Generation
@@ -26,8 +28,13 @@ func clusterStatus(c *streamsv1alpha1.StreamCluster, o clusterObservation) strea
 		st.Replicas = o.sts.Status.Replicas
 		st.ReadyReplicas = o.sts.Status.ReadyReplicas
 	}
-	st.MetadataLeader = metadataLeader(o.brokers)
+	st.ClusterID = recordedClusterID(c.Status.ClusterID, o.brokers)
+	o.clusterID = st.ClusterID
+	ms := members(o)
+	st.MetadataLeader = metadataLeader(ms)
+	st.Voters, st.NonVoters = configuration(ms, st.MetadataLeader)
 	st.SlotsHeld = slotsHeld(o.brokers)
+	st.UnderReplicated = underReplicated(ms, st.MetadataLeader)
 	for _, cond := range []metav1.Condition{readyCondition(o), progressingCondition(o), degradedCondition(o)} {
 		cond.ObservedGeneration = c.Generation
 		meta.SetStatusCondition(&st.Conditions, cond)
@@ -35,34 +42,12 @@ func clusterStatus(c *streamsv1alpha1.StreamCluster, o clusterObservation) strea
 	return *st
 }
 
-// metadataLeader is the leader the answering brokers report; when they
-// disagree (an election under way), the one most of them name.
-func metadataLeader(brokers []brokerObservation) string {
-	votes := map[string]int{}
-	best := ""
-	for _, b := range brokers {
-		if b.err != nil || b.status.Leader == "" {
-			continue
-		}
-		l := b.status.Leader
-		votes[l]++
-		if votes[l] > votes[best] || (votes[l] == votes[best] && l < best) {
-			best = l
-		}
+// effectiveSlots is the cluster's slot count.
+func (o clusterObservation) effectiveSlots() int32 {
+	if o.slots < 1 {
+		return streamsv1alpha1.DefaultSlots
 	}
-	return best
-}
-
-// slotsHeld lists the brokers that report their slots, by name.
-func slotsHeld(brokers []brokerObservation) []streamsv1alpha1.BrokerSlots {
-	var out []streamsv1alpha1.BrokerSlots
-	for _, b := range brokers {
-		if b.err == nil && b.status.SlotsHeld != nil {
-			out = append(out, streamsv1alpha1.BrokerSlots{Broker: b.pod, Slots: *b.status.SlotsHeld})
-		}
-	}
-	slices.SortFunc(out, func(a, b streamsv1alpha1.BrokerSlots) int { return strings.Compare(a.Broker, b.Broker) })
-	return out
+	return o.slots
 }
 
 // answered counts the brokers that answered the status call.
@@ -76,14 +61,23 @@ func answered(brokers []brokerObservation) int {
 	return n
 }
 
-// readyCondition: every desired broker is ready and the metadata log has a
-// leader. A broker is only ready (/readyz) while it knows a metadata
-// leader, but the pods' readiness is what the kubelet saw last, not an
-// answer: when brokers answer and none knows a leader the cluster is not
-// Ready, and when none answers at all (names that do not resolve, refused
-// connections: an operator outside the cluster network, say) whether it
-// is cannot be known, so Ready is Unknown and says which broker could not
-// be reached and why.
+// readyCondition: every desired broker is ready, the metadata log has a
+// leader and every slot has a live holder. A broker is only ready
+// (/readyz) while it knows a metadata leader, but the pods' readiness is
+// what the kubelet saw last, not an answer: when brokers answer and none
+// knows a leader the cluster is not Ready, and when none answers at all
+// (names that do not resolve, refused connections: an operator outside the
+// cluster network, say) whether it is cannot be known, so Ready is Unknown
+// and says which broker could not be reached and why.
+//
+// Slots: the operator renders PICOMQ_CLUSTER for every StreamCluster, one
+// broker or many, so every broker it runs is a cluster-mode broker, and
+// each reports the slots it holds. A slot counts as held when a broker
+// that answered (and belongs to the recorded cluster) holds it; a slot
+// held only by a broker that did not answer is not known to be served, so
+// it counts as unheld. Brokers that report no slots at all (an image from
+// before cluster mode: a lone broker holding every slot itself) skip the
+// check.
 func readyCondition(o clusterObservation) metav1.Condition {
 	c := metav1.Condition{Type: streamsv1alpha1.ConditionReady, Status: metav1.ConditionFalse}
 	sts := o.sts
@@ -108,15 +102,50 @@ func readyCondition(o clusterObservation) metav1.Condition {
 		}
 		return c
 	}
-	leader := metadataLeader(o.brokers)
+	ms := members(o)
+	leader := metadataLeader(ms)
 	if leader == "" {
 		c.Reason = streamsv1alpha1.ReasonNoMetadataLeader
 		c.Message = fmt.Sprintf("%s, but the %d brokers that answered know no metadata leader", count, answered(o.brokers))
+		if n := answered(o.brokers) - len(ms); n > 0 {
+			c.Message += fmt.Sprintf(" of this cluster (%d of them belong to another: see the Degraded condition)", n)
+		}
+		return c
+	}
+	if cov := coverage(ms, o.effectiveSlots()); cov.reported && cov.held < cov.want {
+		c.Reason = streamsv1alpha1.ReasonSlotsUnheld
+		c.Message = fmt.Sprintf("%s; metadata leader %s, but %d of %d slots have no live holder (the brokers that answered hold %d)",
+			count, leader, cov.want-cov.held, cov.want, cov.held)
+		if why := notCounted(o); why != "" {
+			c.Message += "; " + why
+		}
 		return c
 	}
 	c.Status, c.Reason = metav1.ConditionTrue, streamsv1alpha1.ReasonAllBrokersReady
 	c.Message = count + "; metadata leader " + leader
 	return c
+}
+
+// notCounted names the brokers whose slots were not counted: those that did
+// not answer, and those of another cluster.
+func notCounted(o clusterObservation) string {
+	var silent, others []string
+	for _, b := range o.brokers {
+		switch {
+		case b.err != nil:
+			silent = append(silent, b.pod)
+		case foreign(b, o.clusterID):
+			others = append(others, b.pod)
+		}
+	}
+	var parts []string
+	if len(silent) > 0 {
+		parts = append(parts, fmt.Sprintf("not answering: %s", strings.Join(silent, ", ")))
+	}
+	if len(others) > 0 {
+		parts = append(parts, fmt.Sprintf("of another cluster: %s", strings.Join(others, ", ")))
+	}
+	return strings.Join(parts, "; ")
 }
 
 // brokerCount words the brokers' counts for people. Against the desired
@@ -215,13 +244,18 @@ func rollout(sts *appsv1.StatefulSet) (reason, message string) {
 	return "", ""
 }
 
-// degradedCondition: something needs a person: a spec the operator cannot
-// build, a child it cannot apply, broker pods that fail (a crash loop, an
+// degradedCondition: something needs a person: a broker of another
+// cluster, a spec the operator cannot build, a child it cannot apply, broker pods that fail (a crash loop, an
 // image that cannot be pulled), a scale-down it holds, a storage change a
 // StatefulSet cannot take.
 func degradedCondition(o clusterObservation) metav1.Condition {
 	c := metav1.Condition{Type: streamsv1alpha1.ConditionDegraded, Status: metav1.ConditionTrue}
+	// A broker of another metadata log comes first: it may hold this
+	// cluster's slot Leases, and it is what a person must look at.
+	mismatch := clusterIDMismatch(o)
 	switch {
+	case mismatch != "":
+		c.Reason, c.Message = streamsv1alpha1.ReasonClusterIDMismatch, mismatch
 	case o.specErr != nil:
 		c.Reason, c.Message = streamsv1alpha1.ReasonInvalidSpec, o.specErr.Error()
 	case o.applyErr != nil:
@@ -275,5 +309,9 @@ func (r *StreamClusterReconciler) transitionEvents(c *streamsv1alpha1.StreamClus
 	}
 	if now, ok := changed(streamsv1alpha1.ConditionDegraded); ok && now.Status == metav1.ConditionTrue {
 		event(r.Recorder, c, eventWarning, now.Reason, "Reconcile", "%s", now.Message)
+	}
+	if old.ClusterID == "" && c.Status.ClusterID != "" {
+		event(r.Recorder, c, eventNormal, "ClusterIDRecorded", "Observe",
+			"the brokers formed cluster %s: recorded in status.clusterId and passed to the brokers (ConfigMap %s), so that a broker on an empty data directory joins it", c.Status.ClusterID, resources.ClusterIDConfigMapName(c))
 	}
 }

@@ -22,6 +22,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -306,6 +307,10 @@ type fakeAdmin struct {
 	mu       sync.Mutex
 	leader   string                                            // every broker's answer; "" for none
 	slots    map[string]int32                                  // pod -> slots held (absent: not reported)
+	cluster  string                                            // every broker's cluster id ("" : none reported)
+	clusters map[string]string                                 // pod -> cluster id, over cluster
+	voters   []string                                          // the metadata log's voters, as every broker reports them
+	under    map[string]int32                                  // pod -> under-replicated objects (absent: not reported)
 	down     map[string]bool                                   // pods that do not answer
 	drain    func(pod string) (brokeradmin.DrainStatus, error) // nil: ErrNotSupported
 	draining map[string]brokeradmin.DrainStatus                // what Status reports
@@ -313,7 +318,8 @@ type fakeAdmin struct {
 }
 
 func newFakeAdmin() *fakeAdmin {
-	return &fakeAdmin{slots: map[string]int32{}, down: map[string]bool{}, draining: map[string]brokeradmin.DrainStatus{}}
+	return &fakeAdmin{slots: map[string]int32{}, clusters: map[string]string{}, under: map[string]int32{},
+		down: map[string]bool{}, draining: map[string]brokeradmin.DrainStatus{}}
 }
 
 func (f *fakeAdmin) Status(_ context.Context, b brokeradmin.Broker) (brokeradmin.NodeStatus, error) {
@@ -331,6 +337,14 @@ func (f *fakeAdmin) Status(_ context.Context, b brokeradmin.Broker) (brokeradmin
 	}
 	if n, ok := f.slots[b.Pod]; ok {
 		st.SlotsHeld = &n
+	}
+	st.ClusterID = f.cluster
+	if id, ok := f.clusters[b.Pod]; ok {
+		st.ClusterID = id
+	}
+	st.Voters = slices.Clone(f.voters)
+	if n, ok := f.under[b.Pod]; ok {
+		st.UnderReplicated = &n
 	}
 	return st, nil
 }

@@ -1,0 +1,234 @@
+package controllers
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	streamsv1alpha1 "github.com/picomq/picomq/api/v1alpha1"
+)
+
+// The cluster as its brokers' answers describe it: the cluster id, the
+// metadata leader and configuration, who holds which slot, how many
+// objects lack copies. Pure functions of the observation, for the status
+// and the Ready condition.
+
+// recordedClusterID is the cluster id status keeps: the one already
+// recorded, for good; else the one every answering broker that reports an
+// id agrees on (brokers still joining report none). Brokers that disagree
+// record nothing: which of two metadata logs is the cluster is for a
+// person to say (Degraded says so), not for whichever answered first.
+func recordedClusterID(recorded string, brokers []brokerObservation) string {
+	if recorded != "" {
+		return recorded
+	}
+	ids := reportedClusterIDs(brokers)
+	if len(ids) == 1 {
+		return ids[0]
+	}
+	return ""
+}
+
+// reportedClusterIDs are the distinct non-empty cluster ids the answering
+// brokers report, sorted.
+func reportedClusterIDs(brokers []brokerObservation) []string {
+	var ids []string
+	for _, b := range brokers {
+		if b.err == nil && b.status.ClusterID != "" && !slices.Contains(ids, b.status.ClusterID) {
+			ids = append(ids, b.status.ClusterID)
+		}
+	}
+	slices.Sort(ids)
+	return ids
+}
+
+// foreign reports whether b answered as a member of another cluster than
+// the recorded one (a broker that reports no id yet is not foreign).
+func foreign(b brokerObservation, clusterID string) bool {
+	return b.err == nil && clusterID != "" && b.status.ClusterID != "" && b.status.ClusterID != clusterID
+}
+
+// members are the brokers that answered and belong to the recorded
+// cluster (or report no id, or none is recorded): the ones whose leader,
+// configuration, slots and counts describe this cluster. A broker of
+// another metadata log may hold slot Leases of the same names, but what it
+// serves is not this cluster's.
+func members(o clusterObservation) []brokerObservation {
+	var out []brokerObservation
+	for _, b := range o.brokers {
+		if b.err == nil && !foreign(b, o.clusterID) {
+			out = append(out, b)
+		}
+	}
+	return out
+}
+
+// clusterIDMismatch says which brokers report a cluster id other than the
+// recorded one, or, before one is recorded, that the brokers report
+// different ids; "" when neither.
+func clusterIDMismatch(o clusterObservation) string {
+	if o.clusterID == "" {
+		ids := reportedClusterIDs(o.brokers)
+		if len(ids) < 2 {
+			return ""
+		}
+		var parts []string
+		for _, b := range o.brokers {
+			if b.err == nil && b.status.ClusterID != "" {
+				parts = append(parts, fmt.Sprintf("%s reports %s", b.pod, b.status.ClusterID))
+			}
+		}
+		return fmt.Sprintf("the brokers belong to %d different metadata logs (%s): no cluster id is recorded until they agree, and a broker on an empty data directory is not told which one to join",
+			len(ids), strings.Join(parts, ", "))
+	}
+	var odd []string
+	for _, b := range o.brokers {
+		if foreign(b, o.clusterID) {
+			odd = append(odd, fmt.Sprintf("%s reports cluster id %s", b.pod, b.status.ClusterID))
+		}
+	}
+	if len(odd) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("%s, not the recorded %s (status.clusterId): %s to another metadata log (bootstrapped again from an empty data directory, or a volume of another cluster) and %s for no leader and no slot",
+		strings.Join(odd, "; "), o.clusterID, plural(len(odd), "it belongs", "they belong"), plural(len(odd), "counts", "count"))
+}
+
+// metadataLeader is the leader the brokers report; when they disagree (an
+// election under way), the one most of them name.
+func metadataLeader(brokers []brokerObservation) string {
+	votes := map[string]int{}
+	best := ""
+	for _, b := range brokers {
+		if b.err != nil || b.status.Leader == "" {
+			continue
+		}
+		l := b.status.Leader
+		votes[l]++
+		if votes[l] > votes[best] || (votes[l] == votes[best] && l < best) {
+			best = l
+		}
+	}
+	return best
+}
+
+// selfID is the id a broker goes by in the metadata log: its member id,
+// else (a broker that does not report one) its node id, else its pod.
+func selfID(b brokerObservation) string {
+	switch {
+	case b.status.MemberID != "":
+		return b.status.MemberID
+	case b.status.NodeID != "":
+		return b.status.NodeID
+	}
+	return b.pod
+}
+
+// leaderBroker is the answering broker that leads the metadata log (it
+// says it is the leader and is the one the brokers name), if any.
+func leaderBroker(brokers []brokerObservation, leader string) (brokerObservation, bool) {
+	for _, b := range brokers {
+		if b.err == nil && leader != "" && b.status.RaftState == "Leader" && selfID(b) == leader {
+			return b, true
+		}
+	}
+	return brokerObservation{}, false
+}
+
+// configuration is the metadata log's voters and non-voters, sorted: as
+// the leader sees them, whose configuration is the one being committed;
+// else as the first broker that reports one.
+func configuration(brokers []brokerObservation, leader string) (voters, nonVoters []string) {
+	from, ok := leaderBroker(brokers, leader)
+	if !ok || len(from.status.Voters) == 0 {
+		ok = false
+		for _, b := range brokers {
+			if b.err == nil && len(b.status.Voters) > 0 {
+				from, ok = b, true
+				break
+			}
+		}
+	}
+	if !ok {
+		return nil, nil
+	}
+	voters, nonVoters = slices.Clone(from.status.Voters), slices.Clone(from.status.NonVoters)
+	slices.Sort(voters)
+	slices.Sort(nonVoters)
+	return voters, nonVoters
+}
+
+// underReplicated is how many committed objects lack copies. Every broker
+// counts the whole cluster's objects from its own copy of the metadata
+// log, so the counts are not added up (each object would count once per
+// broker): the leader's count, whose log is the freshest, or, when the
+// leader does not report one, the highest reported (a person would rather
+// look at a repair that is done than miss one that is not). nil when no
+// broker reports it.
+func underReplicated(brokers []brokerObservation, leader string) *int32 {
+	if b, ok := leaderBroker(brokers, leader); ok && b.status.UnderReplicated != nil {
+		n := *b.status.UnderReplicated
+		return &n
+	}
+	var out *int32
+	for _, b := range brokers {
+		if b.err == nil && b.status.UnderReplicated != nil && (out == nil || *b.status.UnderReplicated > *out) {
+			n := *b.status.UnderReplicated
+			out = &n
+		}
+	}
+	return out
+}
+
+// slotsHeld lists the brokers that report their slots, by name.
+func slotsHeld(brokers []brokerObservation) []streamsv1alpha1.BrokerSlots {
+	var out []streamsv1alpha1.BrokerSlots
+	for _, b := range brokers {
+		if b.err == nil && b.status.SlotsHeld != nil {
+			out = append(out, streamsv1alpha1.BrokerSlots{Broker: b.pod, Slots: *b.status.SlotsHeld})
+		}
+	}
+	slices.SortFunc(out, func(a, b streamsv1alpha1.BrokerSlots) int { return strings.Compare(a.Broker, b.Broker) })
+	return out
+}
+
+// slotCoverage is how many of the cluster's slots the answering brokers
+// hold between them.
+type slotCoverage struct {
+	// reported: some broker reports its slots (every cluster-mode broker
+	// does; a lone broker of an image without cluster mode holds every
+	// slot itself and reports none).
+	reported bool
+	// held is how many distinct slots of 0..slots-1 have a holder that
+	// answered; want is the slot count.
+	held, want int
+}
+
+// coverage counts the slots held by brokers, each slot once: a slot two
+// brokers list (one of them has not noticed yet that it lost it) is one
+// slot, and a slot beyond the count is none. A broker that reports a count
+// without the list adds its count. Brokers are counted once each, by pod.
+func coverage(brokers []brokerObservation, slots int32) slotCoverage {
+	c := slotCoverage{want: int(slots)}
+	seen := map[int32]bool{}
+	pods := map[string]bool{}
+	counted := 0
+	for _, b := range brokers {
+		if b.err != nil || b.status.SlotsHeld == nil || pods[b.pod] {
+			continue
+		}
+		pods[b.pod] = true
+		c.reported = true
+		if len(b.status.Slots) == 0 {
+			counted += int(*b.status.SlotsHeld)
+			continue
+		}
+		for _, s := range b.status.Slots {
+			if s >= 0 && s < slots {
+				seen[s] = true
+			}
+		}
+	}
+	c.held = min(len(seen)+counted, c.want)
+	return c
+}
