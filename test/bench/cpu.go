@@ -23,37 +23,28 @@ type cpuSample struct {
 // architecture Go supports).
 const userHZ = 100
 
-func sampleCPU(pid int) cpuSample {
+// sampleCPU samples the bench and the broker processes pids (their CPU
+// times add up: a cluster's brokers, or NATS's servers).
+func sampleCPU(pids ...int) cpuSample {
 	var s cpuSample
 	var ru syscall.Rusage
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
 		return s
 	}
 	s.bench = time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return s
+	for _, pid := range pids {
+		t, ok := processCPU(pid)
+		if !ok {
+			return s
+		}
+		s.broker += t
 	}
-	// Fields after the command name, which is in parentheses and may hold
-	// spaces: state is the first, utime the 12th, stime the 13th.
-	rest := string(stat)
-	rest = rest[strings.LastIndexByte(rest, ')')+1:]
-	f := strings.Fields(rest)
-	if len(f) < 13 {
-		return s
-	}
-	utime, err1 := strconv.ParseInt(f[11], 10, 64)
-	stime, err2 := strconv.ParseInt(f[12], 10, 64)
-	if err1 != nil || err2 != nil {
-		return s
-	}
-	s.broker = time.Duration(utime+stime) * time.Second / userHZ
 	all, err := os.ReadFile("/proc/stat")
 	if err != nil {
 		return s
 	}
 	line, _, _ := strings.Cut(string(all), "\n")
-	f = strings.Fields(line)
+	f := strings.Fields(line)
 	if len(f) < 9 || f[0] != "cpu" {
 		return s
 	}
@@ -64,6 +55,28 @@ func sampleCPU(pid int) cpuSample {
 	}
 	s.ok = true
 	return s
+}
+
+// processCPU is the user and system time process pid used so far.
+func processCPU(pid int) (time.Duration, bool) {
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, false
+	}
+	// Fields after the command name, which is in parentheses and may hold
+	// spaces: state is the first, utime the 12th, stime the 13th.
+	rest := string(stat)
+	rest = rest[strings.LastIndexByte(rest, ')')+1:]
+	f := strings.Fields(rest)
+	if len(f) < 13 {
+		return 0, false
+	}
+	utime, err1 := strconv.ParseInt(f[11], 10, 64)
+	stime, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		return 0, false
+	}
+	return time.Duration(utime+stime) * time.Second / userHZ, true
 }
 
 // cpuUse is what one scenario cost.
