@@ -10,6 +10,9 @@
 //
 //	go run ./test/bench                 # every scenario
 //	go run ./test/bench -duration 10s   # longer runs
+//	go run ./test/bench -brokers 3      # cluster mode (cluster.go): one broker,
+//	                                    # a 3-broker cluster R=3, failover over
+//	                                    # 20 kills, NATS JetStream R3, ratios
 //
 // Every append it counts was acknowledged, which the broker does only after
 // the records were durable — fdatasynced in an object, or for a small
@@ -92,6 +95,9 @@ func run() error {
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
 		return fmt.Errorf("building the broker: %w", err)
+	}
+	if *brokers > 1 {
+		return runCompare(base, bin)
 	}
 	b, err := startBroker(bin, filepath.Join(base, "data"))
 	if err != nil {
@@ -431,7 +437,7 @@ func startBroker(bin, dataDir string) (*brokerProc, error) {
 	}
 	addr := l.Addr().String()
 	l.Close()
-	cmd := exec.Command(bin, "--data-dir", dataDir, "--listen", addr, "--log-level", "warn")
+	cmd := exec.Command(bin, append([]string{"--data-dir", dataDir, "--listen", addr, "--log-level", "warn"}, strings.Fields(*extraFlags)...)...)
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
 		return nil, err

@@ -1,0 +1,902 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/picomq/picomq/broker/client"
+	"github.com/picomq/picomq/broker/settings"
+	"github.com/picomq/picomq/broker/stream"
+	"github.com/picomq/picomq/test/clusterharness"
+)
+
+// Cluster mode (-brokers 3): the same workloads on one broker and on a
+// cluster of -brokers started by test/clusterharness (R=-replicas,
+// -slots slot Leases in envtest's apiserver), failover times over
+// -failover-kills kills, and NATS JetStream R3 with and without
+// sync_interval: always, all in one run, then a table of the figures and
+// of issue 19's ratios.
+var (
+	brokers    = flag.Int("brokers", 1, "1: the single-broker scenarios; 3 (or more): cluster mode, the single broker, the cluster and NATS JetStream side by side")
+	slots      = flag.Int("slots", 64, "cluster mode: slot Leases")
+	replicas   = flag.Int("replicas", 3, "cluster mode: replication factor R")
+	leaseDur   = flag.Duration("lease-duration", settings.DefaultLeaseDuration, "cluster mode: every broker's --lease-duration (default the operator's; the fault trials run 3s)")
+	leaseRenew = flag.Duration("lease-renew-deadline", settings.DefaultRenewDeadline, "cluster mode: --lease-renew-deadline (the trials: 2s)")
+	leaseRetry = flag.Duration("lease-retry-period", settings.DefaultRetryPeriod, "cluster mode: --lease-retry-period (the trials: 500ms)")
+	kills      = flag.Int("failover-kills", 20, "cluster mode: kill -9s of a stream's owner to time (0: none)")
+	writers    = flag.Int("writers", 64, "cluster mode: concurrent writers of every load")
+	spreadN    = flag.Int("streams", 64, "cluster mode: streams the spread loads write to")
+	natsOn     = flag.Bool("nats", true, "cluster mode: measure NATS JetStream R3 (installs nats-server "+natsServerVer+" and nats "+natsCLIVer+" with go install when missing)")
+	natsMsgs   = flag.Int("nats-msgs", 100000, "cluster mode: messages of each nats bench run (all clients together)")
+	natsBin    = flag.String("nats-bin", "", "cluster mode: where nats-server and nats are kept (default <user cache dir>/picomq/bench/bin)")
+	extraFlags = flag.String("broker-flags", "", "extra flags for every broker, space-separated (e.g. --pprof, to profile one during a load)")
+)
+
+// shape is one load: every writer appends batch closed-loop to streams.
+type shape struct {
+	name    string
+	streams int
+	batch   []stream.RecordValue
+}
+
+// loadResult is one load's outcome. Only acknowledged appends count;
+// a failed one is counted apart, and its writer goes on after 10 ms.
+type loadResult struct {
+	result
+	errs      int64
+	firstErrs []string // up to 3 distinct messages
+	proxied   float64  // share of appends sent to a broker that did not own the stream; -1: not a cluster
+	use       cpuUse
+	cpuOK     bool
+}
+
+// spreadLoad runs writers closed-loop for d; pick says which stream
+// handle (hence which broker) writer w's i-th append goes to, and
+// proxied whether that broker does not own it.
+func spreadLoad(ctx context.Context, writers int, batch []stream.RecordValue, d time.Duration,
+	pick func(w, i int) (s *client.Stream, proxied bool)) loadResult {
+	var bytes int64
+	for _, r := range batch {
+		bytes += int64(len(r.Payload) + len(r.Key))
+	}
+	var count, errs, viaOther atomic.Int64
+	var mu sync.Mutex
+	var first []string
+	lat := make([][]time.Duration, writers)
+	start := time.Now()
+	deadline := start.Add(d)
+	var wg sync.WaitGroup
+	for w := 0; w < writers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; time.Now().Before(deadline); i++ {
+				s, other := pick(w, i)
+				actx, cancel := context.WithTimeout(ctx, 10*time.Second)
+				t0 := time.Now()
+				_, err := s.Append(actx, batch)
+				took := time.Since(t0)
+				cancel()
+				if err != nil {
+					errs.Add(1)
+					mu.Lock()
+					if msg := shorten(err.Error()); len(first) < 3 && !contains(first, msg) {
+						first = append(first, msg)
+					}
+					mu.Unlock()
+					time.Sleep(10 * time.Millisecond)
+					continue
+				}
+				lat[w] = append(lat[w], took)
+				count.Add(1)
+				if other {
+					viaOther.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	var all []time.Duration
+	for _, l := range lat {
+		all = append(all, l...)
+	}
+	sort.Slice(all, func(i, j int) bool { return all[i] < all[j] })
+	n := float64(count.Load())
+	return loadResult{
+		result: result{
+			appendsPerSec: n / elapsed.Seconds(),
+			recordsPerSec: n * float64(len(batch)) / elapsed.Seconds(),
+			mbPerSec:      n * float64(bytes) / elapsed.Seconds() / 1e6,
+			p50:           pct(all, 0.50), p99: pct(all, 0.99), p999: pct(all, 0.999),
+		},
+		errs:      errs.Load(),
+		firstErrs: first,
+		proxied:   float64(viaOther.Load()) / max(n, 1),
+	}
+}
+
+func contains(l []string, s string) bool {
+	for _, x := range l {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+func shorten(s string) string {
+	if len(s) > 300 {
+		return s[:300] + "…"
+	}
+	return s
+}
+
+// compare is cluster mode's results.
+type compare struct {
+	single, any, owner map[string]loadResult
+	natsAlways         *natsResult
+	natsDefault        *natsResult
+	kills              []killResult
+	notes              []string // problems met, for the report
+}
+
+func (r *compare) note(format string, args ...any) {
+	msg := fmt.Sprintf(format, args...)
+	r.notes = append(r.notes, msg)
+	fmt.Fprintln(os.Stderr, "bench: "+msg)
+}
+
+// runCompare is cluster mode: the single broker, then the cluster, then
+// NATS, each stopped before the next starts, then the table.
+func runCompare(base, bin string) error {
+	if *brokers < 2 {
+		return fmt.Errorf("-brokers %d: cluster mode needs at least 2", *brokers)
+	}
+	if *replicas > *brokers {
+		return fmt.Errorf("-replicas %d above -brokers %d", *replicas, *brokers)
+	}
+	load0 := loadavg()
+	ctx := context.Background()
+	kib := make([]byte, 1024)
+	one := []stream.RecordValue{{Payload: kib}}
+	hundred := make([]stream.RecordValue, 100)
+	for i := range hundred {
+		hundred[i] = stream.RecordValue{Payload: kib}
+	}
+	shapes := []shape{
+		{"1KiB-1stream", 1, one}, // the shape of nats bench js pub: one stream
+		{fmt.Sprintf("1KiB-%dstreams", *spreadN), *spreadN, one},
+		{"batch-100x1KiB", 64, hundred},
+	}
+	res := &compare{single: map[string]loadResult{}, any: map[string]loadResult{}, owner: map[string]loadResult{}}
+	fmt.Printf("cluster mode: %d brokers, R=%d, %d slots, lease %v / renew %v / retry %v; %d writers; %s per load\n\n",
+		*brokers, *replicas, *slots, *leaseDur, *leaseRenew, *leaseRetry, *writers, *duration)
+
+	if err := singlePhases(ctx, bin, filepath.Join(base, "single"), shapes, res); err != nil {
+		return fmt.Errorf("single node: %w", err)
+	}
+	if err := clusterPhases(ctx, bin, filepath.Join(base, "cluster"), shapes, one, res); err != nil {
+		res.note("cluster: %v", err)
+	}
+	if *natsOn {
+		if err := natsPhases(filepath.Join(base, "nats"), res); err != nil {
+			res.note("NATS: %v", err)
+		}
+	}
+	res.print(shapes, load0, loadavg())
+	return nil
+}
+
+// singlePhases runs every shape on one broker, not clustered.
+func singlePhases(ctx context.Context, bin, dir string, shapes []shape, res *compare) error {
+	b, err := startBroker(bin, dir)
+	if err != nil {
+		return err
+	}
+	defer b.stop()
+	c, err := client.New(b.url, client.WithHTTPClient(&http.Client{Transport: &client.Transport{MaxIdlePerHost: 256}}))
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	for _, s := range shapes {
+		names, err := createStreams(ctx, c, "single-"+s.name, s.streams)
+		if err != nil {
+			return err
+		}
+		hs, err := handles(ctx, c, names)
+		if err != nil {
+			return err
+		}
+		m0 := scrape(b.url)
+		cpu0, t0 := sampleCPU(b.cmd.Process.Pid), time.Now()
+		r := spreadLoad(ctx, *writers, s.batch, *duration, func(w, i int) (*client.Stream, bool) {
+			return hs[(w+i**writers)%len(hs)], false
+		})
+		r.use, r.cpuOK = sampleCPU(b.cmd.Process.Pid).since(cpu0, time.Since(t0))
+		r.proxied = -1
+		res.single[s.name] = r
+		printLoad("single", s, r)
+		fmt.Printf("%-15s   %s\n", "", describeMetrics(m0, scrape(b.url)))
+		if r.errs > 0 {
+			res.note("single node, %s: %d appends failed: %q", s.name, r.errs, r.firstErrs)
+		}
+	}
+	return nil
+}
+
+func handles(ctx context.Context, c *client.Client, names []string) ([]*client.Stream, error) {
+	hs := make([]*client.Stream, len(names))
+	for i, n := range names {
+		s, err := c.Stream(ctx, n)
+		if err != nil {
+			return nil, err
+		}
+		hs[i] = s
+	}
+	return hs, nil
+}
+
+// handlesWithin is handles, asking again for d while the broker answers
+// STREAM_NOT_FOUND; lagging counts the streams it did not know at first.
+func handlesWithin(ctx context.Context, c *client.Client, names []string, d time.Duration) (hs []*client.Stream, lagging int, err error) {
+	hs = make([]*client.Stream, len(names))
+	for i, n := range names {
+		first := true
+		err := poll(d, func() error {
+			s, err := c.Stream(ctx, n)
+			if err != nil {
+				if first && strings.Contains(err.Error(), "STREAM_NOT_FOUND") {
+					lagging++
+				}
+				first = false
+				return err
+			}
+			hs[i] = s
+			return nil
+		})
+		if err != nil {
+			return nil, lagging, err
+		}
+	}
+	return hs, lagging, nil
+}
+
+func printLoad(where string, s shape, r loadResult) {
+	fmt.Printf("%-15s %-16s %3d writers %3d streams: %8.0f appends/s %7.1f MB/s  p50 %s p99 %s p999 %s",
+		where, s.name, *writers, s.streams, r.appendsPerSec, r.mbPerSec, ms(r.p50), ms(r.p99), ms(r.p999))
+	if r.proxied >= 0 {
+		fmt.Printf("  %.0f%% proxied", 100*r.proxied)
+	}
+	if r.errs > 0 {
+		fmt.Printf("  %d FAILED", r.errs)
+	}
+	fmt.Println()
+	if r.cpuOK {
+		fmt.Printf("%-15s   %s\n", "", r.use.describe(r.result))
+	}
+}
+
+// clusterOptions is the cluster the bench starts: the harness's, with no
+// proxy on the links between brokers (their bytes would pass through
+// this process, on the cores the brokers use).
+func clusterOptions() clusterharness.Options {
+	return clusterharness.Options{
+		Brokers: *brokers, Cluster: true, DirectLinks: true, Slots: *slots, ReplicationFactor: *replicas,
+		LeaseDuration: *leaseDur, LeaseRenewDeadline: *leaseRenew, LeaseRetryPeriod: *leaseRetry,
+		ReadyTimeout: 2 * time.Minute, ExtraFlags: strings.Fields(*extraFlags),
+	}
+}
+
+// settleTimeout bounds every wait for the cluster to have every slot held
+// and balanced.
+func settleTimeout() time.Duration { return 4**leaseDur + time.Minute }
+
+// clusterPhases starts the cluster, runs every shape through any broker
+// and direct to owners, then the failover kills.
+func clusterPhases(ctx context.Context, bin, dir string, shapes []shape, one []stream.RecordValue, res *compare) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
+		script := "hack/envtest-assets.sh"
+		if gomod, err := exec.Command("go", "env", "GOMOD").Output(); err == nil && len(strings.TrimSpace(string(gomod))) > 0 {
+			script = filepath.Join(filepath.Dir(strings.TrimSpace(string(gomod))), script)
+		}
+		cmd := exec.Command(script)
+		cmd.Stderr = os.Stderr
+		out, err := cmd.Output()
+		if err != nil {
+			return fmt.Errorf("KUBEBUILDER_ASSETS is not set and hack/envtest-assets.sh failed (run from the repository's root, or export KUBEBUILDER_ASSETS=$(hack/envtest-assets.sh)): %v", err)
+		}
+		os.Setenv("KUBEBUILDER_ASSETS", strings.TrimSpace(string(out)))
+	}
+	os.Setenv(clusterharness.BinaryEnv, bin) // the binary the single broker ran
+	tb := newBenchTB("bench-cluster", dir)
+	defer tb.cleanup()
+	var c *clusterharness.Cluster
+	t0 := time.Now()
+	if err := tb.do(func() (err error) { c, err = clusterharness.TryStart(tb, clusterOptions()); return err }); err != nil {
+		return fmt.Errorf("starting the cluster: %w", err)
+	}
+	if err := c.WaitFor(settleTimeout(), "every slot held, shares balanced", balanced(c)); err != nil {
+		return err
+	}
+	fmt.Printf("\ncluster of %d ready after %v (every slot held, shares balanced); broker logs in %s\n", c.N(), time.Since(t0).Round(10*time.Millisecond), dir)
+	cls := make([]*client.Client, c.N())
+	for i := range cls {
+		cl, err := client.New(c.URL(i), client.WithHTTPClient(&http.Client{Transport: &client.Transport{MaxIdlePerHost: 256}}))
+		if err != nil {
+			return err
+		}
+		defer cl.Close()
+		cls[i] = cl
+	}
+	var spread []string
+	for _, s := range shapes {
+		names, err := createStreams(ctx, cls[0], "cluster-"+s.name, s.streams)
+		if err != nil {
+			return err
+		}
+		if s.streams == *spreadN && len(s.batch) == 1 {
+			spread = names
+		}
+		// Every broker's handles; every stream accepts an append before
+		// the clock starts (its owner opened it).
+		// A broker other than the one that created them may not know
+		// the streams yet (it has not applied their creation): wait.
+		hs := make([][]*client.Stream, c.N())
+		created := time.Now()
+		for i, cl := range cls {
+			var lag int
+			if hs[i], lag, err = handlesWithin(ctx, cl, names, 30*time.Second); err != nil {
+				return fmt.Errorf("broker-%d: %w", i, err)
+			}
+			if lag > 0 {
+				res.note("broker-%d answered STREAM_NOT_FOUND for %d of the %d streams just created through broker-0 (a GET right after the create's acknowledgement); it knew them all %v after the creation", i, lag, len(names), time.Since(created).Round(time.Millisecond))
+			}
+		}
+		for j := range names {
+			if err := appendWithin(ctx, hs[0][j], one, time.Minute); err != nil {
+				return fmt.Errorf("warming %s up: %w", names[j], err)
+			}
+		}
+		owner, err := owners(ctx, c, names)
+		if err != nil {
+			return err
+		}
+		for _, route := range []string{"any", "owner"} {
+			pids := brokerPids(c)
+			m0 := scrapeAll(c.URLs())
+			cpu0, t0 := sampleCPU(pids...), time.Now()
+			r := spreadLoad(ctx, *writers, s.batch, *duration, func(w, i int) (*client.Stream, bool) {
+				j := (w + i**writers) % len(names)
+				b := w % c.N() // through the writer's broker
+				if route == "owner" {
+					b = owner[j]
+				}
+				return hs[b][j], b != owner[j]
+			})
+			r.use, r.cpuOK = sampleCPU(pids...).since(cpu0, time.Since(t0))
+			where := "cluster via any"
+			if route == "owner" {
+				where = "cluster to owner"
+				res.owner[s.name] = r
+			} else {
+				res.any[s.name] = r
+			}
+			printLoad(where, s, r)
+			fmt.Printf("%-15s   %s\n", "", describeMetrics(m0, scrapeAll(c.URLs())))
+			if r.errs > 0 {
+				res.note("%s, %s: %d appends failed: %q", where, s.name, r.errs, r.firstErrs)
+			}
+		}
+	}
+	if *kills > 0 {
+		if err := failover(ctx, c, tb, cls, spread, one, res); err != nil {
+			return fmt.Errorf("failover: %w", err)
+		}
+	}
+	if tb.Failed() {
+		fmt.Fprintf(os.Stderr, "broker logs (tails):\n%s\n", c.LogTails(4096))
+	}
+	return nil
+}
+
+// scrapeAll sums the metrics of the brokers at urls.
+func scrapeAll(urls []string) metrics {
+	m := metrics{}
+	for _, u := range urls {
+		for k, v := range scrape(u) {
+			m[k] += v
+		}
+	}
+	return m
+}
+
+// sum is metric name's value summed over its label sets.
+func (m metrics) sum(name string) float64 {
+	var v float64
+	for k, x := range m {
+		if k == name || strings.HasPrefix(k, name+"{") {
+			v += x
+		}
+	}
+	return v
+}
+
+// mean is histogram h's mean over the samples taken since before, over
+// every label set.
+func (m metrics) mean(before metrics, h string) float64 {
+	n := m.sum(h+"_count") - before.sum(h+"_count")
+	if n <= 0 {
+		return 0
+	}
+	return (m.sum(h+"_sum") - before.sum(h+"_sum")) / n
+}
+
+// describeMetrics is what the brokers' metrics say of one load, summed
+// over the brokers: the group commit, the replica copies, the routing
+// and the slot Leases.
+func describeMetrics(before, after metrics) string {
+	d := func(name string) float64 { return after.sum(name) - before.sum(name) }
+	objects := d("picomq_flush_appends_count")
+	out := fmt.Sprintf("group commit: %.1f appends/object, %.0f%% inline, metadata commit %s",
+		after.mean(before, "picomq_flush_appends"), 100*d("picomq_inline_objects_total")/max(objects, 1),
+		ms(time.Duration(after.mean(before, "picomq_metadata_commit_seconds")*1e9)))
+	if n := d("picomq_replica_copies_total"); n > 0 || d("picomq_replica_copy_failures_total") > 0 {
+		out += fmt.Sprintf("; replica copies %.0f (%.0f failed), %s each", n, d("picomq_replica_copy_failures_total"),
+			ms(time.Duration(after.mean(before, "picomq_replica_copy_seconds")*1e9)))
+	}
+	if n := d("picomq_routed_requests_total"); n > 0 {
+		out += fmt.Sprintf("; routed to another broker %.0f (retried %.0f)", n, d("picomq_routed_retries_total"))
+	}
+	if n, h := d("picomq_slot_lease_renew_failures_total"), d("picomq_slot_handoffs_total"); n > 0 || h > 0 {
+		out += fmt.Sprintf("; slot Lease renewals failed %.0f, slot hand-offs %.0f", n, h)
+	}
+	return out
+}
+
+func brokerPids(c *clusterharness.Cluster) []int {
+	var out []int
+	for i := 0; i < c.N(); i++ {
+		if p := c.Broker(i).Pid(); p != 0 {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// owners are the indexes of the brokers owning each stream's partition 0.
+func owners(ctx context.Context, c *clusterharness.Cluster, names []string) ([]int, error) {
+	out := make([]int, len(names))
+	for j, n := range names {
+		err := c.WaitFor(30*time.Second, n+" has an owner", func(ctx context.Context) error {
+			i, err := c.Owner(ctx, n, 0)
+			out[j] = i
+			return err
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// appendWithin appends batch, retrying every 20 ms, until one is
+// acknowledged or d passed.
+func appendWithin(ctx context.Context, s *client.Stream, batch []stream.RecordValue, d time.Duration) error {
+	return poll(d, func() error {
+		actx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		_, err := s.Append(actx, batch)
+		return err
+	})
+}
+
+// balanced holds once the cluster is ready (every slot held once, one
+// leader, its voters) and no serving broker holds more than its fair
+// share, ceil(slots / serving brokers): the hand-offs after a restart
+// are done.
+func balanced(c *clusterharness.Cluster) func(context.Context) error {
+	return func(ctx context.Context) error {
+		if err := c.ClusterReady(ctx); err != nil {
+			return err
+		}
+		serving := 0
+		for i := 0; i < c.N(); i++ {
+			if c.Broker(i).Serving() {
+				serving++
+			}
+		}
+		share := (c.Options().Slots + serving - 1) / max(serving, 1)
+		for i := 0; i < c.N(); i++ {
+			if !c.Broker(i).Serving() {
+				continue
+			}
+			n, err := c.Node(i)
+			if err != nil {
+				return err
+			}
+			if count, _, ok := n.Slots(); ok && count > share {
+				return fmt.Errorf("broker-%d holds %d slots, above its share %d", i, count, share)
+			}
+		}
+		return nil
+	}
+}
+
+// killResult is one kill.
+type killResult struct {
+	stream                   string
+	victim, via, newOwner    int
+	leader                   bool          // the victim was the metadata leader too
+	failover                 time.Duration // kill sent → first append acknowledged through via
+	settle                   time.Duration // restart → every slot held, shares balanced
+	failed                   int           // appends that failed meanwhile
+	firstErr, lastErr, notes string
+	timedOut                 bool
+}
+
+// failover kills, -failover-kills times, the owner of one of the spread
+// streams (victims rotating over the brokers), appends to that stream
+// through another broker until one is acknowledged, then restarts the
+// victim and waits until every slot is held and the shares balanced.
+func failover(ctx context.Context, c *clusterharness.Cluster, tb *benchTB, cls []*client.Client, names []string, one []stream.RecordValue, res *compare) error {
+	if len(names) == 0 {
+		return errors.New("no spread streams")
+	}
+	hs := make([][]*client.Stream, c.N())
+	for i, cl := range cls {
+		var err error
+		if hs[i], err = handles(ctx, cl, names); err != nil {
+			return err
+		}
+	}
+	target := *leaseDur + 2*time.Second
+	giveUp := settleTimeout()
+	fmt.Printf("\nfailover: %d kills of a stream's owner (kill -9); from the kill, an append through another broker every 25 ms (up to 64 in flight) until one is acknowledged; target max <= lease %v + 2s = %v\n", *kills, *leaseDur, target)
+	for k := 0; k < *kills; k++ {
+		kr := killResult{victim: -1, newOwner: -1}
+		if err := c.WaitFor(giveUp, "every slot held, shares balanced", balanced(c)); err != nil {
+			res.note("kill %d: the cluster did not settle before it: %v", k, err)
+		}
+		// The victim: the owner of a stream, rotating over the brokers.
+		j := -1
+		for off := 0; off < len(names); off++ {
+			jj := (k + off) % len(names)
+			o, err := c.Owner(ctx, names[jj], 0)
+			if err != nil {
+				continue
+			}
+			if j < 0 || o == k%c.N() {
+				j, kr.victim = jj, o
+			}
+			if o == k%c.N() {
+				break
+			}
+		}
+		if j < 0 {
+			return fmt.Errorf("kill %d: no stream has an owner", k)
+		}
+		kr.stream = names[j]
+		kr.leader = c.Leader() == kr.victim
+		kr.via = (kr.victim + 1) % c.N()
+		s := hs[kr.via][j]
+		if err := appendWithin(ctx, s, one, 30*time.Second); err != nil {
+			res.note("kill %d: %s took no append through broker-%d before the kill: %v", k, kr.stream, kr.via, err)
+		}
+		t0 := time.Now()
+		c.Kill(kr.victim)
+		kr.failover, kr.failed, kr.firstErr, kr.lastErr, kr.timedOut = probe(ctx, s, one, t0, giveUp)
+		if o, err := c.Owner(ctx, kr.stream, 0); err == nil {
+			kr.newOwner = o
+		}
+		if kr.failover > target {
+			fmt.Fprintf(os.Stderr, "bench: kill %d: failover %v above the target %v; the survivors' log tails:\n", k, kr.failover.Round(time.Millisecond), target)
+			for i := 0; i < c.N(); i++ {
+				if i != kr.victim {
+					fmt.Fprintf(os.Stderr, "--- broker-%d (%s):\n%s\n", i, c.Broker(i).LogPath, tailFile(c.Broker(i).LogPath, 3000))
+				}
+			}
+		}
+		t1 := time.Now()
+		if err := tb.do(func() error { c.StartBroker(kr.victim); return nil }); err != nil {
+			res.kills = append(res.kills, kr)
+			printKill(k, kr)
+			return fmt.Errorf("kill %d: restarting broker-%d: %v", k, kr.victim, err)
+		}
+		if err := c.WaitFor(giveUp, "every slot held, shares balanced", balanced(c)); err != nil {
+			kr.notes = "did not settle: " + shorten(err.Error())
+			res.note("kill %d: after broker-%d restarted: %v", k, kr.victim, err)
+		}
+		kr.settle = time.Since(t1)
+		res.kills = append(res.kills, kr)
+		printKill(k, kr)
+	}
+	return nil
+}
+
+// probe sends an append through s every 25 ms (at most 64 in flight, each
+// bounded by 10 s), so that neither a request held by a broker nor a
+// timeout sets the resolution, until one is acknowledged: it returns how
+// long after t0 that was, and how many failed meanwhile.
+func probe(ctx context.Context, s *client.Stream, batch []stream.RecordValue, t0 time.Time, giveUp time.Duration) (took time.Duration, failed int, firstErr, lastErr string, timedOut bool) {
+	pctx, cancel := context.WithCancel(ctx)
+	defer cancel() // the probes still in flight
+	type outcome struct {
+		at  time.Time
+		err error
+	}
+	results := make(chan outcome, 128) // above the 64 in flight: a late one never blocks
+	inflight := 0
+	launch := func() {
+		inflight++
+		go func() {
+			actx, cancel := context.WithTimeout(pctx, 10*time.Second)
+			defer cancel()
+			_, err := s.Append(actx, batch)
+			results <- outcome{time.Now(), err}
+		}()
+	}
+	launch()
+	tick := time.NewTicker(25 * time.Millisecond)
+	defer tick.Stop()
+	end := time.NewTimer(giveUp)
+	defer end.Stop()
+	for {
+		select {
+		case o := <-results:
+			inflight--
+			if o.err == nil {
+				return o.at.Sub(t0), failed, firstErr, lastErr, false
+			}
+			failed++
+			if firstErr == "" {
+				firstErr = shorten(o.err.Error())
+			}
+			lastErr = shorten(o.err.Error())
+		case <-tick.C:
+			if inflight < 64 {
+				launch()
+			}
+		case <-end.C:
+			return time.Since(t0), failed, firstErr, lastErr, true
+		}
+	}
+}
+
+func printKill(k int, kr killResult) {
+	role := ""
+	if kr.leader {
+		role = " (metadata leader)"
+	}
+	status := ""
+	if kr.timedOut {
+		status = " NEVER ACCEPTED (gave up)"
+	}
+	fmt.Printf("  kill %2d: %s owned by broker-%d%s, appends via broker-%d: accepted after %7s%s, new owner broker-%d, %d failed meanwhile; restarted and settled in %s",
+		k, kr.stream, kr.victim, role, kr.via, kr.failover.Round(time.Millisecond), status, kr.newOwner, kr.failed, kr.settle.Round(10*time.Millisecond))
+	if kr.firstErr != "" {
+		fmt.Printf("\n           first error: %s", kr.firstErr)
+		if kr.lastErr != kr.firstErr {
+			fmt.Printf("\n           last error:  %s", kr.lastErr)
+		}
+	}
+	if kr.notes != "" {
+		fmt.Printf("\n           %s", kr.notes)
+	}
+	fmt.Println()
+}
+
+func tailFile(path string, n int) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err.Error()
+	}
+	return tail(b, n)
+}
+
+// natsPhases measures NATS JetStream R3 with sync_interval: always, then
+// with its default sync, each on a new three-server cluster.
+func natsPhases(dir string, res *compare) error {
+	server, cli, err := ensureNATS()
+	if err != nil {
+		return err
+	}
+	fmt.Printf("\nNATS JetStream: 3 × nats-server %s on loopback, file storage, stream R3; nats %s bench js pub sync --clients %d --size 1024 --msgs %d (each client connects to one of the three)\n",
+		natsServerVer, natsCLIVer, *writers, *natsMsgs)
+	for _, always := range []bool{true, false} {
+		name := "default-sync"
+		if always {
+			name = "sync-always"
+		}
+		d := filepath.Join(dir, name)
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return err
+		}
+		nc, err := startNATS(server, d, 3, always)
+		if err != nil {
+			return err
+		}
+		r, out, err := runNATSBench(cli, nc, *writers, 1024, *natsMsgs)
+		nc.stop()
+		if err != nil {
+			return err
+		}
+		_ = os.WriteFile(filepath.Join(d, "nats-bench.out"), []byte(out), 0o644)
+		label := "sync_interval: always"
+		if always {
+			res.natsAlways = &r
+		} else {
+			label = "default sync"
+			res.natsDefault = &r
+		}
+		fmt.Printf("%-15s %-22s %8.0f msgs/s  p50 %s p99 %s  (%v; stream replicas %d, storage %s)\n", "NATS R3", label, r.msgsPerSec, ms(r.p50), ms(r.p99), r.elapsed.Round(100*time.Millisecond), r.replicas, r.storage)
+		if r.cpuOK {
+			fmt.Printf("%-15s   %s\n", "", strings.Replace(r.use.describe(result{appendsPerSec: r.msgsPerSec}), "broker", "nats-servers", 2))
+		}
+		if r.replicas != 3 || r.storage != "file" {
+			res.note("NATS %s: the stream reads replicas %d, storage %q, not R3 on files", label, r.replicas, r.storage)
+		}
+	}
+	return nil
+}
+
+// loadavg is /proc/loadavg's first three figures.
+func loadavg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "?"
+	}
+	return strings.Join(f[:3], " ")
+}
+
+// commandLine is how this run was started.
+func commandLine() string {
+	args := []string{"go", "run", "./test/bench"}
+	for _, a := range os.Args[1:] {
+		if strings.ContainsAny(a, " \t'\"$") {
+			a = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
+		}
+		args = append(args, a)
+	}
+	return strings.Join(args, " ")
+}
+
+// revision is the commit the broker was built from, "+ changes" when the
+// tracked files differ from it.
+func revision() string {
+	out, err := exec.Command("git", "rev-parse", "--short", "HEAD").Output()
+	if err != nil {
+		return "unknown"
+	}
+	rev := strings.TrimSpace(string(out))
+	if st, err := exec.Command("git", "status", "--porcelain", "--untracked-files=no").Output(); err == nil && len(strings.TrimSpace(string(st))) > 0 {
+		rev += " + uncommitted changes"
+	}
+	return rev
+}
+
+// print writes the table and the ratios, in Markdown, to paste.
+func (r *compare) print(shapes []shape, load0, load1 string) {
+	fmt.Printf("\n## PicoMQ cluster vs single node vs NATS JetStream R3 (one run)\n\n")
+	fmt.Printf("%s, %d cores, load average %s at the start, %s at the end; broker built from %s; %d brokers, R=%d, %d slots, lease %v / renew %v / retry %v; %d writers, %s per load.\n",
+		time.Now().Format("2006-01-02 15:04"), runtime.NumCPU(), load0, load1, revision(), *brokers, *replicas, *slots, *leaseDur, *leaseRenew, *leaseRetry, *writers, *duration)
+	fmt.Printf("\"via any broker\": writer w sends through broker w mod %d, which proxies to the stream's owner when it is not; \"to owner\": each append goes to its stream's owner.\n\n", *brokers)
+	fmt.Println("| load | where | appends/s | MB/s | p50 | p99 | failed |")
+	fmt.Println("|---|---|---:|---:|---:|---:|---:|")
+	row := func(s shape, where string, lr loadResult, ok bool) {
+		if !ok {
+			fmt.Printf("| %s | %s | – | – | – | – | – |\n", s.name, where)
+			return
+		}
+		if lr.proxied >= 0 {
+			where += fmt.Sprintf(" (%.0f%% proxied)", 100*lr.proxied)
+		}
+		fmt.Printf("| %s | %s | %.0f | %.1f | %s | %s | %d |\n", s.name, where, lr.appendsPerSec, lr.mbPerSec, ms(lr.p50), ms(lr.p99), lr.errs)
+	}
+	for _, s := range shapes {
+		lr, ok := r.single[s.name]
+		row(s, "single node", lr, ok)
+		lr, ok = r.any[s.name]
+		row(s, fmt.Sprintf("cluster R=%d via any broker", *replicas), lr, ok)
+		lr, ok = r.owner[s.name]
+		row(s, fmt.Sprintf("cluster R=%d to owner", *replicas), lr, ok)
+	}
+	for _, n := range []struct {
+		label string
+		r     *natsResult
+	}{{"NATS JetStream R3, sync_interval: always", r.natsAlways}, {"NATS JetStream R3, default sync", r.natsDefault}} {
+		if n.r == nil {
+			fmt.Printf("| 1KiB-1stream (nats bench) | %s | – | – | – | – | – |\n", n.label)
+			continue
+		}
+		fmt.Printf("| 1KiB-1stream (nats bench) | %s | %.0f msgs/s | %.1f | %s | %s | – |\n", n.label, n.r.msgsPerSec, n.r.msgsPerSec*1024/1e6, ms(n.r.p50), ms(n.r.p99))
+	}
+	var fo []time.Duration
+	timedOut := 0
+	for _, k := range r.kills {
+		fo = append(fo, k.failover)
+		if k.timedOut {
+			timedOut++
+		}
+	}
+	sort.Slice(fo, func(i, j int) bool { return fo[i] < fo[j] })
+	target := *leaseDur + 2*time.Second
+	if len(fo) > 0 {
+		fmt.Printf("\nfailover (kill -9 of a stream's owner → first append acknowledged through another broker), %d kills: p50 %s, max %s", len(fo), sec(pct(fo, 0.5)), sec(fo[len(fo)-1]))
+		if timedOut > 0 {
+			fmt.Printf(", %d never accepted an append", timedOut)
+		}
+		fmt.Println()
+	}
+
+	headline := fmt.Sprintf("1KiB-%dstreams", *spreadN)
+	fmt.Printf("\n| ratio | value | target |\n|---|---:|---|\n")
+	ratio := func(name string, num, den float64, ok bool, target string, want float64) {
+		if !ok || den <= 0 {
+			fmt.Printf("| %s | – | %s |\n", name, target)
+			return
+		}
+		v := num / den
+		verdict := "met"
+		if v < want {
+			verdict = "NOT met"
+		}
+		fmt.Printf("| %s | %.2fx | %s: %s |\n", name, v, target, verdict)
+	}
+	ca, okA := r.any[headline]
+	cs, okS := r.single[headline]
+	c1, ok1 := r.any["1KiB-1stream"]
+	ratio(fmt.Sprintf("cluster R=%d via any broker (%s) / NATS R3 sync always", *replicas, headline), ca.appendsPerSec, natsRate(r.natsAlways), okA && r.natsAlways != nil, "≥ 1.5x", 1.5)
+	ratio(fmt.Sprintf("cluster R=%d via any broker (%s) / single node (%s)", *replicas, headline, headline), ca.appendsPerSec, cs.appendsPerSec, okA && okS, "≥ 0.5x", 0.5)
+	ratio(fmt.Sprintf("cluster R=%d via any broker (%s) / NATS R3 default sync", *replicas, headline), ca.appendsPerSec, natsRate(r.natsDefault), okA && r.natsDefault != nil, "≥ 1.0x (reach goal)", 1.0)
+	ratio(fmt.Sprintf("cluster R=%d via any broker, one stream as nats bench / NATS R3 sync always", *replicas), c1.appendsPerSec, natsRate(r.natsAlways), ok1 && r.natsAlways != nil, "(same shape; ≥ 1.5x)", 1.5)
+	ratio(fmt.Sprintf("cluster R=%d via any broker, one stream / NATS R3 default sync", *replicas), c1.appendsPerSec, natsRate(r.natsDefault), ok1 && r.natsDefault != nil, "(same shape; ≥ 1.0x)", 1.0)
+	if b1, ok := r.any["batch-100x1KiB"]; ok {
+		if b0, ok := r.single["batch-100x1KiB"]; ok && b0.mbPerSec > 0 {
+			fmt.Printf("| cluster R=%d batched MB/s / single node batched MB/s | %.2fx | (no target) |\n", *replicas, b1.mbPerSec/b0.mbPerSec)
+		}
+	}
+	if len(fo) > 0 {
+		verdict := "met"
+		if fo[len(fo)-1] > target || timedOut > 0 {
+			verdict = "NOT met"
+		}
+		fmt.Printf("| failover max over %d kills | %s | ≤ lease %v + 2 s = %v: %s |\n", len(fo), sec(fo[len(fo)-1]), *leaseDur, target, verdict)
+	}
+	if len(r.notes) > 0 {
+		fmt.Printf("\nproblems met in this run:\n")
+		for _, n := range r.notes {
+			fmt.Printf("- %s\n", n)
+		}
+	}
+	fmt.Printf("\ncommand: %s\n", commandLine())
+}
+
+func natsRate(r *natsResult) float64 {
+	if r == nil {
+		return 0
+	}
+	return r.msgsPerSec
+}
+
+func sec(d time.Duration) string { return fmt.Sprintf("%.2fs", d.Seconds()) }
