@@ -182,8 +182,12 @@ func runCompare(base, bin string) error {
 		{"batch-100x1KiB", 64, hundred},
 	}
 	res := &compare{single: map[string]loadResult{}, any: map[string]loadResult{}, owner: map[string]loadResult{}}
-	fmt.Printf("cluster mode: %d brokers, R=%d, %d slots, lease %v / renew %v / retry %v; %d writers; %s per load\n\n",
+	fmt.Printf("cluster mode: %d brokers, R=%d, %d slots, lease %v / renew %v / retry %v; %d writers; %s per load\n",
 		*brokers, *replicas, *slots, *leaseDur, *leaseRenew, *leaseRetry, *writers, *duration)
+	if w := loadWarning(load0); w != "" {
+		fmt.Println(w)
+	}
+	fmt.Println()
 
 	if err := singlePhases(ctx, bin, filepath.Join(base, "single"), shapes, res); err != nil {
 		return fmt.Errorf("single node: %w", err)
@@ -769,6 +773,17 @@ func loadavg() string {
 	return strings.Join(f[:3], " ")
 }
 
+// loadWarning says so when the machine was busy before the bench began:
+// everything here shares its processors, so the figures are not the
+// machine's.
+func loadWarning(load string) string {
+	var l1 float64
+	if _, err := fmt.Sscanf(load, "%g", &l1); err != nil || l1 <= 0.5*float64(runtime.NumCPU()) {
+		return ""
+	}
+	return fmt.Sprintf("WARNING: load average %.2f on %d cores before the bench started: other work shares the processors, so these figures are not this machine's (take final ones on a quiet machine)", l1, runtime.NumCPU())
+}
+
 // commandLine is how this run was started.
 func commandLine() string {
 	args := []string{"go", "run", "./test/bench"}
@@ -800,6 +815,9 @@ func (r *compare) print(shapes []shape, load0, load1 string) {
 	fmt.Printf("\n## PicoMQ cluster vs single node vs NATS JetStream R3 (one run)\n\n")
 	fmt.Printf("%s, %d cores, load average %s at the start, %s at the end; broker built from %s; %d brokers, R=%d, %d slots, lease %v / renew %v / retry %v; %d writers, %s per load.\n",
 		time.Now().Format("2006-01-02 15:04"), runtime.NumCPU(), load0, load1, revision(), *brokers, *replicas, *slots, *leaseDur, *leaseRenew, *leaseRetry, *writers, *duration)
+	if w := loadWarning(load0); w != "" {
+		fmt.Printf("**%s**\n", w)
+	}
 	fmt.Printf("\"via any broker\": writer w sends through broker w mod %d, which proxies to the stream's owner when it is not; \"to owner\": each append goes to its stream's owner.\n\n", *brokers)
 	fmt.Println("| load | where | appends/s | MB/s | p50 | p99 | failed |")
 	fmt.Println("|---|---|---:|---:|---:|---:|---:|")
