@@ -47,7 +47,8 @@ func (rt *Router) forward(w http.ResponseWriter, r *http.Request, id uint64, bod
 		rt.cfg.Local.ServeHTTP(w, r)
 		return
 	}
-	ctx, cancel := context.WithCancel(r.Context())
+	client := r.Context()
+	ctx, cancel := context.WithCancel(client)
 	defer cancel()
 	stop := context.AfterFunc(rt.draining, cancel)
 	defer stop()
@@ -70,7 +71,21 @@ func (rt *Router) forward(w http.ResponseWriter, r *http.Request, id uint64, bod
 		FlushInterval: -1, // long-polls and SSE pass through as they come
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			rt.metrics.proxied.WithLabelValues("unreachable").Inc()
-			if errors.Is(err, context.Canceled) {
+			if client.Err() != nil {
+				return // the client went: nobody to answer
+			}
+			if rt.draining.Err() != nil {
+				// This broker is stopping and ended the proxied
+				// request: an answer must say so, never an empty 200
+				// a long-poll reads as "nothing new" and an append as
+				// written. A read goes again elsewhere; a write may
+				// have been served.
+				r = r.WithContext(client) // answered: the client still waits
+				if r.Method == http.MethodGet || r.Method == http.MethodHead {
+					rt.fail(w, r, wire.NotReady.With("reason", "this broker is stopping", "slot", t.slot, "owner", t.member))
+				} else {
+					rt.fail(w, r, OutcomeUnknown.Wrap(err, "slot", t.slot, "owner", t.member, "reason", "this broker stopped while the owner served the request"))
+				}
 				return
 			}
 			var coded *errs.Error

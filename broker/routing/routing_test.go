@@ -63,6 +63,11 @@ func newWorld(t *testing.T) *world {
 					out.Results = append(out.Results, wire.AppendsItemResult{AppendResult: &wire.AppendResult{Partition: it.Partition, First: uint64(len(m))}})
 				}
 				_ = json.NewEncoder(rw).Encode(out)
+			case r.URL.Query().Get("hold") != "":
+				select { // a long-poll still waiting when its proxy stops
+				case <-r.Context().Done():
+				case <-time.After(3 * time.Second):
+				}
 			case r.URL.Query().Get("live") == "sse":
 				rw.Header().Set("Content-Type", "text/event-stream")
 				for i := range 3 {
@@ -278,5 +283,58 @@ func TestStaleReadsWithoutQuorum(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != 503 {
 		t.Fatalf("a write with no quorum: %d, want 503", resp.StatusCode)
+	}
+}
+
+// TestDrainAnswersProxiedRequests: a broker that stops ends the requests it
+// proxies with an answer that says so — 503 for a read, which the client
+// sends again, PROXY_OUTCOME_UNKNOWN for a write the owner may have served —
+// never an empty 200 that a long-poll would read as "nothing new" and an
+// append as written.
+func TestDrainAnswersProxiedRequests(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	w.set(2, "b")
+	a := w.servers["a"].URL
+	type answer struct {
+		code int
+		body string
+	}
+	send := func(method string) <-chan answer {
+		out := make(chan answer, 1)
+		go func() {
+			req, _ := http.NewRequest(method, a+"/v1/log/one?hold=1", strings.NewReader("x"))
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				out <- answer{-1, err.Error()}
+				return
+			}
+			defer resp.Body.Close()
+			b, _ := io.ReadAll(resp.Body)
+			out <- answer{resp.StatusCode, string(b)}
+		}()
+		return out
+	}
+	read, write := send(http.MethodGet), send(http.MethodPost)
+	// Both reach b and wait there.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		w.mu.Lock()
+		n := len(w.served["b"])
+		w.mu.Unlock()
+		if n == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the requests did not reach the owner: %d did", n)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	w.routers["a"].Drain()
+	if got := <-read; got.code != http.StatusServiceUnavailable || !strings.Contains(got.body, "NOT_READY") {
+		t.Errorf("a proxied read ended by the drain: %d %s, want 503 NOT_READY", got.code, got.body)
+	}
+	if got := <-write; got.code != http.StatusBadGateway || !strings.Contains(got.body, "PROXY_OUTCOME_UNKNOWN") {
+		t.Errorf("a proxied write ended by the drain: %d %s, want 502 PROXY_OUTCOME_UNKNOWN", got.code, got.body)
 	}
 }
