@@ -140,6 +140,22 @@ func (b *Broker) Get(name string) (*node.Entry, error) {
 	return entryOf(e), nil
 }
 
+// Locate returns a named stream's entry whatever its lifetime says, for
+// routing a request to the stream's owner: in a cluster, the owner judges a
+// sliding TTL from the accesses it served, which it persists only lazily,
+// so another node's view of the lifetime may be behind (and call a stream
+// being read expired). Absent is StreamNotFound, soft-deleted StreamGone.
+func (b *Broker) Locate(name string) (*node.Entry, error) {
+	e, ok := b.fsm.Entry(name)
+	if !ok {
+		return nil, meta.StreamNotFound.With("name", name)
+	}
+	if e.Deleted {
+		return nil, meta.StreamGone.With("name", name)
+	}
+	return entryOf(e), nil
+}
+
 // List returns every live named stream's entry, sorted by name.
 func (b *Broker) List() []*node.Entry {
 	var out []*node.Entry

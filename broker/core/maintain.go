@@ -2,6 +2,7 @@ package core
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -90,8 +91,17 @@ func (b *Broker) maintain(ctx context.Context) {
 			}
 		}
 	})
-	if !b.log.IsLeader() {
-		expired = nil // the metadata leader expires streams, once for the cluster
+	switch {
+	case b.cfg.Cluster != nil:
+		// In a cluster the owner of a stream's first partition expires
+		// it: the accesses it served extend a sliding TTL in its memory
+		// only (persisted every TouchInterval), so another node, the
+		// metadata leader included, may see a stream being read as idle.
+		expired = slices.DeleteFunc(expired, func(e *meta.Entry) bool {
+			return len(e.Streams) == 0 || b.cfg.Ownership.MayOpen(e.Streams[0]) != nil
+		})
+	case !b.log.IsLeader():
+		expired = nil
 	}
 	for _, e := range expired {
 		if err := b.deleteEntry(ctx, e); err == nil {

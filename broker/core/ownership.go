@@ -2,6 +2,7 @@ package core
 
 import (
 	"context"
+	"time"
 
 	"github.com/picomq/picomq/broker/meta"
 )
@@ -38,7 +39,14 @@ func (SingleNode) MayOpen(uint64) error { return nil }
 // next epoch without waiting. Appends admitted after Release reopen them,
 // if Ownership allows. Closing a partition another node reopened meanwhile
 // changes nothing.
+//
+// The last accesses held in memory are persisted first: the next owner
+// judges sliding TTLs from the persisted ones, and must not find a stream
+// read a moment ago idle since the last TouchInterval.
 func (b *Broker) Release(ctx context.Context, which func(id uint64) bool) error {
+	tctx, cancel := context.WithTimeout(ctx, 2*time.Second) // best effort
+	b.persistTouches(tctx)
+	cancel()
 	return b.closeOpen(ctx, which)
 }
 

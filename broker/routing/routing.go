@@ -50,6 +50,10 @@ type Config struct {
 	Local http.Handler
 	// Broker is this broker, for the streams' partitions and policies.
 	Broker node.Broker
+	// Locate, when set, finds a stream's entry for routing whatever its
+	// lifetime says (core.Broker.Locate): its owner judges a sliding TTL,
+	// from accesses this broker's view of may trail. Default: Broker.Get.
+	Locate func(name string) (*node.Entry, error)
 	// SlotOf maps an internal stream to its slot; Owner says who holds a
 	// slot and whether its lease is live; Serving whether this broker
 	// serves a slot now.
@@ -198,7 +202,7 @@ func (rt *Router) targetOf(ctx context.Context, id uint64) (target, error) {
 // partitions returns a stream's internal stream ids, looking again after
 // catching up with the leader when this broker does not know the stream.
 func (rt *Router) partitions(ctx context.Context, name string) (*node.Entry, error) {
-	e, err := rt.cfg.Broker.Get(name)
+	e, err := rt.locate(name)
 	if err == nil || rt.cfg.Catchup == nil || !errors.Is(err, node.StreamNotFound) {
 		return e, err
 	}
@@ -206,6 +210,14 @@ func (rt *Router) partitions(ctx context.Context, name string) (*node.Entry, err
 	defer cancel()
 	if rt.cfg.Catchup(cctx) != nil {
 		return nil, err
+	}
+	return rt.locate(name)
+}
+
+// locate finds a stream's entry for routing (Config.Locate).
+func (rt *Router) locate(name string) (*node.Entry, error) {
+	if rt.cfg.Locate != nil {
+		return rt.cfg.Locate(name)
 	}
 	return rt.cfg.Broker.Get(name)
 }

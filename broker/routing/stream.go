@@ -1,21 +1,31 @@
 package routing
 
 import (
+	"context"
 	"net/http"
+	"net/url"
 	"strings"
+	"time"
 
 	"github.com/picomq/picomq/broker/node"
 )
 
 // serveStream routes the Durable Streams protocol's /v1/stream/{name}: a
-// stream's reads, appends and closes are its one partition's owner's;
-// creating and deleting it are metadata, served here.
+// stream's reads, appends and closes are its one partition's owner's. So
+// are creating it again and deleting it: whether a stream with a sliding
+// TTL is still alive is its owner's to say, from the accesses it served
+// (another broker's view of them trails). A fork goes to its source's
+// owner, for the same reason. A request about a stream that does not
+// exist is metadata, served here.
 func (rt *Router) serveStream(w http.ResponseWriter, r *http.Request) {
 	name := strings.TrimPrefix(r.URL.EscapedPath(), streamPrefix)
 	switch r.Method {
 	case http.MethodGet, http.MethodHead, http.MethodPost:
+	case http.MethodPut, http.MethodDelete:
+		rt.serveStreamMeta(w, r, name)
+		return
 	default:
-		rt.cfg.Local.ServeHTTP(w, r) // PUT, DELETE, OPTIONS
+		rt.cfg.Local.ServeHTTP(w, r) // OPTIONS
 		return
 	}
 	if node.ValidateName(name) != nil {
@@ -28,4 +38,69 @@ func (rt *Router) serveStream(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	rt.forward(w, r, e.Partitions[0], nil)
+}
+
+// serveStreamMeta routes a create (PUT, a fork included) or a delete: to
+// the owner of the stream it is about when that stream exists — the
+// source, for a fork — and here otherwise. First this broker catches up
+// with what the leader committed, so that it decides on the same state as
+// a single broker would (a fork must see the source's last append, which
+// another broker acknowledged a moment ago).
+func (rt *Router) serveStreamMeta(w http.ResponseWriter, r *http.Request, name string) {
+	if rt.cfg.Catchup != nil {
+		// The owner catches up too: the broker that routed the request
+		// here may have applied commands it has not (the source's
+		// creation, made through a third broker).
+		cctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+		// Not caught up in time: decided on what this broker has; the
+		// state machine still orders the command.
+		_ = rt.cfg.Catchup(cctx)
+		cancel()
+	}
+	if routed, _ := r.Context().Value(routedKey{}).(bool); routed {
+		rt.cfg.Local.ServeHTTP(w, r)
+		return
+	}
+	about := name
+	if r.Method == http.MethodPut {
+		if src, ok := forkSource(r.Header.Get("Stream-Forked-From")); ok {
+			about = src
+		}
+	}
+	if node.ValidateName(about) != nil {
+		rt.cfg.Local.ServeHTTP(w, r)
+		return
+	}
+	e, err := rt.locate(about)
+	if err != nil || len(e.Partitions) != 1 {
+		rt.cfg.Local.ServeHTTP(w, r)
+		return
+	}
+	t, err := rt.targetOf(r.Context(), e.Partitions[0])
+	switch {
+	case err != nil:
+		rt.fail(w, r, err) // nobody serves it now: retry shortly
+	case t.addr == "":
+		rt.cfg.Local.ServeHTTP(w, r) // its owner is this broker
+	default:
+		rt.forward(w, r, e.Partitions[0], nil)
+	}
+}
+
+// forkSource is the stream name a Stream-Forked-From header names (a path
+// under the protocol's prefix, or a URL whose path is), if any.
+func forkSource(v string) (string, bool) {
+	if v == "" {
+		return "", false
+	}
+	p := v
+	if !strings.HasPrefix(v, "/") {
+		u, err := url.Parse(v)
+		if err != nil {
+			return "", false
+		}
+		p = u.Path
+	}
+	name, ok := strings.CutPrefix(p, streamPrefix)
+	return name, ok && name != ""
 }

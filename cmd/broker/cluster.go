@@ -268,7 +268,7 @@ func (c *cluster) close() {
 func (c *cluster) router(local http.Handler, maxBody int64, reg prometheus.Registerer) *routing.Router {
 	b := c.broker()
 	return routing.New(routing.Config{
-		Self: c.member.Identity().ID(), Local: local, Broker: b,
+		Self: c.member.Identity().ID(), Local: local, Broker: b, Locate: b.Locate,
 		SlotOf: c.owners.SlotOf, Owner: c.owners.Owner, Serving: c.owners.Serving,
 		Address: func(member string) (string, bool) {
 			m, ok := b.Member(member)
