@@ -69,12 +69,19 @@ conformance-deps: $(CONFORMANCE_DEPS) ## Install the conformance suite's Node pa
 conformance: $(CONFORMANCE_DEPS) ## Run the Durable Streams conformance suite against a real broker (Node 20).
 	$(CONFORMANCE_DIR)/run.sh
 
+# The same suite through a 3-broker cluster (envtest's kube-apiserver for
+# the slot Leases): every request goes to a broker drained of its slots, so
+# every one is proxied to an owner.
+.PHONY: conformance-cluster
+conformance-cluster: $(CONFORMANCE_DEPS) ## Run the conformance suite through a 3-broker cluster, every request proxied (Node 20, envtest).
+	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" $(CONFORMANCE_DIR)/run.sh --cluster 3
+
 # The SQL engine's PostgreSQL tests run against a throwaway server
 # hack/postgres.sh starts around `go test` (installing postgresql with
 # apt-get when missing) and stops after; PICOMQ_TEST_POSTGRES_URL, when set,
 # names a server to use instead.
 .PHONY: test
-test: manifests generate verify-fmt vet conformance ## Run every test (the README's test command).
+test: manifests generate verify-fmt vet conformance conformance-cluster ## Run every test (the README's test command).
 	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" hack/postgres.sh run -- go test $(GO_TEST_FLAGS) ./...
 
 # The unit tier: -short skips, each saying which tier runs it, every test
