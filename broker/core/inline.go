@@ -3,6 +3,7 @@ package core
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"sync"
 
 	"github.com/picomq/picomq/broker/meta"
@@ -124,10 +125,31 @@ func (b *Broker) snapshotting(st *meta.State) func() error {
 	o := b.inline
 	o.mu.Lock()
 	if o.store == nil && len(o.replayed) > 0 {
-		// A snapshot taken by raft while the log replays: the objects met
-		// so far are in memory only, and the log must keep them.
+		// A snapshot taken while the log replays (raft.RecoverCluster
+		// takes one before the node starts): the objects met so far are
+		// in memory only, so the snapshot writes the files of those st
+		// references before the log may drop their entries. The store,
+		// once open, finds them there (Restore keeps an identical file).
+		var keep []replayedObject
+		for _, r := range o.replayed {
+			if _, ok := st.Objects[r.id]; ok {
+				keep = append(keep, r)
+			}
+		}
 		o.mu.Unlock()
-		return func() error { return errReplaying }
+		return func() error {
+			ids := make([]uint64, 0, len(keep))
+			for _, r := range keep {
+				if err := objstore.EnsureObject(o.dir, r.id, r.frames); err != nil {
+					return fmt.Errorf("%w: %w", errReplaying, err)
+				}
+				ids = append(ids, r.id)
+			}
+			if err := o.sync(o.dir, ids); err != nil {
+				return fmt.Errorf("%w: %w", errReplaying, err)
+			}
+			return nil
+		}
 	}
 	ids, store := o.unsynced, o.store
 	o.unsynced, o.logBytes = nil, 0
@@ -166,5 +188,6 @@ func (b *Broker) snapshotting(st *meta.State) func() error {
 	}
 }
 
-// errReplaying refuses a snapshot while the log replays objects' frames.
-var errReplaying = errors.New("broker/core: the metadata log is replaying inline-committed objects; the snapshot waits")
+// errReplaying fails a snapshot taken while the log replays whose objects'
+// files could not be written.
+var errReplaying = errors.New("broker/core: writing the objects a replaying log holds for its snapshot failed; the snapshot waits")

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io/fs"
+	"slices"
 	"time"
 
 	"github.com/picomq/picomq/broker/meta"
@@ -201,12 +202,25 @@ func (b *Broker) frame(r meta.Range) ([]byte, error) {
 func (b *Broker) fetch(r meta.Range, notHere error) ([]byte, error) {
 	var replicas []string
 	b.fsm.View(func(s *meta.State) {
-		if o, ok := s.Objects[r.Object]; ok {
-			for _, id := range o.Replicas {
-				if id != b.self() {
+		o, ok := s.Objects[r.Object]
+		if !ok {
+			return
+		}
+		for _, id := range o.Replicas {
+			if id != b.self() {
+				replicas = append(replicas, id)
+			}
+		}
+		if len(o.Replicas) == 0 {
+			// Committed inline: every member that applied its entry wrote
+			// it, but one that joined from a snapshot taken after never
+			// saw the entry. Any other member has it.
+			for id, m := range s.Members {
+				if id != b.self() && m.Removed == 0 {
 					replicas = append(replicas, id)
 				}
 			}
+			slices.Sort(replicas) // the same order on every reader
 		}
 	})
 	if len(replicas) == 0 {
