@@ -127,6 +127,7 @@ func Open(cfg Config) (*Broker, error) {
 	if cl := cfg.Cluster; cl != nil {
 		lc.NodeID, lc.Bootstrap, lc.Network, lc.Forward = cl.MemberID, cl.Bootstrap, cl.Network, cl.Forward
 		lc.HeartbeatTimeout, lc.ElectionTimeout = cl.HeartbeatTimeout, cl.ElectionTimeout
+		lc.Recover = cl.Recover
 	}
 	l, err := metalog.Open(lc, b.fsm)
 	if err != nil {
@@ -194,11 +195,18 @@ func (b *Broker) Close() error {
 	b.wg.Wait()
 	// One command closes every stream this node opened, however many, so
 	// their next owner opens them at the next epoch without waiting.
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	if err := b.closeOpen(ctx, func(uint64) bool { return true }); err != nil {
-		b.cfg.Logger.Warn("closing the streams this broker owns failed; their next owner reopens them anyway", "err", err)
+	// Without a leader nothing commits: the streams are left for their
+	// next owner to reopen, rather than the stop waiting on a quorum a
+	// cluster stopping as a whole will not have again.
+	if _, leader := b.log.Leader(); leader != "" {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		if err := b.closeOpen(ctx, func(uint64) bool { return true }); err != nil {
+			b.cfg.Logger.Warn("closing the streams this broker owns failed; their next owner reopens them anyway", "err", err)
+		}
+		cancel()
+	} else {
+		b.cfg.Logger.Info("no metadata leader: the streams this broker owns are left for their next owner to reopen")
 	}
-	cancel()
 	err := b.log.Close()
 	if cerr := b.objs.Close(); err == nil {
 		err = cerr

@@ -27,7 +27,13 @@ func (b *Broker) maintainLoop() {
 	for {
 		select {
 		case <-b.stop:
-			b.persistTouches(context.Background())
+			// Best effort, and short: a broker stopping with the rest
+			// of its cluster has no quorum to wait for.
+			if _, leader := b.log.Leader(); leader != "" {
+				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+				b.persistTouches(ctx)
+				cancel()
+			}
 			return
 		case <-t.C:
 		}
