@@ -153,6 +153,10 @@ type ClusterConfig struct {
 	// HeartbeatTimeout and ElectionTimeout: see metalog.Config (zero:
 	// metalog's defaults).
 	HeartbeatTimeout, ElectionTimeout time.Duration
+	// Recover, when set, opens the log with this configuration instead of
+	// its own: the explicit recovery of a quorum lost for good (see
+	// metalog.Config.Recover).
+	Recover []metalog.Server
 }
 
 // check refuses a configuration Open cannot honour, naming the field.

@@ -85,22 +85,29 @@ func hasLog(dataDir string) bool {
 	return false
 }
 
-// save writes the identity durably (aside, fsynced, renamed, the directory
-// fsynced): it decides who the directory's log belongs to.
+// save writes the identity durably: it decides who the directory's log
+// belongs to.
 func (id Identity) save(dataDir string) error {
 	raw, err := json.MarshalIndent(id, "", "  ")
 	if err != nil {
 		return err
 	}
+	return writeDurably(dataDir, identityFile, append(raw, '\n'))
+}
+
+// writeDurably writes dataDir/name so that a crash leaves the old file or
+// the new one, never part of it: aside, fsynced, renamed, the directory
+// fsynced.
+func writeDurably(dataDir, name string, raw []byte) error {
 	if err := os.MkdirAll(dataDir, 0o700); err != nil {
 		return err
 	}
-	tmp := filepath.Join(dataDir, identityFile+".tmp")
+	tmp := filepath.Join(dataDir, name+".tmp")
 	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
 	if err != nil {
 		return err
 	}
-	if _, err := f.Write(append(raw, '\n')); err != nil {
+	if _, err := f.Write(raw); err != nil {
 		f.Close()
 		return err
 	}
@@ -111,10 +118,15 @@ func (id Identity) save(dataDir string) error {
 	if err := f.Close(); err != nil {
 		return err
 	}
-	if err := os.Rename(tmp, filepath.Join(dataDir, identityFile)); err != nil {
+	if err := os.Rename(tmp, filepath.Join(dataDir, name)); err != nil {
 		return err
 	}
-	d, err := os.Open(dataDir)
+	return syncDir(dataDir)
+}
+
+// syncDir makes a rename or removal in dir durable.
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
 	if err != nil {
 		return err
 	}

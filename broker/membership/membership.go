@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -59,9 +60,14 @@ type Member struct {
 	log      *slog.Logger
 	addrSelf string // the address the configuration knows this member by
 
-	mu   sync.Mutex
-	b    *core.Broker
-	last Status
+	// recovery is the recovery the log opens with (nil: none asked);
+	// removing the one whose removals are still to record.
+	recovery *Recovery
+
+	mu       sync.Mutex
+	b        *core.Broker
+	last     Status
+	removing *Recovery
 }
 
 // Prepare decides, before the broker opens its log, who this member is and
@@ -86,7 +92,18 @@ func Prepare(ctx context.Context, cfg Config) (*Member, error) {
 		return nil, err
 	}
 	m := &Member{cfg: cfg, id: id, ordinal: ordinal, log: cfg.Logger, addrSelf: cfg.Addresses.Advertise(cfg.Node)}
+	if m.recovery, err = loadRecovery(cfg.DataDir, recoveryFile); err != nil {
+		return nil, err
+	}
+	if m.removing, err = loadRecovery(cfg.DataDir, recoveryDoneFile); err != nil {
+		return nil, err
+	}
 	switch {
+	case m.recovery != nil:
+		if fresh || !slices.ContainsFunc(m.recovery.Voters, func(s metalog.Server) bool { return s.ID == id.ID() }) {
+			return nil, BadRecovery.With("reason", recoveryFile+" does not name this member among the voters", "member", id.ID(), "voters", fmt.Sprint(m.recovery.Voters))
+		}
+		// The peers left out are the lost majority: nothing to ask them.
 	case id.Bootstrapping && !hasLog(cfg.DataDir):
 		m.boot = true // a bootstrap that died before its log was written
 	case fresh && ordinal == 0 && cfg.ClusterID == "":
@@ -134,6 +151,9 @@ func (m *Member) Attach(ctx context.Context, b *core.Broker, srv *peer.Server) e
 	m.mu.Lock()
 	m.b = b
 	m.mu.Unlock()
+	if err := m.recovered(); err != nil {
+		return err
+	}
 	if m.id.Bootstrapping {
 		if _, err := m.leaderDuties(ctx, b, b.Log()); err != nil {
 			return fmt.Errorf("membership: naming the new cluster: %w", err)
@@ -190,6 +210,7 @@ func (m *Member) tick(ctx context.Context) {
 			break
 		}
 	}
+	m.recordRemovals(ctx, b)
 	if err := m.recordSelf(ctx, b); err != nil && !errors.Is(err, context.Canceled) {
 		m.log.Debug("recording this member failed; retrying", "err", err)
 	}

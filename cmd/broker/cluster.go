@@ -192,6 +192,7 @@ func (c *cluster) coreConfig() *core.ClusterConfig {
 		Forward:   c.member.Forward,
 		Bootstrap: c.member.Bootstrap(),
 		Number:    id.Number,
+		Recover:   c.member.Recover(),
 	}
 }
 
@@ -321,7 +322,11 @@ func (c *cluster) leave(ctx context.Context) {
 	}
 	t := time.NewTicker(50 * time.Millisecond)
 	defer t.Stop()
-	for len(c.owners.Held()) > 0 && ctx.Err() == nil {
+	// A hand-off closes streams through the log: without a leader (the
+	// whole cluster stopping) it cannot, and waiting would only delay the
+	// stop.
+	hasLeader := func() bool { _, id := c.broker().Log().Leader(); return id != "" }
+	for len(c.owners.Held()) > 0 && ctx.Err() == nil && hasLeader() {
 		select {
 		case <-ctx.Done():
 		case <-t.C:

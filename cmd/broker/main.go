@@ -34,6 +34,8 @@ import (
 	"github.com/picomq/picomq/broker/errs"
 	"github.com/picomq/picomq/broker/frontend"
 	"github.com/picomq/picomq/broker/httpapi"
+	"github.com/picomq/picomq/broker/membership"
+	"github.com/picomq/picomq/broker/node"
 	"github.com/picomq/picomq/broker/settings"
 )
 
@@ -43,7 +45,28 @@ func main() {
 		<-ctx.Done()
 		stop() // a second signal during the drain ends the process at once
 	}()
-	os.Exit(run(ctx, os.Args[1:], os.Getenv, os.Stderr, nil))
+	code := run(ctx, os.Args[1:], os.Getenv, os.Stderr, nil)
+	if code == restartCode {
+		restartProcess() // returns only when the process cannot be replaced
+		code = exitSoftware
+	}
+	os.Exit(code)
+}
+
+// restartCode is what run returns when the broker stopped to start again
+// (a recovery of the metadata log was asked for): main replaces the process
+// with a new run of the same command, so that the pod, or whatever started
+// the broker, sees it carry on.
+const restartCode = -1
+
+// restartProcess replaces this process with the same command, arguments
+// and environment.
+func restartProcess() {
+	exe, err := os.Executable()
+	if err == nil {
+		err = syscall.Exec(exe, os.Args, os.Environ())
+	}
+	fmt.Fprintf(os.Stderr, "broker: restarting failed: %v\n", err)
 }
 
 // Exit codes beside the coded errors' own (sysexits.h).
@@ -53,9 +76,14 @@ const (
 	exitUnavailable = 69
 )
 
+// errRestart is the cause of a stop that restarts the broker.
+var errRestart = errors.New("restart")
+
 // run runs the broker until ctx ends and returns the process exit code.
 // started, when set, is told the address the API listens on.
 func run(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer, started func(addr string)) int {
+	ctx, stopFor := context.WithCancelCause(ctx)
+	defer stopFor(nil)
 	cfg, err := settings.Parse(args, getenv, stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return 0
@@ -91,6 +119,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	var cl *cluster
 	if cfg.Cluster.Name != "" {
 		if cl, err = prepareCluster(ctx, cfg, logger, reg); err != nil {
+			if errors.Is(err, node.MemberRemoved) {
+				return serveRemoved(ctx, cfg, logger, reg, err)
+			}
 			logger.Error("cannot take this broker's place in its cluster", "err", err)
 			terminationMessage(cfg.TerminationLog, fmt.Errorf("cannot take this broker's place in its cluster: %w", err))
 			return errs.ExitCode(err)
@@ -141,6 +172,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "picomq_stream_reads_waiting", Help: "Durable Streams long-polls and SSE responses waiting for records now.",
 	}, func() float64 { return float64(ds.Waiting()) }))
+	if cl != nil {
+		api.Handle("POST "+membership.RecoverPath, cl.member.ServeRecover(func() { stopFor(errRestart) }))
+	}
 	if cfg.Pprof {
 		api.Handle("/debug/pprof/", http.HandlerFunc(pprof.Index))
 		api.Handle("/debug/pprof/profile", http.HandlerFunc(pprof.Profile))
@@ -182,12 +216,19 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	code := 0
 	select {
 	case <-ctx.Done():
-		logger.Info("shutting down: draining requests", "timeout", cfg.ShutdownTimeout)
+		if context.Cause(ctx) == errRestart {
+			logger.Warn("restarting to open the metadata log with the recovery asked for")
+			code = restartCode
+		} else {
+			logger.Info("shutting down: draining requests", "timeout", cfg.ShutdownTimeout)
+		}
 	case err := <-serveErr:
 		logger.Error("the HTTP server stopped", "err", err)
 		code = exitSoftware
 	}
-	if cl != nil {
+	if cl != nil && code != restartCode {
+		// A broker restarting for a recovery has no quorum to hand
+		// anything over through.
 		cl.leave(context.Background())
 	}
 	api.Drain()
@@ -203,7 +244,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	}
 	if err := b.Close(); err != nil {
 		logger.Error("closing the broker failed", "err", err)
-		if code == 0 {
+		if code == 0 || code == restartCode {
 			code = errs.ExitCode(err)
 		}
 	}

@@ -439,6 +439,16 @@ func (c *Cluster) StartBroker(i int) {
 	}
 }
 
+// Launch starts broker i again (after Kill) on its data directory and
+// addresses without waiting for it to be ready: for a broker expected to
+// refuse to serve.
+func (c *Cluster) Launch(i int) {
+	c.t.Helper()
+	if err := c.launch(i); err != nil {
+		c.t.Fatal(err)
+	}
+}
+
 // Restart stops broker i with SIGTERM (SIGKILL after StopTimeout) and
 // starts it again on the same data directory and addresses.
 func (c *Cluster) Restart(i int) {

@@ -214,10 +214,19 @@ type NodeInfo struct {
 	Slots           []int    `json:"slots,omitempty"`
 	UnderReplicated *int     `json:"underReplicated,omitempty"`
 
+	// Removed: the cluster removed this broker's member for good (it came
+	// back with the data of a member taken out); it serves nothing, and
+	// Problem says what to do. RaftState is then RaftStateRemoved.
+	Removed bool   `json:"removed,omitempty"`
+	Problem string `json:"problem,omitempty"`
+
 	// Drain is this broker's drain while it drains (what GET DrainPath
 	// answers); absent otherwise.
 	Drain *DrainStatus `json:"drain,omitempty"`
 }
+
+// RaftStateRemoved is the RaftState of a broker the cluster removed.
+const RaftStateRemoved = "Removed"
 
 // AppendResult is the answer of an append.
 type AppendResult struct {
