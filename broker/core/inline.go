@@ -83,9 +83,8 @@ func (o *inlineObjects) restore(s *objstore.Store, st *meta.State) error {
 // applied runs on the log's apply goroutine after each command. Another
 // node's open of a partition this node writes fences it here. A commit
 // carrying frames of an object this broker does not hold is one the
-// replay at start meets: its frames wait for restore. (Once the store is
-// open, such an object is held, or was spilled before its commit applied;
-// EnsureObject checks its file.)
+// replay at start meets: its frames wait for restore. Once the store is
+// open, it is held (see below).
 func (b *Broker) applied(c *meta.Command, res any) {
 	if c.Op == meta.OpOpen && c.Open != nil && c.Open.Owner != b.self() {
 		if r, ok := res.(*meta.OpenResult); ok {
@@ -111,10 +110,15 @@ func (b *Broker) applied(c *meta.Command, res any) {
 	if store.Held(id) {
 		return
 	}
-	if err := objstore.EnsureObject(o.dir, id, c.Commit.Frames); err != nil {
+	// Another member's object (or this one's, spilled before its commit
+	// applied): held in memory like the owner's own, and written by the
+	// next snapshot or once older than HoldFor — not a file per commit,
+	// which cost followers an open, a write and a close per group commit.
+	// The log keeps its frames until then.
+	if _, err := store.Restore(id, c.Commit.Frames); err != nil {
 		// Reads of its ranges will report the object corrupt or missing;
 		// the entry stays in the log, and the next start tries again.
-		b.cfg.Logger.Error("writing an object from its commit in the metadata log failed", "object", id, "err", err)
+		b.cfg.Logger.Error("keeping an object from its commit in the metadata log failed", "object", id, "err", err)
 	}
 }
 
