@@ -70,7 +70,7 @@ func orNone(s string) string {
 type NodeStatus struct {
 	NodeID string
 	// RaftState is the broker's role in the metadata log: Leader, Follower,
-	// Candidate, Shutdown.
+	// Candidate, Shutdown; Removed for a broker the cluster removed.
 	RaftState string
 	// Leader is the metadata leader this broker knows of ("" when none).
 	Leader string
@@ -99,6 +99,15 @@ type NodeStatus struct {
 	UnderReplicated *int32
 	// Drain is the broker's drain state (DrainNone for a full member).
 	Drain DrainStatus
+
+	// Removed: the cluster removed this broker's member for good (it came
+	// back with the data directory of a member taken out, after a recovery
+	// of the metadata log say). It stays up but serves nothing: no log, no
+	// slots, not ready (RaftState is "Removed"). Problem is the broker's
+	// error text (MEMBER_REMOVED...). It joins again only as a new member:
+	// its data directory set aside or wiped (its PVC deleted).
+	Removed bool
+	Problem string
 }
 
 // ErrNotSupported is returned by an admin call the broker does not

@@ -80,6 +80,32 @@ func TestStatusDecodesTheClusterBrokersNodeInfo(t *testing.T) {
 	}
 }
 
+// A broker the cluster removed for good answers the node call (and only
+// that) with removed, its member id and why: it reaches NodeStatus, and
+// RaftState Removed alone is enough to tell.
+func TestStatusDecodesARemovedBroker(t *testing.T) {
+	t.Parallel()
+	info := wire.NodeInfo{NodeID: "demo-2", RaftState: wire.RaftStateRemoved, ClusterID: "c-42", MemberID: "demo-2~cc",
+		Removed: true, Problem: "MEMBER_REMOVED (0.16.1.14): This broker was removed from the cluster [member=demo-2~cc]"}
+	b := serve(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(info)
+	})
+	st, err := NewHTTP().Status(context.Background(), b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !st.Removed || st.Problem != info.Problem || st.MemberID != "demo-2~cc" || st.RaftState != wire.RaftStateRemoved || st.Ready || st.SlotsHeld != nil {
+		t.Errorf("status %+v", st)
+	}
+	b = serve(t, func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprint(w, `{"nodeId":"demo-2","raftState":"Removed"}`)
+	})
+	if st, err = NewHTTP().Status(context.Background(), b); err != nil || !st.Removed {
+		t.Errorf("raftState Removed without removed: %+v %v", st, err)
+	}
+}
+
 func TestDrainNotSupportedIsNeverSuccess(t *testing.T) {
 	t.Parallel()
 	for _, code := range []int{http.StatusNotFound, http.StatusMethodNotAllowed, http.StatusNotImplemented} {

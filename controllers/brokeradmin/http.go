@@ -73,6 +73,7 @@ func (h *HTTP) Status(ctx context.Context, b Broker) (NodeStatus, error) {
 		Streams: n.Streams, SlotsHeld: n.SlotsHeld, Slots: n.Slots,
 		ClusterID: n.ClusterID, MemberID: n.MemberID, Voters: n.Voters, NonVoters: n.NonVoters,
 		UnderReplicated: n.UnderReplicated,
+		Removed:         n.Removed || n.RaftState == wire.RaftStateRemoved, Problem: n.Problem,
 	}
 	if n.Drain != nil {
 		s.Drain = *n.Drain
