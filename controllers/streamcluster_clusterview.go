@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	streamsv1alpha1 "github.com/picomq/picomq/api/v1alpha1"
+	"github.com/picomq/picomq/controllers/resources"
 )
 
 // The cluster as its brokers' answers describe it: the cluster id, the
@@ -48,16 +49,95 @@ func foreign(b brokerObservation, clusterID string) bool {
 	return b.err == nil && clusterID != "" && b.status.ClusterID != "" && b.status.ClusterID != clusterID
 }
 
+// removed reports whether b answered as a broker the cluster removed for
+// good (it came back with the data directory of a member taken out): it
+// stays up to say so, but serves nothing.
+func removed(b brokerObservation) bool {
+	return b.err == nil && b.status.Removed
+}
+
 // members are the brokers that answered and belong to the recorded
 // cluster (or report no id, or none is recorded): the ones whose leader,
 // configuration, slots and counts describe this cluster. A broker of
 // another metadata log may hold slot Leases of the same names, but what it
-// serves is not this cluster's.
+// serves is not this cluster's; a removed broker is in no metadata log at
+// all.
 func members(o clusterObservation) []brokerObservation {
 	var out []brokerObservation
 	for _, b := range o.brokers {
-		if b.err == nil && !foreign(b, o.clusterID) {
+		if b.err == nil && !foreign(b, o.clusterID) && !removed(b) {
 			out = append(out, b)
+		}
+	}
+	return out
+}
+
+// removedBrokers are the brokers that answered as removed, in ordinal
+// order.
+func removedBrokers(brokers []brokerObservation) []brokerObservation {
+	var out []brokerObservation
+	for _, b := range brokers {
+		if removed(b) {
+			out = append(out, b)
+		}
+	}
+	return out
+}
+
+// removedTag is how the MemberRemoved message names a removed broker's
+// member: a token of its own (a member id inside parentheses), so that
+// whether a message already named a broker is not fooled by demo-1 being
+// the start of demo-10.
+func removedTag(b brokerObservation) string { return "(member " + selfID(b) + ")" }
+
+// maxProblem is how much of each removed broker's own account the
+// MemberRemoved message quotes.
+const maxProblem = 300
+
+// memberRemoved says which brokers the cluster removed for good, that
+// they serve nothing and what to do; "" when none is. The message is a
+// function of the removed brokers alone, so it changes only when they do.
+func memberRemoved(o clusterObservation) string {
+	rm := removedBrokers(o.brokers)
+	if len(rm) == 0 {
+		return ""
+	}
+	var named, pods, pvcs, says []string
+	for _, b := range rm {
+		named = append(named, b.pod+" "+removedTag(b))
+		pods = append(pods, b.pod)
+		pvcs = append(pvcs, resources.DataVolumeName+"-"+b.pod)
+		if b.status.Problem != "" {
+			says = append(says, fmt.Sprintf("%s says: %s", b.pod, truncate(b.status.Problem, maxProblem)))
+		}
+	}
+	var msg string
+	if len(rm) == 1 {
+		msg = fmt.Sprintf("broker %s was removed from the cluster for good and serves nothing (no metadata log, no slots, not ready): "+
+			"it came back with the data directory of a member taken out (by a recovery of the metadata log, say), and is never let back in with it. "+
+			"To have it join again as a new member, set its data directory aside or wipe it: delete its PVC, then its pod "+
+			"(kubectl delete pvc %s --wait=false && kubectl delete pod %s), and the StatefulSet recreates both, empty",
+			named[0], pvcs[0], pods[0])
+	} else {
+		msg = fmt.Sprintf("brokers %s were removed from the cluster for good and serve nothing (no metadata log, no slots, not ready): "+
+			"they came back with the data directories of members taken out (by a recovery of the metadata log, say), and are never let back in with them. "+
+			"To have them join again as new members, set their data directories aside or wipe them: delete their PVCs, then their pods "+
+			"(kubectl delete pvc %s --wait=false && kubectl delete pod %s), and the StatefulSet recreates them, empty",
+			strings.Join(named, ", "), strings.Join(pvcs, " "), strings.Join(pods, " "))
+	}
+	if len(says) > 0 {
+		msg += ". " + strings.Join(says, "; ")
+	}
+	return msg
+}
+
+// newlyRemoved are the removed brokers a previous MemberRemoved message
+// did not name.
+func newlyRemoved(o clusterObservation, previous string) []string {
+	var out []string
+	for _, b := range removedBrokers(o.brokers) {
+		if !strings.Contains(previous, removedTag(b)) {
+			out = append(out, b.pod)
 		}
 	}
 	return out
@@ -180,11 +260,12 @@ func underReplicated(brokers []brokerObservation, leader string) *int32 {
 	return out
 }
 
-// slotsHeld lists the brokers that report their slots, by name.
+// slotsHeld lists the brokers that report their slots, by name (a removed
+// broker holds none, whatever it says).
 func slotsHeld(brokers []brokerObservation) []streamsv1alpha1.BrokerSlots {
 	var out []streamsv1alpha1.BrokerSlots
 	for _, b := range brokers {
-		if b.err == nil && b.status.SlotsHeld != nil {
+		if b.err == nil && b.status.SlotsHeld != nil && !removed(b) {
 			out = append(out, streamsv1alpha1.BrokerSlots{Broker: b.pod, Slots: *b.status.SlotsHeld})
 		}
 	}

@@ -1021,3 +1021,72 @@ func containsAll(s string, subs ...string) bool {
 	}
 	return true
 }
+
+// A broker back with the data of a member a recovery removed stays up
+// serving nothing: the cluster is Degraded (MemberRemoved) naming it and
+// its PVC, not Ready though the kubelet still counts its pod, its slots
+// are not listed, one Warning says so; wiped, it is a member again.
+func TestStreamClusterReportsARemovedBroker(t *testing.T) {
+	needsEnvtest(t)
+	ns := newNamespace(t)
+	h := startManager(t, ns, Options{NotReadyPollInterval: 200 * time.Millisecond, ResyncPeriod: 500 * time.Millisecond})
+	h.admin.set(func(f *fakeAdmin) {
+		f.leader, f.cluster = "demo-0", "c-1"
+		f.slots = map[string]int32{"demo-0": 22, "demo-1": 21, "demo-2": 21}
+	})
+	newCluster(t, ns, "demo", nil)
+	waitSTS(t, ns, "demo", nil)
+	setSTSStatus(t, ns, "demo", 3)
+	eventually(t, 10*time.Second, func() error {
+		return wantCondition(getCluster(t, ns, "demo"), streamsv1alpha1.ConditionReady, metav1.ConditionTrue, streamsv1alpha1.ReasonAllBrokersReady)
+	})
+
+	const problem = "MEMBER_REMOVED (0.16.1.14): This broker was removed from the cluster [member=demo-2~old]"
+	h.admin.set(func(f *fakeAdmin) {
+		f.removed["demo-2"] = problem
+		f.slots["demo-0"] = 43
+	})
+	eventually(t, 10*time.Second, func() error {
+		c := getCluster(t, ns, "demo")
+		if err := wantCondition(c, streamsv1alpha1.ConditionDegraded, metav1.ConditionTrue, streamsv1alpha1.ReasonMemberRemoved); err != nil {
+			return err
+		}
+		if msg := condition(c.Status.Conditions, streamsv1alpha1.ConditionDegraded).Message; !containsAll(msg,
+			"broker demo-2 (member demo-2~old) was removed from the cluster for good", "serves nothing",
+			"kubectl delete pvc data-demo-2 --wait=false && kubectl delete pod demo-2", "demo-2 says: "+problem) {
+			return fmt.Errorf("Degraded message %q", msg)
+		}
+		// The StatefulSet still says 3 ready: the removed one is not.
+		if err := wantCondition(c, streamsv1alpha1.ConditionReady, metav1.ConditionFalse, streamsv1alpha1.ReasonBrokersNotReady); err != nil {
+			return err
+		}
+		if msg := condition(c.Status.Conditions, streamsv1alpha1.ConditionReady).Message; !containsAll(msg, "2 of 3 brokers ready", "removed from the cluster: demo-2") {
+			return fmt.Errorf("Ready message %q", msg)
+		}
+		if want := []streamsv1alpha1.BrokerSlots{{Broker: "demo-0", Slots: 43}, {Broker: "demo-1", Slots: 21}}; !slices.Equal(c.Status.SlotsHeld, want) {
+			return fmt.Errorf("slotsHeld %v, want %v", c.Status.SlotsHeld, want)
+		}
+		if c.Status.MetadataLeader != "demo-0" {
+			return fmt.Errorf("metadataLeader %q", c.Status.MetadataLeader)
+		}
+		return nil
+	})
+	h.expectEvents("demo", streamsv1alpha1.ReasonMemberRemoved, eventWarning, 1)
+	// Looked at again and again (every NotReadyPollInterval): still one.
+	time.Sleep(time.Second)
+	h.expectEvents("demo", streamsv1alpha1.ReasonMemberRemoved, eventWarning, 1)
+
+	// Its PVC deleted, it joins as a new member: nothing needs attention.
+	h.admin.set(func(f *fakeAdmin) {
+		delete(f.removed, "demo-2")
+		f.slots["demo-0"] = 22
+	})
+	eventually(t, 10*time.Second, func() error {
+		c := getCluster(t, ns, "demo")
+		if err := wantCondition(c, streamsv1alpha1.ConditionDegraded, metav1.ConditionFalse, streamsv1alpha1.ReasonAsExpected); err != nil {
+			return err
+		}
+		return wantCondition(c, streamsv1alpha1.ConditionReady, metav1.ConditionTrue, streamsv1alpha1.ReasonAllBrokersReady)
+	})
+	h.expectEvents("demo", streamsv1alpha1.ReasonMemberRemoved, eventWarning, 1)
+}

@@ -86,11 +86,24 @@ func readyCondition(o clusterObservation) metav1.Condition {
 		return c
 	}
 	ready, running := sts.Status.ReadyReplicas, sts.Status.Replicas
+	// A removed broker is never ready (its /readyz answers 503), whatever
+	// the kubelet saw last: the ready pods are at most the others.
+	rm := removedBrokers(o.brokers)
+	if n := int32(len(rm)); n > 0 && ready > running-n {
+		ready = max(running-n, 0)
+	}
 	count := brokerCount(o, running, ready)
 	if ready < o.desired || running > o.desired && ready < running {
 		c.Reason, c.Message = streamsv1alpha1.ReasonBrokersNotReady, count
+		var see []string
 		if len(o.failing) > 0 {
-			c.Message += " (failing pods: see the Degraded condition)"
+			see = append(see, "failing pods")
+		}
+		if len(rm) > 0 {
+			see = append(see, "removed from the cluster: "+pods(rm))
+		}
+		if len(see) > 0 {
+			c.Message += " (" + strings.Join(see, "; ") + ": see the Degraded condition)"
 		}
 		return c
 	}
@@ -107,8 +120,8 @@ func readyCondition(o clusterObservation) metav1.Condition {
 	if leader == "" {
 		c.Reason = streamsv1alpha1.ReasonNoMetadataLeader
 		c.Message = fmt.Sprintf("%s, but the %d brokers that answered know no metadata leader", count, answered(o.brokers))
-		if n := answered(o.brokers) - len(ms); n > 0 {
-			c.Message += fmt.Sprintf(" of this cluster (%d of them belong to another: see the Degraded condition)", n)
+		if why := notMembers(o); why != "" {
+			c.Message += " of this cluster (" + why + ": see the Degraded condition)"
 		}
 		return c
 	}
@@ -127,13 +140,15 @@ func readyCondition(o clusterObservation) metav1.Condition {
 }
 
 // notCounted names the brokers whose slots were not counted: those that did
-// not answer, and those of another cluster.
+// not answer, those of another cluster, and those the cluster removed.
 func notCounted(o clusterObservation) string {
-	var silent, others []string
+	var silent, others, gone []string
 	for _, b := range o.brokers {
 		switch {
 		case b.err != nil:
 			silent = append(silent, b.pod)
+		case removed(b):
+			gone = append(gone, b.pod)
 		case foreign(b, o.clusterID):
 			others = append(others, b.pod)
 		}
@@ -145,7 +160,41 @@ func notCounted(o clusterObservation) string {
 	if len(others) > 0 {
 		parts = append(parts, fmt.Sprintf("of another cluster: %s", strings.Join(others, ", ")))
 	}
+	if len(gone) > 0 {
+		parts = append(parts, fmt.Sprintf("removed from the cluster: %s", strings.Join(gone, ", ")))
+	}
 	return strings.Join(parts, "; ")
+}
+
+// notMembers counts the brokers that answered but are not members of this
+// cluster: of another one, or removed from it; "" when none.
+func notMembers(o clusterObservation) string {
+	others, gone := 0, 0
+	for _, b := range o.brokers {
+		switch {
+		case removed(b):
+			gone++
+		case foreign(b, o.clusterID):
+			others++
+		}
+	}
+	var parts []string
+	if others > 0 {
+		parts = append(parts, fmt.Sprintf("%d of them belong to another", others))
+	}
+	if gone > 0 {
+		parts = append(parts, fmt.Sprintf("%d of them %s removed from it", gone, plural(gone, "was", "were")))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// pods names brokers, comma-separated.
+func pods(brokers []brokerObservation) string {
+	names := make([]string, len(brokers))
+	for i, b := range brokers {
+		names[i] = b.pod
+	}
+	return strings.Join(names, ", ")
 }
 
 // brokerCount words the brokers' counts for people. Against the desired
@@ -245,17 +294,22 @@ func rollout(sts *appsv1.StatefulSet) (reason, message string) {
 }
 
 // degradedCondition: something needs a person: a broker of another
-// cluster, a spec the operator cannot build, a child it cannot apply, broker pods that fail (a crash loop, an
-// image that cannot be pulled), a scale-down it holds, a storage change a
-// StatefulSet cannot take.
+// cluster, a broker the cluster removed for good, a spec the operator
+// cannot build, a child it cannot apply, broker pods that fail (a crash
+// loop, an image that cannot be pulled), a scale-down it holds, a storage
+// change a StatefulSet cannot take.
 func degradedCondition(o clusterObservation) metav1.Condition {
 	c := metav1.Condition{Type: streamsv1alpha1.ConditionDegraded, Status: metav1.ConditionTrue}
 	// A broker of another metadata log comes first: it may hold this
 	// cluster's slot Leases, and it is what a person must look at.
-	mismatch := clusterIDMismatch(o)
+	// A removed broker comes next: it serves nothing until a person sets
+	// its data aside, and nothing else will change that.
+	mismatch, gone := clusterIDMismatch(o), memberRemoved(o)
 	switch {
 	case mismatch != "":
 		c.Reason, c.Message = streamsv1alpha1.ReasonClusterIDMismatch, mismatch
+	case gone != "":
+		c.Reason, c.Message = streamsv1alpha1.ReasonMemberRemoved, gone
 	case o.specErr != nil:
 		c.Reason, c.Message = streamsv1alpha1.ReasonInvalidSpec, o.specErr.Error()
 	case o.applyErr != nil:
@@ -276,8 +330,10 @@ func degradedCondition(o clusterObservation) metav1.Condition {
 // reason: the cluster became Ready or stopped being, was paused or
 // resumed, started draining, became Degraded (a Warning naming why). A
 // condition that stays as it was records nothing, so a held scale-down or a
-// retried failure does not repeat its event on every reconcile.
-func (r *StreamClusterReconciler) transitionEvents(c *streamsv1alpha1.StreamCluster, old *streamsv1alpha1.StreamClusterStatus, _ clusterObservation) {
+// retried failure does not repeat its event on every reconcile; the one
+// exception is a broker newly removed while another already was (Degraded
+// stays MemberRemoved), which records its Warning once too.
+func (r *StreamClusterReconciler) transitionEvents(c *streamsv1alpha1.StreamCluster, old *streamsv1alpha1.StreamClusterStatus, o clusterObservation) {
 	changed := func(typ string) (now *metav1.Condition, ok bool) {
 		now = meta.FindStatusCondition(c.Status.Conditions, typ)
 		was := meta.FindStatusCondition(old.Conditions, typ)
@@ -309,9 +365,23 @@ func (r *StreamClusterReconciler) transitionEvents(c *streamsv1alpha1.StreamClus
 	}
 	if now, ok := changed(streamsv1alpha1.ConditionDegraded); ok && now.Status == metav1.ConditionTrue {
 		event(r.Recorder, c, eventWarning, now.Reason, "Reconcile", "%s", now.Message)
+	} else if removedAgain(now, meta.FindStatusCondition(old.Conditions, streamsv1alpha1.ConditionDegraded), o) {
+		// Still MemberRemoved, but another broker came back removed: it
+		// is news too.
+		event(r.Recorder, c, eventWarning, now.Reason, "Reconcile", "%s", now.Message)
 	}
 	if old.ClusterID == "" && c.Status.ClusterID != "" {
 		event(r.Recorder, c, eventNormal, "ClusterIDRecorded", "Observe",
 			"the brokers formed cluster %s: recorded in status.clusterId and passed to the brokers (ConfigMap %s), so that a broker on an empty data directory joins it", c.Status.ClusterID, resources.ClusterIDConfigMapName(c))
 	}
+}
+
+// removedAgain reports whether Degraded was and is MemberRemoved and names
+// a removed broker (of o) that it did not name before.
+func removedAgain(now, was *metav1.Condition, o clusterObservation) bool {
+	if now == nil || was == nil || now.Status != metav1.ConditionTrue || was.Status != metav1.ConditionTrue ||
+		now.Reason != streamsv1alpha1.ReasonMemberRemoved || was.Reason != streamsv1alpha1.ReasonMemberRemoved {
+		return false
+	}
+	return len(newlyRemoved(o, was.Message)) > 0
 }

@@ -312,6 +312,7 @@ type fakeAdmin struct {
 	voters   []string                                          // the metadata log's voters, as every broker reports them
 	under    map[string]int32                                  // pod -> under-replicated objects (absent: not reported)
 	down     map[string]bool                                   // pods that do not answer
+	removed  map[string]string                                 // pod -> problem: removed from the cluster for good
 	drain    func(pod string) (brokeradmin.DrainStatus, error) // nil: ErrNotSupported
 	draining map[string]brokeradmin.DrainStatus                // what Status reports
 	calls    []string                                          // "Drain demo-2", "CancelDrain demo-2", ...
@@ -319,7 +320,7 @@ type fakeAdmin struct {
 
 func newFakeAdmin() *fakeAdmin {
 	return &fakeAdmin{slots: map[string]int32{}, clusters: map[string]string{}, under: map[string]int32{},
-		down: map[string]bool{}, draining: map[string]brokeradmin.DrainStatus{}}
+		down: map[string]bool{}, removed: map[string]string{}, draining: map[string]brokeradmin.DrainStatus{}}
 }
 
 func (f *fakeAdmin) Status(_ context.Context, b brokeradmin.Broker) (brokeradmin.NodeStatus, error) {
@@ -330,6 +331,11 @@ func (f *fakeAdmin) Status(_ context.Context, b brokeradmin.Broker) (brokeradmin
 		// resolve.
 		dns := &net.OpError{Op: "dial", Net: "tcp", Err: &net.DNSError{Err: "no such host", Name: strings.TrimPrefix(b.URL, "http://"), IsNotFound: true}}
 		return brokeradmin.NodeStatus{}, fmt.Errorf("broker %s: %w", b, brokerclient.BrokerUnreachable.Wrap(dns, "endpoint", b.URL))
+	}
+	if problem, ok := f.removed[b.Pod]; ok {
+		// What cmd/broker's serveRemoved answers: nothing of a member.
+		return brokeradmin.NodeStatus{NodeID: b.Pod, RaftState: "Removed", ClusterID: f.cluster, MemberID: b.Pod + "~old",
+			Removed: true, Problem: problem}, nil
 	}
 	st := brokeradmin.NodeStatus{NodeID: b.Pod, Leader: f.leader, Ready: f.leader != "", RaftState: "Follower", Drain: f.draining[b.Pod]}
 	if f.leader == b.Pod {

@@ -19,8 +19,9 @@ package v1alpha1
 //     hands), or Progressing=True.
 //   - Degraded: Degraded=True. The operator cannot do what the spec asks
 //     without a person: the reason says why (ClusterIDMismatch,
-//     InvalidSpec, ApplyFailed, BrokersFailing, ScaleDownBlocked,
-//     StorageChangeNotApplied) and the message what to do.
+//     MemberRemoved, InvalidSpec, ApplyFailed, BrokersFailing,
+//     ScaleDownBlocked, StorageChangeNotApplied) and the message what to
+//     do.
 //   - Unknown: Ready=Unknown with reason BrokerUnreachable: the pods are
 //     ready but no broker answered the operator, so whether the cluster
 //     serves is not known (the message says which broker and why).
@@ -166,6 +167,17 @@ const (
 	// leader and no slot. Degraded until it reports the recorded id (or
 	// leaves).
 	ReasonClusterIDMismatch = "ClusterIDMismatch"
+	// ReasonMemberRemoved (Degraded=True): a broker reports that the
+	// cluster removed its member for good: it came back with the data
+	// directory of a member taken out (by a recovery of the metadata log
+	// from a quorum lost for good, say), which is never let back in. It
+	// stays up but serves nothing (no metadata log, no slots, /readyz 503)
+	// and counts as no ready broker, no slot holder and no view of the
+	// leader. The message names the pod and member and says what to do:
+	// set its data directory aside or delete its PVC (then its pod), so
+	// that it joins as a new member. A Warning event records it once.
+	// Degraded until it reports itself a member again.
+	ReasonMemberRemoved = "MemberRemoved"
 	// ReasonInvalidSpec (StreamCluster Degraded=True, Stream Ready=False):
 	// the spec cannot be turned into children or a broker stream; the
 	// message names the field. Degraded until the spec changes.
