@@ -27,7 +27,7 @@ func (rt *Router) forward(w http.ResponseWriter, r *http.Request, id uint64, bod
 		if rt.staleReadAllowed(r, err) {
 			rt.metrics.local.Inc()
 			w.Header().Set(StaleHeader, "true")
-			rt.local(w, r, body)
+			rt.local(&staleWriter{ResponseWriter: w, rt: rt, r: r, refusal: err}, r, body)
 			return
 		}
 		rt.fail(w, r, err)
@@ -231,11 +231,58 @@ func (p *pipeResponse) Flush() {}
 // nobody serves the partition, and the cluster lost its quorum, so no
 // owner can be (during an ordinary failover, or cut off alone, the read
 // waits for the owner instead, so that no read goes back in time).
+//
+// Only a catch-up read qualifies: a long-poll (wait) or a live read (live)
+// waits at the end, and this copy's end may be behind the cluster's.
 func (rt *Router) staleReadAllowed(r *http.Request, err error) bool {
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		return false
 	}
+	if q := r.URL.Query(); q.Has("wait") || q.Has("live") {
+		return false
+	}
 	return errors.Is(err, NoSlotOwner) && rt.cfg.QuorumLost != nil && rt.cfg.QuorumLost()
+}
+
+// staleWriter is the answer of a stale read: records this copy holds are
+// committed and served, but no claim about where the stream ends — a
+// refusal as past the end (409), or an "up to date" — since the cluster
+// may have more. Such an answer becomes the refusal the read met.
+type staleWriter struct {
+	http.ResponseWriter
+	rt      *Router
+	r       *http.Request
+	refusal error
+	refused bool
+}
+
+// dsUpToDate is the Durable Streams header claiming the reader is at the
+// end.
+const dsUpToDate = "Stream-Up-To-Date"
+
+func (s *staleWriter) WriteHeader(code int) {
+	if code == http.StatusConflict {
+		s.refused = true
+		s.Header().Del(StaleHeader)
+		s.rt.fail(s.ResponseWriter, s.r, s.refusal)
+		return
+	}
+	s.Header().Del(dsUpToDate)
+	s.ResponseWriter.WriteHeader(code)
+}
+
+func (s *staleWriter) Write(b []byte) (int, error) {
+	if s.refused {
+		return len(b), nil // the refusal is written already
+	}
+	s.Header().Del(dsUpToDate)
+	return s.ResponseWriter.Write(b)
+}
+
+func (s *staleWriter) Flush() {
+	if f, ok := s.ResponseWriter.(http.Flusher); ok && !s.refused {
+		f.Flush()
+	}
 }
 
 // notSent reports an error a request met before any of it was sent: the

@@ -63,6 +63,9 @@ func newWorld(t *testing.T) *world {
 					out.Results = append(out.Results, wire.AppendsItemResult{AppendResult: &wire.AppendResult{Partition: it.Partition, First: uint64(len(m))}})
 				}
 				_ = json.NewEncoder(rw).Encode(out)
+			case r.URL.Query().Get("ahead") != "":
+				rw.WriteHeader(http.StatusConflict) // OFFSET_AHEAD: past this copy's end
+				_, _ = io.WriteString(rw, "ahead of "+m)
 			case r.URL.Query().Get("hold") != "":
 				select { // a long-poll still waiting when its proxy stops
 				case <-r.Context().Done():
@@ -77,6 +80,7 @@ func newWorld(t *testing.T) *world {
 				}
 			default:
 				rw.Header().Set("Served-By", m)
+				rw.Header().Set(dsUpToDate, "true")
 				_, _ = io.WriteString(rw, m)
 			}
 		})
@@ -273,8 +277,16 @@ func TestStaleReadsWithoutQuorum(t *testing.T) {
 	}
 	lost.Store(true)
 	code, body, h = get(t, a, "/v1/log/one?from=0")
-	if code != 200 || body != "a" || h.Get(StaleHeader) != "true" {
-		t.Fatalf("no quorum: %d %q %v, want a's copy, marked stale", code, body, h)
+	if code != 200 || body != "a" || h.Get(StaleHeader) != "true" || h.Get(dsUpToDate) != "" {
+		t.Fatalf("no quorum: %d %q %v, want a's copy, marked stale, claiming no end", code, body, h)
+	}
+	// A stale copy never says where the stream ends: not by waiting there,
+	// not by refusing an offset past its own end.
+	for _, path := range []string{"/v1/log/one?from=0&wait=1s", "/v1/stream/one?offset=-1&live=long-poll", "/v1/log/one?from=9&ahead=1"} {
+		code, body, h = get(t, a, path)
+		if code != 503 || !strings.Contains(body, "NO_SLOT_OWNER") || h.Get(StaleHeader) != "" {
+			t.Errorf("no quorum, %s: %d %q %v, want 503 NO_SLOT_OWNER, not a stale answer", path, code, body, h)
+		}
 	}
 	resp, err := http.Post(a+"/v1/log/one", "application/octet-stream", strings.NewReader("x"))
 	if err != nil {

@@ -45,6 +45,7 @@ type cluster struct {
 	b  *core.Broker // set once open: the ownership callbacks act on it
 
 	stop func()
+	ctx  context.Context // ends with stop
 	wg   sync.WaitGroup
 }
 
@@ -217,7 +218,7 @@ func (c *cluster) start(ctx context.Context, b *core.Broker) error {
 		return err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	c.stop = cancel
+	c.stop, c.ctx = cancel, ctx
 	c.wg.Add(4)
 	go func() {
 		defer c.wg.Done()
@@ -268,6 +269,7 @@ func (c *cluster) close() {
 // its partition's owner.
 func (c *cluster) router(local http.Handler, maxBody int64, reg prometheus.Registerer) *routing.Router {
 	b := c.broker()
+	quorum := c.quorumWatch(b)
 	return routing.New(routing.Config{
 		Self: c.member.Identity().ID(), Local: local, Broker: b, Locate: b.Locate,
 		SlotOf: c.owners.SlotOf, Owner: c.owners.Owner, Serving: c.owners.Serving,
@@ -280,7 +282,17 @@ func (c *cluster) router(local http.Handler, maxBody int64, reg prometheus.Regis
 			return addr, err == nil
 		},
 		Fresh: b.OpenForServing, Catchup: c.member.Catchup, MaxBodyBytes: maxBody, Logger: c.log, Metrics: reg,
-		QuorumLost: func() bool {
+		QuorumLost: quorum.QuorumLost,
+	})
+}
+
+// quorumWatch is the router's judge of a lost quorum: no contact with a
+// leader and no other member renewing its Lease, seen without a break for a
+// Lease duration.
+func (c *cluster) quorumWatch(b *core.Broker) *routing.QuorumWatch {
+	q := &routing.QuorumWatch{
+		For: c.cfg.LeaseDuration,
+		Lost: func() bool {
 			if b.Log().InContact(2 * c.cfg.RetryPeriod) {
 				return false
 			}
@@ -291,7 +303,13 @@ func (c *cluster) router(local http.Handler, maxBody int64, reg prometheus.Regis
 			}
 			return true
 		},
-	})
+	}
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		q.Run(c.ctx)
+	}()
+	return q
 }
 
 // nodeInfo adds the cluster's view to GET /v1/admin/node.
