@@ -8,6 +8,7 @@ import (
 
 	"github.com/picomq/picomq/broker/metalog"
 	"github.com/picomq/picomq/broker/node"
+	"github.com/picomq/picomq/broker/stream"
 )
 
 // openMember opens a one-member cluster's broker on dir: a metadata log
@@ -98,5 +99,33 @@ func TestReleasePersistsLastAccesses(t *testing.T) {
 	}
 	if e, _ := b.fsm.Entry("ttl"); e.LastAccess != read {
 		t.Fatalf("after the hand-off the persisted last access is %d, want the read's %d", e.LastAccess, read)
+	}
+}
+
+// TestPlacedByIsTheStreamsFirstPartition: every partition of a stream,
+// those a policy update adds included, is placed by its first, so that one
+// owner writes the whole stream; an unknown id by itself.
+func TestPlacedByIsTheStreamsFirstPartition(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := openTest(t, t.TempDir())
+	defer b.Close()
+	mustCreate(t, b, "a", node.CreateOptions{Policy: stream.PolicyValue{Partitions: 3}})
+	mustCreate(t, b, "b", node.CreateOptions{})
+	if _, err := b.UpdatePolicy(ctx, "a", stream.PolicyValue{Partitions: 5}); err != nil {
+		t.Fatal(err)
+	}
+	a, _ := b.Get("a")
+	for _, id := range a.Partitions {
+		if got := b.PlacedBy(id); got != a.Partitions[0] {
+			t.Errorf("partition %d of a placed by %d, want %d", id, got, a.Partitions[0])
+		}
+	}
+	e, _ := b.Get("b")
+	if got := b.PlacedBy(e.Partitions[0]); got != e.Partitions[0] {
+		t.Errorf("b placed by %d", got)
+	}
+	if got := b.PlacedBy(1 << 40); got != 1<<40 {
+		t.Errorf("an unknown id placed by %d", got)
 	}
 }

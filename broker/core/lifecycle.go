@@ -156,6 +156,26 @@ func (b *Broker) Locate(name string) (*node.Entry, error) {
 	return entryOf(e), nil
 }
 
+// PlacedBy returns the internal stream a cluster places internal stream id
+// by: the first partition of its stream, so that a stream's partitions
+// share one owner (the core keeps MaxBytes, producers, Stream-Seq and the
+// closed flag for the whole stream, in the memory of the node writing it).
+// An id this node does not know, or whose stream no longer lists it, is
+// placed by itself.
+func (b *Broker) PlacedBy(id uint64) uint64 {
+	first := id
+	b.fsm.View(func(s *meta.State) {
+		in, ok := s.Streams[id]
+		if !ok {
+			return
+		}
+		if e, ok := s.Names[in.Name]; ok && len(e.Streams) > 0 && slices.Contains(e.Streams, id) {
+			first = e.Streams[0]
+		}
+	})
+	return first
+}
+
 // List returns every live named stream's entry, sorted by name.
 func (b *Broker) List() []*node.Entry {
 	var out []*node.Entry

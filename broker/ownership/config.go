@@ -48,6 +48,12 @@ type Config struct {
 	// Slots is how many slots internal streams hash onto, 1..MaxSlots; every
 	// broker of the cluster must use the same.
 	Slots int
+	// PlaceBy, when set, maps an internal stream to the id it hashes onto a
+	// slot by (nil: its own). The broker passes its stream's first
+	// partition, so that every partition of a stream has one owner: the
+	// state the core keeps for a whole stream — MaxBytes held, idempotent
+	// producers, Stream-Seq, the closed flag — needs a single writer.
+	PlaceBy func(id uint64) uint64
 	// LeaseDuration is how long a Lease stays held after it last changed,
 	// as each broker measures on its own clock: a whole number of seconds
 	// (the Lease records it as leaseDurationSeconds).

@@ -3,7 +3,9 @@
 //
 // # Slots
 //
-// Internal streams hash onto a fixed number of slots: slot(id) = id % Slots.
+// Internal streams hash onto a fixed number of slots: slot(id) = id % Slots,
+// or PlaceBy(id) % Slots — the broker places every partition of a stream by
+// its first, so that one owner writes the whole stream.
 // Slot n is the coordination.k8s.io/v1 Lease <cluster>-slot-<n> in the
 // cluster's namespace, labelled streams.picomq.io/cluster=<cluster>, whose
 // spec.holderIdentity is the member identity (pod name plus incarnation) of

@@ -110,8 +110,14 @@ func New(cfg Config) (*Manager, error) {
 	}, nil
 }
 
-// SlotOf returns the slot internal stream id hashes onto: id % Slots.
-func (m *Manager) SlotOf(id uint64) int { return int(id % uint64(m.cfg.Slots)) }
+// SlotOf returns the slot internal stream id hashes onto: id % Slots, or
+// PlaceBy(id) % Slots.
+func (m *Manager) SlotOf(id uint64) int {
+	if m.cfg.PlaceBy != nil {
+		id = m.cfg.PlaceBy(id)
+	}
+	return int(id % uint64(m.cfg.Slots))
+}
 
 // MayOpen returns nil if and only if this broker holds and serves slot(id)
 // now; otherwise a NotSlotOwner carrying the slot, the reason and, when

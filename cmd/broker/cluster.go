@@ -154,6 +154,15 @@ func (c *cluster) newOwnership(s settings.Settings, reg prometheus.Registerer) (
 	m, err = ownership.New(ownership.Config{
 		Client: client, Namespace: s.Cluster.Namespace, Cluster: s.Cluster.Name, Node: s.NodeID,
 		Identity: c.member.Identity().ID(), Slots: s.Cluster.Slots,
+		// A stream's partitions share a slot, hence an owner: the core
+		// keeps what applies to the whole stream (MaxBytes, producers,
+		// Stream-Seq, closed) in the memory of the node writing it.
+		PlaceBy: func(id uint64) uint64 {
+			if b := c.broker(); b != nil {
+				return b.PlacedBy(id)
+			}
+			return id
+		},
 		LeaseDuration: s.Cluster.LeaseDuration, RenewDeadline: s.Cluster.RenewDeadline, RetryPeriod: s.Cluster.RetryPeriod,
 		Logger: c.log, Metrics: reg,
 		// A slot taken is served once this member has what the leader

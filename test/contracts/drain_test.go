@@ -26,39 +26,41 @@ func TestDrainHandsEverySlotOff(t *testing.T) {
 	c := clusterharness.Start(t, o)
 	ctx := t.Context()
 
-	// A stream with a partition on every slot (internal ids are
-	// consecutive, the slot is id mod 16), each opened by an append, so
-	// that the broker to drain owns some of them.
+	// A stream on every slot (internal ids are consecutive, a stream's
+	// slot is its first partition's id mod 16), each opened by an append,
+	// so that the broker to drain owns some of them.
 	cl, err := client.New(c.URL(drained))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer cl.Close()
-	const name = "drain/every-slot"
-	s, err := cl.Open(ctx, name, client.StreamConfig{Policy: stream.PolicyValue{Partitions: o.Slots}})
-	if err != nil {
-		t.Fatal(err)
+	streams := make([]*client.Stream, o.Slots)
+	for i := range streams {
+		name := fmt.Sprintf("drain/s-%02d", i)
+		if streams[i], err = cl.Open(ctx, name, client.StreamConfig{}); err != nil {
+			t.Fatal(err)
+		}
 	}
 	appendEach := func(round string) {
 		t.Helper()
-		for p := range o.Slots {
-			rec := stream.RecordValue{Key: []byte(keyOn(p, o.Slots)), Payload: []byte(fmt.Sprintf("%s-%d", round, p))}
+		for i, s := range streams {
+			rec := stream.RecordValue{Payload: []byte(fmt.Sprintf("%s-%d", round, i))}
 			if _, err := s.Append(ctx, []stream.RecordValue{rec}); err != nil {
-				t.Fatalf("append %s to partition %d through broker-%d: %v", round, p, drained, err)
+				t.Fatalf("append %s to %s through broker-%d: %v", round, s.Name(), drained, err)
 			}
 		}
 	}
 	appendEach("before")
 	owned := 0
-	for p := range o.Slots {
-		if owner, err := c.Owner(ctx, name, p); err != nil {
+	for _, s := range streams {
+		if owner, err := c.Owner(ctx, s.Name(), 0); err != nil {
 			t.Fatal(err)
 		} else if owner == drained {
 			owned++
 		}
 	}
 	if owned == 0 {
-		t.Fatalf("broker-%d owns none of %d partitions before the drain: nothing to hand off", drained, o.Slots)
+		t.Fatalf("broker-%d owns none of %d streams before the drain: nothing to hand off", drained, len(streams))
 	}
 	ds, err := c.DrainStatus(ctx, drained)
 	if err != nil || ds.Phase != wire.DrainNone || ds.SlotsHeld == 0 || ds.OpenStreams != owned {
@@ -106,17 +108,17 @@ func TestDrainHandsEverySlotOff(t *testing.T) {
 
 	// Its streams are served by the others, whole, through it.
 	appendEach("during")
-	for p := range o.Slots {
-		owner, err := c.Owner(ctx, name, p)
+	for i, s := range streams {
+		owner, err := c.Owner(ctx, s.Name(), 0)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if owner == drained {
-			t.Errorf("partition %d is still owned by the drained broker-%d", p, drained)
+			t.Errorf("%s is still owned by the drained broker-%d", s.Name(), drained)
 		}
-		es, err := s.Read(ctx, p, 0, 10)
-		if err != nil || len(es) != 2 || string(es[0].Record.Payload) != fmt.Sprintf("before-%d", p) || string(es[1].Record.Payload) != fmt.Sprintf("during-%d", p) {
-			t.Errorf("partition %d through broker-%d: %v, %v", p, drained, payloadsOf(es), err)
+		es, err := s.Read(ctx, 0, 0, 10)
+		if err != nil || len(es) != 2 || string(es[0].Record.Payload) != fmt.Sprintf("before-%d", i) || string(es[1].Record.Payload) != fmt.Sprintf("during-%d", i) {
+			t.Errorf("%s through broker-%d: %v, %v", s.Name(), drained, payloadsOf(es), err)
 		}
 	}
 
@@ -147,9 +149,9 @@ func TestDrainHandsEverySlotOff(t *testing.T) {
 		t.Fatal(err)
 	}
 	appendEach("after")
-	for p := range o.Slots {
-		if es, err := s.Read(ctx, p, 0, 10); err != nil || len(es) != 3 {
-			t.Errorf("partition %d after the drain was cancelled: %v, %v", p, payloadsOf(es), err)
+	for _, s := range streams {
+		if es, err := s.Read(ctx, 0, 0, 10); err != nil || len(es) != 3 {
+			t.Errorf("%s after the drain was cancelled: %v, %v", s.Name(), payloadsOf(es), err)
 		}
 	}
 }
@@ -179,16 +181,6 @@ func watchNeverDrained(t *testing.T, c *clusterharness.Cluster, i int) (stop fun
 		}
 	}()
 	return func() { cancel(); <-done }
-}
-
-// keyOn returns a key PartitionOf places on partition p of n.
-func keyOn(p, n int) string {
-	for i := 0; ; i++ {
-		k := fmt.Sprintf("k-%d", i)
-		if stream.PartitionOf([]byte(k), n) == p {
-			return k
-		}
-	}
 }
 
 func payloadsOf(es []stream.EntryValue) []string {
