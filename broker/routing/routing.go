@@ -147,6 +147,10 @@ func (rt *Router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		rt.serveAppends(w, r)
 	case strings.HasPrefix(path, streamPrefix):
 		rt.serveStream(w, r)
+	case strings.HasPrefix(path, wire.StreamsPrefix) && (r.Method == http.MethodPut || r.Method == http.MethodPatch || r.Method == http.MethodDelete):
+		// Creating (or opening) an existing stream, changing its policy,
+		// deleting it: its owner's, who judges its lifetime.
+		rt.serveMeta(w, r, strings.TrimPrefix(r.URL.EscapedPath(), wire.StreamsPrefix), false)
 	default:
 		rt.cfg.Local.ServeHTTP(w, r) // admin, probes, metrics: this broker's
 	}

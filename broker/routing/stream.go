@@ -12,17 +12,18 @@ import (
 
 // serveStream routes the Durable Streams protocol's /v1/stream/{name}: a
 // stream's reads, appends and closes are its one partition's owner's. So
-// are creating it again and deleting it: whether a stream with a sliding
-// TTL is still alive is its owner's to say, from the accesses it served
-// (another broker's view of them trails). A fork goes to its source's
-// owner, for the same reason. A request about a stream that does not
-// exist is metadata, served here.
+// are creating it again and deleting it (serveMeta). A request about a
+// stream that does not exist is metadata, served here.
 func (rt *Router) serveStream(w http.ResponseWriter, r *http.Request) {
 	name := strings.TrimPrefix(r.URL.EscapedPath(), streamPrefix)
 	switch r.Method {
 	case http.MethodGet, http.MethodHead, http.MethodPost:
 	case http.MethodPut, http.MethodDelete:
-		rt.serveStreamMeta(w, r, name)
+		about := name
+		if src, ok := forkSource(r.Header.Get("Stream-Forked-From")); ok && r.Method == http.MethodPut {
+			about = src
+		}
+		rt.serveMeta(w, r, about, true)
 		return
 	default:
 		rt.cfg.Local.ServeHTTP(w, r) // OPTIONS
@@ -40,13 +41,19 @@ func (rt *Router) serveStream(w http.ResponseWriter, r *http.Request) {
 	rt.forward(w, r, e.Partitions[0], nil)
 }
 
-// serveStreamMeta routes a create (PUT, a fork included) or a delete: to
-// the owner of the stream it is about when that stream exists — the
-// source, for a fork — and here otherwise. First this broker catches up
-// with what the leader committed, so that it decides on the same state as
-// a single broker would (a fork must see the source's last append, which
-// another broker acknowledged a moment ago).
-func (rt *Router) serveStreamMeta(w http.ResponseWriter, r *http.Request, name string) {
+// serveMeta routes a request that creates, changes or deletes a stream —
+// the protocol's PUT (a fork included) and DELETE, the admin API's PUT,
+// PATCH and DELETE — to the owner of the stream about (the source, for a
+// fork) when that stream exists, and serves it here otherwise. Its owner
+// alone knows whether a sliding TTL ran out: another broker's view of the
+// accesses it served trails, and would delete a live stream to create it
+// anew. First this broker catches up with what the leader committed, so
+// that it decides on the same state as a single broker would (a fork must
+// see the source's last append, acknowledged by another broker a moment
+// ago). The protocol's streams have one partition (onePartition: others
+// are refused here, as by one broker); an admin stream's partitions share
+// one owner.
+func (rt *Router) serveMeta(w http.ResponseWriter, r *http.Request, about string, onePartition bool) {
 	if rt.cfg.Catchup != nil {
 		// The owner catches up too: the broker that routed the request
 		// here may have applied commands it has not (the source's
@@ -61,18 +68,12 @@ func (rt *Router) serveStreamMeta(w http.ResponseWriter, r *http.Request, name s
 		rt.cfg.Local.ServeHTTP(w, r)
 		return
 	}
-	about := name
-	if r.Method == http.MethodPut {
-		if src, ok := forkSource(r.Header.Get("Stream-Forked-From")); ok {
-			about = src
-		}
-	}
 	if node.ValidateName(about) != nil {
 		rt.cfg.Local.ServeHTTP(w, r)
 		return
 	}
 	e, err := rt.locate(about)
-	if err != nil || len(e.Partitions) != 1 {
+	if err != nil || len(e.Partitions) == 0 || (onePartition && len(e.Partitions) != 1) {
 		rt.cfg.Local.ServeHTTP(w, r)
 		return
 	}

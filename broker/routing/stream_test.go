@@ -113,3 +113,36 @@ func TestRouterLocatesStreamsPastTheirLocalLifetime(t *testing.T) {
 		t.Errorf("log read of a stream a's view calls expired: %d %q", code, body)
 	}
 }
+
+// TestRouterSendsAdminStreamChangesToTheOwner: the admin API's PUT (create
+// or open), PATCH and DELETE of an existing stream go to its owner too — a
+// stream of several partitions to its first partition's, whose owner
+// writes them all; reads of the admin API, and a PUT of a new name, are
+// served where they arrive.
+func TestRouterSendsAdminStreamChangesToTheOwner(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	for s := range 4 {
+		w.set(s, "b")
+	}
+	a := w.servers["a"].URL
+	for _, c := range []struct{ method, path, want string }{
+		{"PUT", "/v1/admin/streams/one", "b"},
+		{"PATCH", "/v1/admin/streams/one", "b"},
+		{"DELETE", "/v1/admin/streams/one", "b"},
+		{"PUT", "/v1/admin/streams/four", "b"},
+		{"GET", "/v1/admin/streams/one", "a"},
+		{"GET", "/v1/admin/streams", "a"},
+		{"PUT", "/v1/admin/streams/new", "a"},
+	} {
+		if code, body := send(t, c.method, a+c.path, nil); code != 200 || body != c.want {
+			t.Errorf("%s %s through a: %d %q, want %s's answer", c.method, c.path, code, body, c.want)
+		}
+	}
+	w.mu.Lock()
+	served := append([]string(nil), w.served["b"]...)
+	w.mu.Unlock()
+	if len(served) != 4 || served[1] != "PATCH /v1/admin/streams/one?" {
+		t.Errorf("b served %v", served)
+	}
+}
