@@ -329,11 +329,11 @@ func clusterPhases(ctx context.Context, bin, dir string, shapes []shape, one []s
 		os.Setenv("KUBEBUILDER_ASSETS", strings.TrimSpace(string(out)))
 	}
 	os.Setenv(clusterharness.BinaryEnv, bin) // the binary the single broker ran
-	tb := newBenchTB("bench-cluster", dir)
-	defer tb.cleanup()
+	tb := clusterharness.NewProgramTB("bench-cluster", dir)
+	defer tb.RunCleanups()
 	var c *clusterharness.Cluster
 	t0 := time.Now()
-	if err := tb.do(func() (err error) { c, err = clusterharness.TryStart(tb, clusterOptions()); return err }); err != nil {
+	if err := tb.Do(func() (err error) { c, err = clusterharness.TryStart(tb, clusterOptions()); return err }); err != nil {
 		return fmt.Errorf("starting the cluster: %w", err)
 	}
 	if err := c.WaitFor(settleTimeout(), "every slot held, shares balanced", balanced(c)); err != nil {
@@ -559,7 +559,7 @@ type killResult struct {
 // streams (victims rotating over the brokers), appends to that stream
 // through another broker until one is acknowledged, then restarts the
 // victim and waits until every slot is held and the shares balanced.
-func failover(ctx context.Context, c *clusterharness.Cluster, tb *benchTB, cls []*client.Client, names []string, one []stream.RecordValue, res *compare) error {
+func failover(ctx context.Context, c *clusterharness.Cluster, tb *clusterharness.ProgramTB, cls []*client.Client, names []string, one []stream.RecordValue, res *compare) error {
 	if len(names) == 0 {
 		return errors.New("no spread streams")
 	}
@@ -618,7 +618,7 @@ func failover(ctx context.Context, c *clusterharness.Cluster, tb *benchTB, cls [
 			}
 		}
 		t1 := time.Now()
-		if err := tb.do(func() error { c.StartBroker(kr.victim); return nil }); err != nil {
+		if err := tb.Do(func() error { c.StartBroker(kr.victim); return nil }); err != nil {
 			res.kills = append(res.kills, kr)
 			printKill(k, kr)
 			return fmt.Errorf("kill %d: restarting broker-%d: %v", k, kr.victim, err)

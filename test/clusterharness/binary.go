@@ -74,6 +74,11 @@ func hasFlag(help, name string) bool {
 }
 
 // cleanupBinary removes a binary Binary built.
+// RemoveBinary removes the broker binary Binary built (nothing when
+// PICOMQ_BROKER_BIN named one): for a program using the harness, as Main
+// does for tests.
+func RemoveBinary() { cleanupBinary() }
+
 func cleanupBinary() {
 	if build.dir != "" {
 		os.RemoveAll(build.dir)

@@ -16,7 +16,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -60,8 +59,8 @@ func run() int {
 		defer os.RemoveAll(d)
 		dir = d
 	}
-	t := &programTB{dir: dir}
-	defer t.cleanup()
+	t := clusterharness.NewProgramTB("conformance-cluster", dir)
+	defer t.RunCleanups()
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
@@ -70,16 +69,7 @@ func run() int {
 	}
 
 	var url string
-	err := func() (err error) {
-		defer func() {
-			if r := recover(); r != nil {
-				a, ok := r.(abort)
-				if !ok {
-					panic(r)
-				}
-				err = errors.New(a.msg)
-			}
-		}()
+	err := t.Do(func() error {
 		start := time.Now()
 		c, err := clusterharness.TryStart(t, clusterharness.Options{
 			Brokers: *brokers, Cluster: true, Slots: *slots, ReplicationFactor: *rf, LogLevel: *logLevel,
@@ -95,7 +85,7 @@ func run() int {
 		fmt.Fprintf(os.Stderr, "conformance-cluster: %d brokers ready in %v; broker-%d drained of its slots (the others hold all %d): every request to %s is proxied\n",
 			*brokers, time.Since(start).Round(time.Millisecond), *drain, *slots, url)
 		return nil
-	}()
+	})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "conformance-cluster:", err)
 		return 1
