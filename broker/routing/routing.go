@@ -151,6 +151,15 @@ func (rt *Router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// Creating (or opening) an existing stream, changing its policy,
 		// deleting it: its owner's, who judges its lifetime.
 		rt.serveMeta(w, r, strings.TrimPrefix(r.URL.EscapedPath(), wire.StreamsPrefix), false)
+	case strings.HasPrefix(path, wire.StreamsPrefix) && (r.Method == http.MethodGet || r.Method == http.MethodHead):
+		// A stream another broker created a moment ago may not have
+		// reached this one yet: one not found here is looked up again
+		// once caught up with the leader, so that its creator's "created"
+		// is never followed by a "not found".
+		if name := strings.TrimPrefix(r.URL.EscapedPath(), wire.StreamsPrefix); node.ValidateName(name) == nil {
+			_, _ = rt.partitions(r.Context(), name)
+		}
+		rt.cfg.Local.ServeHTTP(w, r)
 	default:
 		rt.cfg.Local.ServeHTTP(w, r) // admin, probes, metrics: this broker's
 	}

@@ -2,6 +2,7 @@ package routing
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -348,5 +349,23 @@ func TestDrainAnswersProxiedRequests(t *testing.T) {
 	}
 	if got := <-write; got.code != http.StatusBadGateway || !strings.Contains(got.body, "PROXY_OUTCOME_UNKNOWN") {
 		t.Errorf("a proxied write ended by the drain: %d %s, want 502 PROXY_OUTCOME_UNKNOWN", got.code, got.body)
+	}
+}
+
+// TestAdminGetCatchesUpOnNotFound: a stream created through another broker
+// a moment ago may not be here yet; an admin GET of a name not found here
+// waits for this broker to catch up with the leader before it answers, and
+// one of a known stream does not wait.
+func TestAdminGetCatchesUpOnNotFound(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	var caught atomic.Int32
+	w.routers["a"].cfg.Catchup = func(context.Context) error { caught.Add(1); return nil }
+	a := w.servers["a"].URL
+	if code, _, _ := get(t, a, "/v1/admin/streams/one"); code != 200 || caught.Load() != 0 {
+		t.Fatalf("a known stream: %d, %d catch-ups; want 200 and none", code, caught.Load())
+	}
+	if code, _, _ := get(t, a, "/v1/admin/streams/not-yet-here"); code != 200 || caught.Load() != 1 {
+		t.Fatalf("a stream not found here: %d, %d catch-ups; want one before the local answer", code, caught.Load())
 	}
 }
