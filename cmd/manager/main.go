@@ -21,8 +21,9 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
 	ctrl "sigs.k8s.io/controller-runtime"
-	crconfig "sigs.k8s.io/controller-runtime/pkg/client/config"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
@@ -43,6 +44,7 @@ type config struct {
 	StreamWorkers           int
 	ResyncPeriod            time.Duration
 	BrokerImage             string
+	Kubeconfig              string
 	Zap                     zap.Options
 }
 
@@ -67,11 +69,11 @@ func parseFlags(args []string, getenv func(string) string, out io.Writer) (confi
 	}
 	fs.StringVar(&c.BrokerImage, "broker-image", defImage, "broker image of StreamClusters that name none [PICOMQ_BROKER_IMAGE]")
 	c.Zap.BindFlags(fs)
-	// controller-runtime registers --kubeconfig on the standard library's
-	// flag.CommandLine (in its config package's init), which this
-	// FlagSet does not parse: register it here too, on the same variable
-	// ctrl.GetConfig reads.
-	crconfig.RegisterFlags(fs)
+	// controller-runtime's own --kubeconfig lives on the standard library's
+	// flag.CommandLine, in a package variable that its RegisterFlags
+	// writes: this FlagSet keeps its own, read by restConfig, so that two
+	// parses (tests run in parallel) share nothing.
+	fs.StringVar(&c.Kubeconfig, "kubeconfig", "", "path to a kubeconfig; empty uses $KUBECONFIG, the in-cluster config, then ~/.kube/config")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -111,6 +113,17 @@ func newScheme() *runtime.Scheme {
 	return scheme
 }
 
+// restConfig is the API server's address and credentials: --kubeconfig
+// when given, else controller-runtime's usual search.
+func (c config) restConfig() (*rest.Config, error) {
+	if c.Kubeconfig == "" {
+		return ctrl.GetConfig()
+	}
+	return clientcmd.NewNonInteractiveDeferredLoadingClientConfig(
+		&clientcmd.ClientConfigLoadingRules{ExplicitPath: c.Kubeconfig},
+		&clientcmd.ConfigOverrides{}).ClientConfig()
+}
+
 func main() {
 	cfg, err := parseFlags(os.Args[1:], os.Getenv, os.Stderr)
 	if errors.Is(err, flag.ErrHelp) {
@@ -123,7 +136,12 @@ func main() {
 	ctrl.SetLogger(newLogger(cfg.Zap, os.Stderr))
 	log := ctrl.Log.WithName("setup")
 
-	mgr, err := ctrl.NewManager(ctrl.GetConfigOrDie(), ctrl.Options{
+	restCfg, err := cfg.restConfig()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "manager: no API server to talk to:", err)
+		os.Exit(1)
+	}
+	mgr, err := ctrl.NewManager(restCfg, ctrl.Options{
 		Scheme:                        newScheme(),
 		Cache:                         controllers.CacheOptions(cfg.Namespaces),
 		Metrics:                       metricsserver.Options{BindAddress: cfg.MetricsAddr},

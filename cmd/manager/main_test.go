@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/picomq/picomq/controllers"
 	"github.com/picomq/picomq/controllers/resources"
@@ -81,9 +80,10 @@ func TestParseFlagsRefusals(t *testing.T) {
 	}
 }
 
-// controller-runtime's standard --kubeconfig is a flag of the manager,
-// listed by --help, and ctrl.GetConfig reads it.
+// --kubeconfig is a flag of the manager, listed by --help, and the
+// manager's REST config comes from the file it names.
 func TestKubeconfigFlag(t *testing.T) {
+	t.Parallel()
 	kubeconfig := filepath.Join(t.TempDir(), "config")
 	if err := os.WriteFile(kubeconfig, []byte(`apiVersion: v1
 kind: Config
@@ -94,12 +94,17 @@ current-context: x
 `), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := parseFlags([]string{"--kubeconfig", kubeconfig}, noEnv, io.Discard); err != nil {
+	c, err := parseFlags([]string{"--kubeconfig", kubeconfig}, noEnv, io.Discard)
+	if err != nil {
 		t.Fatalf("--kubeconfig refused: %v", err)
 	}
-	cfg, err := ctrl.GetConfig()
+	cfg, err := c.restConfig()
 	if err != nil || cfg.Host != "https://apiserver.example:6443" {
-		t.Errorf("ctrl.GetConfig after --kubeconfig: %v, %v; want the file's server", cfg, err)
+		t.Errorf("restConfig after --kubeconfig: %v, %v; want the file's server", cfg, err)
+	}
+	c.Kubeconfig = filepath.Join(t.TempDir(), "missing")
+	if _, err := c.restConfig(); err == nil {
+		t.Error("restConfig with a --kubeconfig that does not exist: no error")
 	}
 	var help strings.Builder
 	if _, err := parseFlags([]string{"--help"}, noEnv, &help); !errors.Is(err, flag.ErrHelp) || !strings.Contains(help.String(), "-kubeconfig") {
