@@ -35,8 +35,13 @@ func (rt *Router) serveAppends(w http.ResponseWriter, r *http.Request) {
 	}
 	groups := map[string]*group{} // by member ("" for the items served here as they are)
 	order := []string{}
+	refused := map[int]error{} // items whose slot nobody serves
 	for i, it := range items {
-		member, addr, p := rt.placeItem(r.Context(), it)
+		member, addr, p, err := rt.placeItem(r.Context(), it)
+		if err != nil {
+			refused[i] = err
+			continue
+		}
 		g, ok := groups[member]
 		if !ok {
 			g = &group{member: member, addr: addr}
@@ -46,11 +51,14 @@ func (rt *Router) serveAppends(w http.ResponseWriter, r *http.Request) {
 		g.index = append(g.index, i)
 		g.body = wire.AppendItemTo(g.body, it.Name, p, it.Batch)
 	}
-	if len(order) == 1 && order[0] == "" {
+	if len(order) == 1 && order[0] == "" && len(refused) == 0 {
 		rt.local(w, r, body)
 		return
 	}
 	out := make([]wire.AppendsItemResult, len(items))
+	for i, err := range refused {
+		out[i] = wire.AppendsItemResult{Error: rt.problem(err)}
+	}
 	var wg sync.WaitGroup
 	for _, member := range order {
 		g := groups[member]
@@ -88,10 +96,12 @@ type group struct {
 
 // placeItem decides where one item goes and its partition (-1 left to the
 // owner when this broker cannot tell: refused there, as one broker does).
-func (rt *Router) placeItem(ctx context.Context, it wire.AppendItem) (member, addr string, partition int) {
+// An item whose slot nobody serves gets the error a lone append of it
+// would (NO_SLOT_OWNER), not the core's refusal of an open here.
+func (rt *Router) placeItem(ctx context.Context, it wire.AppendItem) (member, addr string, partition int, err error) {
 	e, err := rt.partitions(ctx, it.Name)
 	if err != nil {
-		return "", "", it.Partition
+		return "", "", it.Partition, nil
 	}
 	p := it.Partition
 	if p < 0 {
@@ -103,15 +113,16 @@ func (rt *Router) placeItem(ctx context.Context, it wire.AppendItem) (member, ad
 		}
 	}
 	if p >= len(e.Partitions) {
-		return "", "", it.Partition
+		return "", "", it.Partition, nil
 	}
 	t, err := rt.targetOf(ctx, e.Partitions[p])
-	if err != nil || t.addr == "" {
-		// Here — or nobody: served here, where its open is refused
-		// retriably (the core asks Ownership), as a lone append would be.
-		return "", "", p
+	switch {
+	case errors.Is(err, NoSlotOwner):
+		return "", "", p, err
+	case err != nil || t.addr == "":
+		return "", "", p, nil // here: the core asks Ownership again at the open
 	}
-	return t.member, t.addr, p
+	return t.member, t.addr, p, nil
 }
 
 // errNotDelivered: a group that never reached its owner, or that its owner

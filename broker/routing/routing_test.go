@@ -237,15 +237,23 @@ func TestRouterSplitsAppends(t *testing.T) {
 	body = wire.AppendItemTo(body, "one", -1, []byte("x"))    // slot 2: a
 	body = wire.AppendItemTo(body, "four", -1, keyed)         // the key's partition
 	body = wire.AppendItemTo(body, "missing", 0, []byte("x")) // refused where it lands: here
+	w.mu.Lock()
+	delete(w.owner, 3) // slot 3 (partition 3 of four) unowned: refused as a lone append is
+	w.mu.Unlock()
+	body = wire.AppendItemTo(body, "four", 3, []byte("x"))
 	resp, err := http.Post(w.servers["a"].URL+wire.AppendsPath, wire.AppendsContentType, strings.NewReader(string(body)))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
 	var res wire.AppendsResult
-	if err := json.NewDecoder(resp.Body).Decode(&res); err != nil || len(res.Results) != 5 {
+	if err := json.NewDecoder(resp.Body).Decode(&res); err != nil || len(res.Results) != 6 {
 		t.Fatalf("answer %+v, %v", res, err)
 	}
+	if last := res.Results[5]; last.AppendResult != nil || !strings.Contains(string(last.Error), "NO_SLOT_OWNER") {
+		t.Errorf("item of an unowned slot: %+v %s, want NO_SLOT_OWNER", last.AppendResult, last.Error)
+	}
+	res.Results = res.Results[:5]
 	// The fake's First says who served (len of the member's name is 1 for
 	// both; the partition says what was decided).
 	wantPart := []int{1, 0, 0, kp, 0}
