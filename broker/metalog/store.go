@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
 	"syscall"
 	"time"
 
@@ -45,10 +46,17 @@ func lockDir(dir string) (*os.File, error) {
 // walStore is raft's LogStore and StableStore. It owns the WAL's meta
 // database because WAL.Close (v0.4.0) leaves that bbolt file open — and
 // locked, so the next Open in the same process would block on it.
+//
+// It also works around raft-wal v0.4.0's known faults (walfix.go): its
+// StoreLogs and DeleteRange are serialized here and StoreLogs returns only
+// once a segment rotation it started has finished.
 type walStore struct {
 	*wal.WAL
 	meta  *metadb.BoltMetaDB
 	files *zeroedFS
+	seals *sealWatch
+
+	mu sync.Mutex // serializes StoreLogs and DeleteRange (see sealWatch)
 }
 
 func (s *walStore) Close() error {
@@ -66,14 +74,21 @@ func openWAL(dir string, segmentBytes int, logger hclog.Logger) (*walStore, erro
 		return nil, err
 	}
 	meta := &metadb.BoltMetaDB{}
+	seals := &sealWatch{}
+	filer := segment.NewFiler(dir, files)
+	if err := finishRotation(dir, meta, filer, logger); err != nil {
+		files.Close()
+		meta.Close()
+		return nil, err
+	}
 	w, err := wal.Open(dir, wal.WithLogger(logger.Named("wal")), wal.WithMetaStore(meta), wal.WithSegmentSize(segmentBytes),
-		wal.WithSegmentFiler(segment.NewFiler(dir, files)))
+		wal.WithSegmentFiler(repairingFiler{Filer: filer, seals: seals}))
 	if err != nil {
 		files.Close()
 		meta.Close()
 		return nil, fmt.Errorf("metalog: open the log in %s: %w", dir, err)
 	}
-	return &walStore{WAL: w, meta: meta, files: files}, nil
+	return &walStore{WAL: w, meta: meta, files: files, seals: seals}, nil
 }
 
 // migrateBolt moves a log kept in raft.db (raft-boltdb, before the WAL) into
