@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-
 	"github.com/picomq/picomq/controllers"
 	"github.com/picomq/picomq/controllers/resources"
 )
