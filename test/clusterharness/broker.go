@@ -39,17 +39,56 @@ type process struct {
 
 func brokerName(i int) string { return fmt.Sprintf("broker-%d", i) }
 
-// freeAddr returns a loopback address whose port was free a moment ago.
-// The broker binds it itself, so the port is released first: a race with
-// another process is possible and shows as a broker that fails to start.
+// freeAddr returns a loopback address whose port was free a moment ago
+// and that this process has not handed out before. The broker binds it
+// itself, so the port is released first: a race with another process is
+// possible and shows as a broker that fails to start. Within the process
+// the kernel may hand the released port to the next listener — a link's
+// proxy — so every port given to a broker stays reserved (listenFresh).
 func freeAddr() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	l, err := listenFresh()
 	if err != nil {
 		return "", err
 	}
 	addr := l.Addr().String()
 	l.Close()
 	return addr, nil
+}
+
+// handedOut is every loopback port this process gave a broker or a proxy.
+var handedOut struct {
+	sync.Mutex
+	ports map[int]bool
+}
+
+// listenFresh listens on a port of 127.0.0.1 that this process never
+// handed out before, and reserves it. A port already handed out is kept
+// open while the next is tried, so that the kernel offers another.
+func listenFresh() (net.Listener, error) {
+	handedOut.Lock()
+	defer handedOut.Unlock()
+	if handedOut.ports == nil {
+		handedOut.ports = map[int]bool{}
+	}
+	var rejected []net.Listener
+	defer func() {
+		for _, l := range rejected {
+			l.Close()
+		}
+	}()
+	for range 100 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		port := l.Addr().(*net.TCPAddr).Port
+		if !handedOut.ports[port] {
+			handedOut.ports[port] = true
+			return l, nil
+		}
+		rejected = append(rejected, l)
+	}
+	return nil, errors.New("clusterharness: no loopback port not handed out before after 100 tries")
 }
 
 // URL is the broker's client URL, direct (not through any proxy).

@@ -56,9 +56,10 @@ type Proxy struct {
 	wg      sync.WaitGroup
 }
 
-// NewProxy listens on a free port of 127.0.0.1 and forwards to target.
+// NewProxy listens on a free port of 127.0.0.1 (never one a broker was
+// given) and forwards to target.
 func NewProxy(name, target string) (*Proxy, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := listenFresh()
 	if err != nil {
 		return nil, err
 	}

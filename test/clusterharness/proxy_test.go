@@ -199,3 +199,32 @@ func TestHasFlag(t *testing.T) {
 		t.Fatal("flag not found")
 	}
 }
+
+// A broker's port, released for the broker to bind, is never handed to a
+// proxy (or another broker) of the same process: the kernel offers a port
+// just closed again, and a trial once failed with a proxy listening on
+// the peer port its broker was about to bind.
+func TestPortsAreNeverHandedOutTwice(t *testing.T) {
+	seen := map[string]bool{}
+	for i := range 200 {
+		var addr string
+		if i%2 == 0 {
+			a, err := freeAddr()
+			if err != nil {
+				t.Fatal(err)
+			}
+			addr = a
+		} else {
+			p, err := NewProxy("p", "127.0.0.1:1")
+			if err != nil {
+				t.Fatal(err)
+			}
+			addr = p.Addr()
+			defer p.Close()
+		}
+		if seen[addr] {
+			t.Fatalf("%s handed out twice (allocation %d)", addr, i)
+		}
+		seen[addr] = true
+	}
+}
