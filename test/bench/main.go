@@ -378,10 +378,14 @@ func catchUp(ctx context.Context, c *client.Client, name string) (float64, error
 // liveLatency measures, 300 times, how long after an append is
 // acknowledged a reader parked in a long-poll has the record.
 func liveLatency(ctx context.Context, c *client.Client) (p50, p99 time.Duration, err error) {
-	if _, _, err := c.CreateStream(ctx, "live", client.StreamConfig{}); err != nil {
+	// A stream of its own each run: with -dir reused, one named "live"
+	// already holds the offsets the reader waits for, and every read would
+	// return at once (a negative latency).
+	name := fmt.Sprintf("live-%d", time.Now().UnixNano())
+	if _, _, err := c.CreateStream(ctx, name, client.StreamConfig{}); err != nil {
 		return 0, 0, err
 	}
-	w, err := c.Stream(ctx, "live")
+	w, err := c.Stream(ctx, name)
 	if err != nil {
 		return 0, 0, err
 	}
@@ -389,7 +393,7 @@ func liveLatency(ctx context.Context, c *client.Client) (p50, p99 time.Duration,
 	if err != nil {
 		return 0, 0, err
 	}
-	r, err := rc.Stream(ctx, "live")
+	r, err := rc.Stream(ctx, name)
 	if err != nil {
 		return 0, 0, err
 	}
