@@ -147,7 +147,7 @@ func TestProblemRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := `{"code":"255.0.0.1","name":"TOO_BIG","message":"The thing is too big",` +
-		`"detail":"errs_test: a thing above its bound; the fields carry both sizes","status":413,` +
+		`"detail":"errs_test: a thing above its bound; the fields carry both sizes","status":413,"exitCode":78,` +
 		`"fields":{"size":2000,"max":1024,"index":3,"field":"MaxBytes"},"cause":"root cause"}`
 	if string(b) != want {
 		t.Fatalf("problem =\n%s\nwant\n%s", b, want)
@@ -180,6 +180,23 @@ func TestProblemOfUndeclaredCode(t *testing.T) {
 	}
 	if got.Code() != 0x7F_00_00_01 || got.Name() != "ELSEWHERE" || errs.HTTPStatus(got) != 409 {
 		t.Errorf("decoded = %v (%d)", got, errs.HTTPStatus(got))
+	}
+	// The exit code travels in the problem; one written without it exits
+	// as its status implies.
+	for _, c := range []struct {
+		in   string
+		exit int
+	}{
+		{in, 65},
+		{`{"code":"127.0.0.2","name":"GONE","message":"m","status":404}`, 66},
+		{`{"code":"127.0.0.3","name":"BUSY","message":"m","status":503,"exitCode":75}`, 75},
+		{`{"code":"127.0.0.4","name":"BUSY","message":"m","status":503}`, 69},
+		{`{"code":"127.0.0.5","name":"NONE","message":"m"}`, 1},
+	} {
+		e, err := errs.Unmarshal([]byte(c.in))
+		if err != nil || errs.ExitCode(e) != c.exit {
+			t.Errorf("exit code of %s = %d (%v), want %d", c.in, errs.ExitCode(e), err, c.exit)
+		}
 	}
 	other, _ := errs.Unmarshal([]byte(`{"code":"127.0.0.1","name":"ELSEWHERE","message":"m"}`))
 	if !errors.Is(got, other) {

@@ -32,6 +32,7 @@ type problem struct {
 	Message string          `json:"message"`
 	Detail  string          `json:"detail,omitempty"`
 	Status  int             `json:"status,omitempty"`
+	Exit    int             `json:"exitCode,omitempty"`
 	Fields  json.RawMessage `json:"fields,omitempty"`
 	Cause   string          `json:"cause,omitempty"`
 }
@@ -39,7 +40,7 @@ type problem struct {
 // MarshalJSON writes e as a problem. The cause, if any, travels as its
 // message only: the receiving side gets it back as a plain error.
 func (e *Error) MarshalJSON() ([]byte, error) {
-	p := problem{Code: e.code, Name: e.name, Message: e.message, Detail: e.detail, Status: HTTPStatus(e)}
+	p := problem{Code: e.code, Name: e.name, Message: e.message, Detail: e.detail, Status: HTTPStatus(e), Exit: e.exitCode}
 	if len(e.fields) > 0 {
 		// Written by hand because a Go map would lose the fields' order.
 		var b bytes.Buffer
@@ -84,8 +85,11 @@ func Marshal(err error) ([]byte, error) {
 // When its code was declared in this binary, the error takes name, message,
 // detail, HTTP status and exit code from that static — the local declaration
 // is the authority — and matches it under errors.Is. A code nobody here
-// declared still gives an error with the problem's own name, message, detail
-// and status, matching any other problem of that code.
+// declared still gives an error with the problem's own name, message,
+// detail, status and exit code (a problem written before it carried one:
+// the exit code its status implies), matching any other problem of that
+// code — so that a command-line tool exits as the server's declaration
+// says without linking every package that declares codes.
 func Unmarshal(data []byte) (*Error, error) {
 	var p problem
 	if err := json.Unmarshal(data, &p); err != nil {
@@ -98,7 +102,10 @@ func Unmarshal(data []byte) (*Error, error) {
 	if s, ok := Lookup(p.Code); ok {
 		e = s.clone()
 	} else {
-		e = &Error{code: p.Code, name: p.Name, message: p.Message, detail: p.Detail, httpStatus: p.Status}
+		e = &Error{code: p.Code, name: p.Name, message: p.Message, detail: p.Detail, httpStatus: p.Status, exitCode: p.Exit}
+		if e.exitCode == 0 {
+			e.exitCode = exitCodeOfStatus(p.Status)
+		}
 	}
 	if len(p.Fields) > 0 && !bytes.Equal(p.Fields, []byte("null")) {
 		fields, err := decodeFields(p.Fields)
@@ -111,6 +118,24 @@ func Unmarshal(data []byte) (*Error, error) {
 		e.cause = errors.New(p.Cause)
 	}
 	return e, nil
+}
+
+// exitCodeOfStatus is the sysexits code an HTTP status implies, the
+// inverse of HTTPStatus's mapping: 0 (ExitCode reads 1) for none.
+func exitCodeOfStatus(status int) int {
+	switch {
+	case status == 404:
+		return 66 // EX_NOINPUT
+	case status == 401 || status == 403:
+		return 77 // EX_NOPERM
+	case status == 503:
+		return 69 // EX_UNAVAILABLE
+	case status >= 400 && status < 500:
+		return 65 // EX_DATAERR
+	case status >= 500:
+		return 70 // EX_SOFTWARE
+	}
+	return 0
 }
 
 // UnmarshalJSON reads a problem into e, as Unmarshal does.
