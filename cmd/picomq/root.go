@@ -1,0 +1,114 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/picomq/picomq/broker/client"
+	"github.com/picomq/picomq/broker/errs"
+)
+
+// DefaultServer is the broker the CLI talks to when neither --server nor
+// PICOMQ_URL says: a broker started with its default --listen.
+const DefaultServer = "http://127.0.0.1:4437"
+
+// exitUsage is EX_USAGE, the exit status of a bad command line.
+const exitUsage = 64
+
+// usageError is a command line the CLI refuses before asking a broker.
+type usageError struct{ error }
+
+func usagef(format string, args ...any) error { return usageError{fmt.Errorf(format, args...)} }
+
+// app is one invocation: its streams, its flags, and its broker.
+type app struct {
+	getenv func(string) string
+	in     io.Reader
+	out    io.Writer
+
+	server  string
+	output  string
+	timeout time.Duration
+}
+
+// run executes the command line args and returns the exit status.
+func run(ctx context.Context, args []string, getenv func(string) string, in io.Reader, out, errOut io.Writer) int {
+	a := &app{getenv: getenv, in: in, out: out}
+	root := a.rootCommand()
+	root.SetArgs(args)
+	root.SetIn(in)
+	root.SetOut(out)
+	root.SetErr(errOut)
+	err := root.ExecuteContext(ctx)
+	if err == nil {
+		return 0
+	}
+	fmt.Fprintln(errOut, "picomq:", err)
+	var u usageError
+	if errors.As(err, &u) {
+		fmt.Fprintln(errOut, "run 'picomq --help' for usage")
+		return exitUsage
+	}
+	return errs.ExitCode(err)
+}
+
+func (a *app) rootCommand() *cobra.Command {
+	root := &cobra.Command{
+		Use:   "picomq",
+		Short: "PicoMQ's command line: streams, appends and reads against a broker or a cluster",
+		Long: "picomq talks to a PicoMQ broker — or any broker of a cluster, which routes each request to its\n" +
+			"stream's owner — over the broker's HTTP API. The broker is --server, else $PICOMQ_URL, else " + DefaultServer + ".",
+		SilenceErrors: true,
+		SilenceUsage:  true,
+	}
+	pf := root.PersistentFlags()
+	pf.StringVar(&a.server, "server", "", "the broker's URL (default $PICOMQ_URL, else "+DefaultServer+")")
+	pf.StringVarP(&a.output, "output", "o", "table", "output format: table or json (read also takes raw)")
+	pf.DurationVar(&a.timeout, "timeout", 30*time.Second, "how long one request to the broker may take (tail's waits excepted)")
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+	root.AddCommand(a.streamsCommand(), a.appendCommand(), a.readCommand(), a.tailCommand(), a.groupsCommand(), a.clusterCommand())
+	return root
+}
+
+// client is the broker client of the invocation, after checking the
+// global flags.
+func (a *app) client() (*client.Client, error) {
+	if a.output != "table" && a.output != "json" && a.output != "raw" {
+		return nil, usagef("--output must be table, json or raw, not %q", a.output)
+	}
+	if a.timeout <= 0 {
+		return nil, usagef("--timeout must be positive, not %s", a.timeout)
+	}
+	server := a.server
+	if server == "" {
+		server = a.getenv("PICOMQ_URL")
+	}
+	if server == "" {
+		server = DefaultServer
+	}
+	c, err := client.New(server)
+	if err != nil {
+		return nil, usageError{fmt.Errorf("--server %q: %w", server, err)}
+	}
+	return c, nil
+}
+
+// call bounds one request by --timeout.
+func (a *app) call(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, a.timeout)
+}
+
+// exactArgs is cobra.ExactArgs whose refusal is a usage error.
+func exactArgs(n int, names string) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if len(args) != n {
+			return usagef("%s takes %s (%d argument(s)), got %d", cmd.CommandPath(), names, n, len(args))
+		}
+		return nil
+	}
+}
