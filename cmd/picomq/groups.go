@@ -40,13 +40,9 @@ func (a *app) groupsCommit() *cobra.Command {
 			if err != nil {
 				return usagef("NEXT %q: not an offset", args[2])
 			}
-			c, err := a.client()
-			if err != nil {
-				return err
-			}
 			ctx, cancel := a.call(cmd.Context())
 			defer cancel()
-			s, err := c.Stream(ctx, args[0])
+			s, err := a.stream(ctx, args[0])
 			if err != nil {
 				return err
 			}
@@ -77,13 +73,9 @@ func (a *app) groupsGet() *cobra.Command {
 		Short: "show GROUP's committed offsets (the next offset it reads) in each partition",
 		Args:  exactArgs(2, "a stream name and a group"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := a.client()
-			if err != nil {
-				return err
-			}
 			ctx, cancel := a.call(cmd.Context())
 			defer cancel()
-			s, err := c.Stream(ctx, args[0])
+			s, err := a.stream(ctx, args[0])
 			if err != nil {
 				return err
 			}

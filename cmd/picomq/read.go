@@ -123,13 +123,9 @@ func (a *app) readCommand() *cobra.Command {
 			if max < 0 {
 				return usagef("--max must not be negative")
 			}
-			c, err := a.client()
-			if err != nil {
-				return err
-			}
 			ctx, cancel := a.call(cmd.Context())
 			defer cancel()
-			s, err := c.Stream(ctx, args[0])
+			s, err := a.stream(ctx, args[0])
 			if err != nil {
 				return err
 			}
@@ -191,13 +187,9 @@ func (a *app) tailCommand() *cobra.Command {
 			if wait <= 0 {
 				return usagef("--wait must be positive")
 			}
-			c, err := a.client()
-			if err != nil {
-				return err
-			}
 			ctx := cmd.Context()
 			octx, cancel := a.call(ctx)
-			s, err := c.Stream(octx, args[0])
+			s, err := a.stream(octx, args[0])
 			cancel()
 			if err != nil {
 				return err

@@ -98,6 +98,16 @@ func (a *app) client() (*client.Client, error) {
 	return c, nil
 }
 
+// stream opens the named stream (which must exist) on the invocation's
+// broker.
+func (a *app) stream(ctx context.Context, name string) (*client.Stream, error) {
+	c, err := a.client()
+	if err != nil {
+		return nil, err
+	}
+	return c.Stream(ctx, name)
+}
+
 // call bounds one request by --timeout.
 func (a *app) call(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(ctx, a.timeout)
