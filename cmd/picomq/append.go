@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -87,7 +88,9 @@ func (a *app) appendCommand() *cobra.Command {
 			for _, b := range batches {
 				res, err := s.AppendWith(ctx, b, o)
 				if err != nil {
-					return err
+					// What was acknowledged before stays written: say so
+					// before the refusal, so that a retry can skip it.
+					return errors.Join(a.printAppends(results), err)
 				}
 				results = append(results, res)
 			}

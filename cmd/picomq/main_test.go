@@ -132,14 +132,36 @@ func TestAppendThenRead(t *testing.T) {
 		}
 		lines = append(lines, e)
 	}
-	if len(lines) != 4 || lines[3].Offset != 3 || lines[3].Key != "k" || lines[3].Payload != "a\x00binary\nblob" {
+	if len(lines) != 4 || lines[3].Offset != 3 || lines[3].Key != "k" || lines[3].Payload == nil || *lines[3].Payload != "a\x00binary\nblob" {
 		t.Errorf("read -o json: %+v", lines)
+	}
+	// Bytes that are not UTF-8 travel as base64, whole.
+	if err := os.WriteFile(file, []byte{0xff, 0xfe, 'x'}, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	mustRun(t, url, "", "append", "logs", "--file", file, "--whole")
+	var bin entryView
+	if err := json.Unmarshal([]byte(mustRun(t, url, "", "read", "logs", "--from", "4", "-o", "json")), &bin); err != nil ||
+		bin.Payload != nil || string(bin.PayloadBase64) != "\xff\xfex" {
+		t.Errorf("read -o json of a payload that is not UTF-8: %+v, %v", bin, err)
 	}
 	if out := mustRun(t, url, "", "read", "logs", "--from", "99"); strings.TrimSpace(out) != "" {
 		t.Errorf("read past the end: %q, want nothing", out)
 	}
 	if out := mustRun(t, url, "", "read", "logs", "--since", "1h", "-o", "raw", "--max", "1"); out != "one\n" {
 		t.Errorf("read --since 1h: %q", out)
+	}
+}
+
+// A refusal part way through says what was written before it.
+func TestAppendRefusedPartWayReportsWhatWasWritten(t *testing.T) {
+	t.Parallel()
+	url := broker(t)
+	mustRun(t, url, "", "streams", "create", "small", "--max-record-bytes", "64")
+	in := strings.Repeat("x\n", appendBatch) + strings.Repeat("y", 100) + "\n"
+	code, out, errOut := picomq(t, url, in, "append", "small")
+	if code == 0 || !strings.Contains(errOut, "RECORD_TOO_LARGE") || !strings.Contains(out, "appended 1000 records to partition 0 at offsets 0..999") {
+		t.Errorf("exit %d\nstdout %q\nstderr %q\nwant the first batch reported, then the refusal", code, out, errOut)
 	}
 }
 
@@ -253,6 +275,7 @@ func TestExitCodes(t *testing.T) {
 		{[]string{"read", "x", "-o", "yaml"}, exitUsage, "--output must be"},
 		{[]string{"read", "missing"}, 66, "STREAM_NOT_FOUND"},
 		{[]string{"read", "x", "--since", "yesterday"}, exitUsage, "--since"},
+		{[]string{"read", "x", "--since", "1h", "--from", "0"}, exitUsage, "give one"},
 		{[]string{"streams", "create", "bad name"}, 78, "field=name"},
 		{[]string{"--server", "ftp://x", "streams", "ls"}, exitUsage, "--server"},
 		{[]string{"--server", "http://127.0.0.1:1", "streams", "ls"}, 69, "BROKER_UNREACHABLE"},

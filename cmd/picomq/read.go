@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/spf13/cobra"
 
@@ -29,8 +30,16 @@ func (f *startFlags) add(cmd *cobra.Command, fromDefault int64, fromHelp string)
 	cmd.Flags().StringVar(&f.since, "since", "", "begin at the first record appended at or after this: an RFC 3339 time, or a duration ago (10m)")
 }
 
-// offset is where a read of partition p begins, and whether that is the
-// partition's end (tail's default).
+// check refuses --from and --since together: each names the start.
+func (f startFlags) check(cmd *cobra.Command) error {
+	if f.since != "" && cmd.Flags().Changed("from") {
+		return usagef("--from and --since each name where to begin: give one")
+	}
+	return nil
+}
+
+// offset is where a read of partition p begins: --since's first record,
+// or --from (-1: the end), raised to the retained start.
 func (f startFlags) offset(ctx context.Context, s *client.Stream, p int, now time.Time) (stream.Offset, error) {
 	if f.since != "" {
 		t, err := time.Parse(time.RFC3339, f.since)
@@ -58,13 +67,33 @@ func (f startFlags) offset(ctx context.Context, s *client.Stream, p int, now tim
 	return stream.Offset(f.from), nil
 }
 
-// entryView is a record as -o json prints it.
+// entryView is a record as -o json prints it: key and payload as JSON
+// strings when they are UTF-8, else base64 in the ...Base64 member, so
+// that no byte is lost.
 type entryView struct {
-	Partition  int       `json:"partition"`
-	Offset     uint64    `json:"offset"`
-	AppendedAt time.Time `json:"appendedAt"`
-	Key        string    `json:"key,omitempty"`
-	Payload    string    `json:"payload"`
+	Partition     int       `json:"partition"`
+	Offset        uint64    `json:"offset"`
+	AppendedAt    time.Time `json:"appendedAt"`
+	Key           string    `json:"key,omitempty"`
+	KeyBase64     []byte    `json:"keyBase64,omitempty"`
+	Payload       *string   `json:"payload,omitempty"`
+	PayloadBase64 []byte    `json:"payloadBase64,omitempty"`
+}
+
+func entryViewOf(e stream.EntryValue) entryView {
+	v := entryView{Partition: e.Partition, Offset: uint64(e.Offset), AppendedAt: e.AppendedAt}
+	if k := e.Record.Key; utf8.Valid(k) {
+		v.Key = string(k)
+	} else {
+		v.KeyBase64 = k
+	}
+	if p := e.Record.Payload; utf8.Valid(p) {
+		s := string(p)
+		v.Payload = &s
+	} else {
+		v.PayloadBase64 = p
+	}
+	return v
 }
 
 // printer writes records as the output format asks, one call at a time
@@ -82,8 +111,7 @@ func (pr *printer) print(es []stream.EntryValue) error {
 	switch a.output {
 	case "json":
 		for _, e := range es { // one JSON object a line, so that tail's output streams
-			v := entryView{Partition: e.Partition, Offset: uint64(e.Offset), AppendedAt: e.AppendedAt, Key: string(e.Record.Key), Payload: string(e.Record.Payload)}
-			if err := a.jsonLine(v); err != nil {
+			if err := a.jsonLine(entryViewOf(e)); err != nil {
 				return err
 			}
 		}
@@ -122,6 +150,9 @@ func (a *app) readCommand() *cobra.Command {
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if max < 0 {
 				return usagef("--max must not be negative")
+			}
+			if err := start.check(cmd); err != nil {
+				return err
 			}
 			ctx, cancel := a.call(cmd.Context())
 			defer cancel()
@@ -186,6 +217,9 @@ func (a *app) tailCommand() *cobra.Command {
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if wait <= 0 {
 				return usagef("--wait must be positive")
+			}
+			if err := start.check(cmd); err != nil {
+				return err
 			}
 			ctx := cmd.Context()
 			octx, cancel := a.call(ctx)
