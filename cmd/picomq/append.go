@@ -66,14 +66,15 @@ func (a *app) appendCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			ctx, cancel := a.call(cmd.Context())
-			defer cancel()
+			// --timeout bounds each request, not the whole input.
+			octx, cancel := a.call(cmd.Context())
 			var s *client.Stream
 			if create {
-				s, err = c.Open(ctx, args[0], client.StreamConfig{ContentType: contentType})
+				s, err = c.Open(octx, args[0], client.StreamConfig{ContentType: contentType})
 			} else {
-				s, err = c.Stream(ctx, args[0])
+				s, err = c.Stream(octx, args[0])
 			}
+			cancel()
 			if err != nil {
 				return err
 			}
@@ -86,7 +87,9 @@ func (a *app) appendCommand() *cobra.Command {
 			}
 			var results []client.AppendResult
 			for _, b := range batches {
-				res, err := s.AppendWith(ctx, b, o)
+				actx, acancel := a.call(cmd.Context())
+				res, err := s.AppendWith(actx, b, o)
+				acancel()
 				if err != nil {
 					// What was acknowledged before stays written: say so
 					// before the refusal, so that a retry can skip it.

@@ -154,9 +154,10 @@ func (a *app) readCommand() *cobra.Command {
 			if err := start.check(cmd); err != nil {
 				return err
 			}
-			ctx, cancel := a.call(cmd.Context())
-			defer cancel()
-			s, err := a.stream(ctx, args[0])
+			// --timeout bounds each request, not the whole read.
+			octx, cancel := a.call(cmd.Context())
+			s, err := a.stream(octx, args[0])
+			cancel()
 			if err != nil {
 				return err
 			}
@@ -167,7 +168,9 @@ func (a *app) readCommand() *cobra.Command {
 			pr := &printer{a: a}
 			left := max
 			for _, p := range parts {
-				from, err := start.offset(ctx, s, p, time.Now())
+				octx, cancel := a.call(cmd.Context())
+				from, err := start.offset(octx, s, p, time.Now())
+				cancel()
 				if err != nil {
 					return err
 				}
@@ -176,7 +179,9 @@ func (a *app) readCommand() *cobra.Command {
 					if max > 0 {
 						n = min(n, left)
 					}
-					es, err := s.Read(ctx, p, from, n)
+					rctx, rcancel := a.call(cmd.Context())
+					es, err := s.Read(rctx, p, from, n)
+					rcancel()
 					if errors.Is(err, stream.OffsetAhead) {
 						break // --from past the end: nothing
 					}
