@@ -29,7 +29,7 @@ func (a *app) appendCommand() *cobra.Command {
 		Short: "append records: one per line of stdin (or --file), or the whole input as one (--whole)",
 		Long: "append sends each line of its input (stdin, or --file) as a record, in batches of up to 1000 lines.\n" +
 			"With --producer-id the input is one batch, appended idempotently at --producer-epoch/--producer-seq:\n" +
-			"sent again, it is acknowledged as a duplicate and not written twice.",
+			"sent again, it is acknowledged as a duplicate and not written twice. --stream-seq also makes the input one batch.",
 		Args: exactArgs(1, "a stream name"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			idempotent := prod.ID != ""
@@ -52,7 +52,8 @@ func (a *app) appendCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if idempotent && len(batches) > 1 {
+			if (idempotent || streamSeq != "") && len(batches) > 1 {
+				// One producer seq, or one Stream-Seq, names one batch.
 				var all []stream.RecordValue
 				for _, b := range batches {
 					all = append(all, b...)

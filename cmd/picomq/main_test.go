@@ -165,6 +165,21 @@ func TestAppendRefusedPartWayReportsWhatWasWritten(t *testing.T) {
 	}
 }
 
+// A Stream-Seq names one batch: the whole input goes as one, and the
+// same seq again is refused.
+func TestStreamSeqMakesTheInputOneBatch(t *testing.T) {
+	t.Parallel()
+	url := broker(t)
+	mustRun(t, url, "", "streams", "create", "seq")
+	in := strings.Repeat("x\n", appendBatch+1)
+	if out := mustRun(t, url, in, "append", "seq", "--stream-seq", "a"); !strings.Contains(out, "appended 1001 records to partition 0 at offsets 0..1000") {
+		t.Errorf("append --stream-seq: %q, want one batch", out)
+	}
+	if code, _, errOut := picomq(t, url, "x\n", "append", "seq", "--stream-seq", "a"); code == 0 || !strings.Contains(errOut, "STREAM_SEQ_ORDER") {
+		t.Errorf("the same --stream-seq again: %d %q, want STREAM_SEQ_ORDER", code, errOut)
+	}
+}
+
 func TestIdempotentAppendIsWrittenOnce(t *testing.T) {
 	t.Parallel()
 	url := broker(t)
