@@ -10,6 +10,9 @@ KUBECTL ?= kubectl
 # envtest's kube-apiserver and etcd: cached per machine, built when they
 # cannot be downloaded (hack/envtest-assets.sh).
 ENVTEST_ASSETS = $(shell hack/envtest-assets.sh)
+# The same folder with kube-controller-manager and kube-scheduler too, for
+# the local stack's tests (devstack/...).
+CONTROLPLANE_ASSETS = $(shell hack/controlplane-assets.sh)
 # -count=1: several suites run binaries they build themselves (the broker),
 # which the test cache cannot see change. -timeout: the cluster's fault
 # trials (test/cluster) run 22 three-broker trials, beyond go test's 10
@@ -84,7 +87,7 @@ conformance-cluster: $(CONFORMANCE_DEPS) ## Run the conformance suite through a 
 # names a server to use instead.
 .PHONY: test
 test: manifests generate verify-fmt vet conformance conformance-cluster ## Run every test (the README's test command).
-	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" hack/postgres.sh run -- go test $(GO_TEST_FLAGS) ./...
+	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" PICOMQ_CONTROLPLANE_ASSETS="$(CONTROLPLANE_ASSETS)" hack/postgres.sh run -- go test $(GO_TEST_FLAGS) ./...
 
 # The unit tier: -short skips, each saying which tier runs it, every test
 # that needs a control plane (envtest), PostgreSQL, Node or a broker binary
