@@ -3,6 +3,8 @@ package controlplane
 import (
 	"context"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -18,7 +20,8 @@ import (
 // TestControllersAndSchedulerRun starts the control plane and checks that
 // its controllers and its scheduler act: a Deployment becomes a Pod (the
 // deployment and replica-set controllers of kube-controller-manager), and
-// the Pod is bound to the one Ready Node (kube-scheduler).
+// the Pod is bound to the one Ready Node (kube-scheduler); the stack's
+// kubectl, through the kubeconfig Start wrote, sees the same.
 func TestControllersAndSchedulerRun(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a control plane: not a unit test")
@@ -77,13 +80,20 @@ func TestControllersAndSchedulerRun(t *testing.T) {
 	for {
 		pods, err := k.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "app=probe"})
 		if err == nil && len(pods.Items) == 1 && pods.Items[0].Spec.NodeName == "node-0" {
-			return
+			break
 		}
 		select {
 		case <-ctx.Done():
 			t.Fatalf("no pod of the Deployment bound to node-0: %v %v (logs in %s)", pods, err, cp.dir)
 		case <-time.After(200 * time.Millisecond): // polls: a watch would need its own resync handling here
 		}
+	}
+
+	// The stack's own kubectl, of the control plane's version, sees it too.
+	out, err := exec.CommandContext(ctx, filepath.Join(bin, "kubectl"), "--kubeconfig", cp.Kubeconfig,
+		"get", "pods", "-l", "app=probe", "-o", "jsonpath={.items[0].spec.nodeName}").CombinedOutput()
+	if err != nil || string(out) != "node-0" {
+		t.Errorf("kubectl get pods: %q, %v; want node-0", out, err)
 	}
 }
 
