@@ -280,8 +280,13 @@ func (m *Member) leaderDuties(ctx context.Context, b *core.Broker, l *metalog.Lo
 		}
 		sv := seen{ID: s.ID, Node: nodeName, Ordinal: ord, Number: mem.Number, Voter: s.Suffrage == metalog.Voter,
 			Removed: recorded && !mem.Removed.IsZero()}
-		if !sv.Voter && !sv.Removed {
-			sv.CaughtUp = m.caughtUp(ctx, s.Address, applied)
+		switch {
+		case s.ID == string(m.id.ID()):
+			sv.Answers = true
+		case !sv.Removed:
+			st, err := m.status(ctx, s.Address)
+			sv.Answers = err == nil
+			sv.CaughtUp = !sv.Voter && err == nil && st.AppliedIndex+caughtUpLag >= applied
 		}
 		servers = append(servers, sv)
 	}
@@ -311,12 +316,6 @@ func (m *Member) leaderDuties(ctx context.Context, b *core.Broker, l *metalog.Lo
 // caughtUpLag is how many entries a non-voter may trail the leader by and
 // count as caught up.
 const caughtUpLag = 64
-
-// caughtUp asks the non-voter at addr how far it applied.
-func (m *Member) caughtUp(ctx context.Context, addr string, applied uint64) bool {
-	st, err := m.status(ctx, addr)
-	return err == nil && st.AppliedIndex+caughtUpLag >= applied
-}
 
 func newClusterID() string {
 	return fmt.Sprintf("%08x-%04x", rand.Uint32(), rand.Uint32()&0xffff)

@@ -31,6 +31,11 @@ type seen struct {
 	Voter    bool // votes now
 	CaughtUp bool // a non-voter that has the log
 	Removed  bool // the state machine removed its member for good
+	// Answers: the server answered the leader this round (the leader
+	// itself always does). Leadership is handed only to one that answers:
+	// a transfer to a server that is down blocks every change until it
+	// times out, and the next round would pick the same heir again.
+	Answers bool
 }
 
 // step is one membership change.
@@ -124,10 +129,11 @@ func planSteps(servers []seen, leader string) []step {
 		}
 	}
 	// Whoever leaves the voters or the configuration must not be the
-	// leader when it does: hand over first, to a voter that stays.
+	// leader when it does: hand over first, to a voter that stays and
+	// answers.
 	heir := ""
 	for _, s := range keep {
-		if want[s.ID] && s.Voter && s.ID != leader {
+		if want[s.ID] && s.Voter && s.ID != leader && s.Answers {
 			heir = s.ID
 			break
 		}

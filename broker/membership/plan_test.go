@@ -17,8 +17,10 @@ func TestVoterTarget(t *testing.T) {
 }
 
 func srv(i int, voter, caughtUp bool) seen {
-	return seen{ID: fmt.Sprintf("b-%d~x", i), Node: fmt.Sprintf("b-%d", i), Ordinal: i, Number: i + 1, Voter: voter, CaughtUp: caughtUp}
+	return seen{ID: fmt.Sprintf("b-%d~x", i), Node: fmt.Sprintf("b-%d", i), Ordinal: i, Number: i + 1, Voter: voter, CaughtUp: caughtUp, Answers: true}
 }
+
+func down(s seen) seen { s.Answers = false; return s }
 
 func TestPlanSteps(t *testing.T) {
 	t.Parallel()
@@ -47,6 +49,12 @@ func TestPlanSteps(t *testing.T) {
 		{"the leader hands over before it is demoted",
 			[]seen{srv(0, false, true), srv(1, true, false), srv(2, true, false), srv(3, true, false)}, "b-3~x",
 			[]step{{stepPromote, "b-0~x"}, {stepTransfer, "b-1~x"}}},
+		{"the leader hands over to a voter that answers, not to one that is down",
+			[]seen{down(srv(0, true, false)), srv(1, true, false), srv(2, true, false), {ID: "b-2~old", Node: "b-2", Ordinal: 2, Number: 1, Voter: true, Removed: true, Answers: true}}, "b-2~old",
+			[]step{{stepTransfer, "b-1~x"}}},
+		{"with no voter that answers to hand over to, the leader waits",
+			[]seen{down(srv(0, true, false)), down(srv(1, true, false)), {ID: "b-2~x", Node: "b-2", Ordinal: 2, Number: 3, Voter: true, Removed: true, Answers: true}}, "b-2~x",
+			[]step{}},
 	} {
 		if got := planSteps(c.servers, c.leader); !slices.Equal(got, c.want) {
 			t.Errorf("%s: %v, want %v", c.name, got, c.want)

@@ -760,7 +760,8 @@ func (s *memSim) view(conf metalog.Configuration, leader *metalog.Log) (servers 
 			s.violations = append(s.violations, fmt.Sprintf("unknown server %s in the configuration", sv.ID))
 			continue
 		}
-		x := seen{ID: sv.ID, Node: nodeName(p.slot), Ordinal: p.slot, Number: p.number, Voter: sv.Suffrage == metalog.Voter, Removed: p.removed}
+		x := seen{ID: sv.ID, Node: nodeName(p.slot), Ordinal: p.slot, Number: p.number, Voter: sv.Suffrage == metalog.Voter, Removed: p.removed,
+			Answers: p.state == running && p.log != nil}
 		if !x.Voter && !x.Removed && p.state == running && p.log != nil {
 			x.CaughtUp = p.log.AppliedIndex()+caughtUpLag >= applied
 		}
