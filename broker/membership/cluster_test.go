@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -36,6 +37,8 @@ type testCluster struct {
 	addrs peer.Addresses
 	ports map[string]string
 	dirs  map[string]string
+
+	mu    sync.Mutex // guards nodes: brokers start concurrently
 	nodes map[string]*testMember
 }
 
@@ -102,7 +105,9 @@ func (c *testCluster) start(name string) (*testMember, error) {
 	rctx, rcancel := context.WithCancel(context.Background())
 	tm.stop = rcancel
 	go func() { defer close(tm.done); m.Run(rctx) }()
+	c.mu.Lock()
 	c.nodes[name] = tm
+	c.mu.Unlock()
 	return tm, nil
 }
 
