@@ -35,10 +35,35 @@ const (
 	saPublicKey = "sa.pub"
 )
 
+// loadOrWritePKI keeps the certificates an earlier start wrote in dir
+// when they still serve addr for a month at least, so that a restarted
+// stack's tokens and kubeconfigs stay valid; otherwise it writes new ones.
+func loadOrWritePKI(dir string, addr, serviceIP net.IP) (pki, error) {
+	p := pki{dir: dir}
+	if raw, err := os.ReadFile(p.path(serverCert)); err == nil {
+		if block, _ := pem.Decode(raw); block != nil {
+			if cert, err := x509.ParseCertificate(block.Bytes); err == nil &&
+				time.Until(cert.NotAfter) > 30*24*time.Hour && cert.VerifyHostname(addr.String()) == nil {
+				complete := true
+				for _, f := range []string{caCert, caKey, serverKey, adminCert, adminKey, saKey, saPublicKey} {
+					if _, err := os.Stat(p.path(f)); err != nil {
+						complete = false
+					}
+				}
+				if complete {
+					return p, nil
+				}
+			}
+		}
+	}
+	return writePKI(dir, addr, serviceIP)
+}
+
 // writePKI generates the stack's certificates and keys into dir, valid
-// for a year; serviceIP is the first address of the service range (the
-// "kubernetes" Service), which the serving certificate names too.
-func writePKI(dir string, serviceIP net.IP) (pki, error) {
+// for a year; the serving certificate names addr, 127.0.0.1 and
+// serviceIP, the first address of the service range (the "kubernetes"
+// Service).
+func writePKI(dir string, addr, serviceIP net.IP) (pki, error) {
 	p := pki{dir: dir}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return p, err
@@ -64,7 +89,7 @@ func writePKI(dir string, serviceIP net.IP) (pki, error) {
 		NotAfter:    now.AddDate(1, 0, 0),
 		KeyUsage:    x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
 		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		IPAddresses: []net.IP{net.ParseIP("127.0.0.1"), serviceIP},
+		IPAddresses: []net.IP{net.ParseIP("127.0.0.1"), addr, serviceIP},
 		DNSNames:    []string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"},
 	}, ca, caPriv)
 	if err != nil {

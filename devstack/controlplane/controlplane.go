@@ -4,7 +4,8 @@
 // binaries hack/controlplane-assets.sh builds, with the certificates,
 // service-account keys and flags they need generated here.
 //
-// Every component listens on 127.0.0.1 only. The components share one admin
+// Every component listens on 127.0.0.1 only, but the API server, which
+// listens on Options.Address (the pod network's host address in the stack). The components share one admin
 // client certificate (system:masters), as a single-user development cluster
 // may; the API server authorizes with Node and RBAC as a real one does.
 package controlplane
@@ -17,6 +18,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -25,9 +27,9 @@ import (
 	"time"
 )
 
-// ServiceCIDR is the stack's service range; its first address is the
-// "kubernetes" Service.
-const ServiceCIDR = "10.0.0.0/24"
+// DefaultServiceCIDR is the service range unless Options.ServiceCIDR
+// says; its first address is the "kubernetes" Service.
+const DefaultServiceCIDR = "10.0.0.0/24"
 
 // Options configure Start.
 type Options struct {
@@ -37,6 +39,13 @@ type Options struct {
 	// BinDir holds etcd, kube-apiserver, kube-controller-manager and
 	// kube-scheduler (what hack/controlplane-assets.sh prints).
 	BinDir string
+	// Address is the API server's address ("127.0.0.1" if empty): the
+	// local stack's pods reach it on the pod network's host address.
+	// etcd and the other components stay on 127.0.0.1.
+	Address string
+	// ServiceCIDR is the Services' ClusterIP range (DefaultServiceCIDR if
+	// empty).
+	ServiceCIDR string
 	// ReadyTimeout bounds the wait for the API server's /readyz (default
 	// one minute: it takes ~12 s here).
 	ReadyTimeout time.Duration
@@ -68,7 +77,21 @@ func Start(ctx context.Context, o Options) (*ControlPlane, error) {
 	if err := os.MkdirAll(filepath.Join(o.Dir, "logs"), 0o700); err != nil {
 		return nil, err
 	}
-	p, err := writePKI(filepath.Join(o.Dir, "pki"), net.ParseIP("10.0.0.1"))
+	if o.Address == "" {
+		o.Address = "127.0.0.1"
+	}
+	addr := net.ParseIP(o.Address)
+	if addr == nil {
+		return nil, fmt.Errorf("controlplane: address %q is not an IP address", o.Address)
+	}
+	if o.ServiceCIDR == "" {
+		o.ServiceCIDR = DefaultServiceCIDR
+	}
+	services, err := netip.ParsePrefix(o.ServiceCIDR)
+	if err != nil {
+		return nil, fmt.Errorf("controlplane: service range: %w", err)
+	}
+	p, err := loadOrWritePKI(filepath.Join(o.Dir, "pki"), addr, net.IP(services.Masked().Addr().Next().AsSlice()))
 	if err != nil {
 		return nil, fmt.Errorf("controlplane: certificates: %w", err)
 	}
@@ -77,7 +100,7 @@ func Start(ctx context.Context, o Options) (*ControlPlane, error) {
 		return nil, err
 	}
 	etcdClient, etcdPeer, apiPort, cmPort, schedPort := ports[0], ports[1], ports[2], ports[3], ports[4]
-	cp := &ControlPlane{dir: o.Dir, Server: "https://127.0.0.1:" + strconv.Itoa(apiPort)}
+	cp := &ControlPlane{dir: o.Dir, Server: "https://" + net.JoinHostPort(o.Address, strconv.Itoa(apiPort))}
 	cp.Kubeconfig = filepath.Join(o.Dir, "kubeconfig")
 	if err := writeKubeconfig(cp.Kubeconfig, cp.Server, p); err != nil {
 		return nil, err
@@ -115,16 +138,18 @@ func Start(ctx context.Context, o Options) (*ControlPlane, error) {
 	}
 	if err := start("kube-apiserver",
 		"--etcd-servers", etcdURL,
-		"--bind-address", "127.0.0.1", "--advertise-address", "127.0.0.1",
+		"--bind-address", o.Address, "--advertise-address", o.Address,
 		"--secure-port", strconv.Itoa(apiPort),
 		"--tls-cert-file", p.path(serverCert), "--tls-private-key-file", p.path(serverKey),
 		"--client-ca-file", p.path(caCert),
 		"--service-account-issuer", "https://kubernetes.default.svc",
 		"--service-account-key-file", p.path(saPublicKey),
 		"--service-account-signing-key-file", p.path(saKey),
-		"--service-cluster-ip-range", ServiceCIDR,
+		"--service-cluster-ip-range", o.ServiceCIDR,
 		"--authorization-mode", "Node,RBAC",
-		// A loopback advertise address makes the endpoint reconciler fail.
+		// A loopback advertise address makes the endpoint reconciler fail,
+		// and the stack's pods reach the API server at its own address, not
+		// through the kubernetes Service (no kube-proxy here).
 		"--endpoint-reconciler-type", "none",
 		"--allow-privileged",
 	); err != nil {
@@ -142,7 +167,7 @@ func Start(ctx context.Context, o Options) (*ControlPlane, error) {
 		"--service-account-private-key-file", p.path(saKey),
 		"--root-ca-file", p.path(caCert),
 		"--cluster-signing-cert-file", p.path(caCert), "--cluster-signing-key-file", p.path(caKey),
-		"--service-cluster-ip-range", ServiceCIDR,
+		"--service-cluster-ip-range", o.ServiceCIDR,
 	); err != nil {
 		return fail(err)
 	}
