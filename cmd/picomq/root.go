@@ -25,6 +25,22 @@ type usageError struct{ error }
 
 func usagef(format string, args ...any) error { return usageError{fmt.Errorf(format, args...)} }
 
+// exitError is a failure of the CLI's own with its exit status
+// (sysexits.h), where no broker's coded error says one.
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e exitError) Error() string { return e.err.Error() }
+func (e exitError) Unwrap() error { return e.err }
+
+// Exit statuses of the CLI's own failures.
+const (
+	exitUnavailable = 69 // EX_UNAVAILABLE: the stack is not running
+	exitNoInput     = 66 // EX_NOINPUT: no such log
+)
+
 // app is one invocation: its streams, its flags, and its broker.
 type app struct {
 	getenv func(string) string
@@ -54,6 +70,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, in io.R
 		fmt.Fprintln(errOut, "run 'picomq --help' for usage")
 		return exitUsage
 	}
+	var e exitError
+	if errors.As(err, &e) {
+		return e.code
+	}
 	return errs.ExitCode(err)
 }
 
@@ -71,7 +91,7 @@ func (a *app) rootCommand() *cobra.Command {
 	pf.StringVarP(&a.output, "output", "o", "table", "output format: table or json (read also takes raw)")
 	pf.DurationVar(&a.timeout, "timeout", 30*time.Second, "how long one request to the broker may take (tail's waits excepted)")
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
-	root.AddCommand(a.streamsCommand(), a.appendCommand(), a.readCommand(), a.tailCommand(), a.groupsCommand(), a.clusterCommand())
+	root.AddCommand(a.streamsCommand(), a.appendCommand(), a.readCommand(), a.tailCommand(), a.groupsCommand(), a.clusterCommand(), a.devCommand())
 	return root
 }
 
