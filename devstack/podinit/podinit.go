@@ -133,6 +133,17 @@ func (s Spec) run() error {
 	if err := privateDev(); err != nil {
 		return err
 	}
+	// The command runs through the descriptor: its path may be hidden, or
+	// not searchable by the pod's user. A link named after the binary (made
+	// while still root) points at it, so that the process's name (ps, top)
+	// is "broker", not the descriptor's number.
+	exePath := fmt.Sprintf("/proc/self/fd/%d", exe.Fd())
+	if err := os.Mkdir("/dev/.exec", 0o755); err == nil {
+		link := "/dev/.exec/" + filepath.Base(s.Exe)
+		if err := os.Symlink(exePath, link); err == nil {
+			exePath = link
+		}
+	}
 	// Mount points the host lacks are created while / is still writable
 	// (after the private /dev, so /dev/termination-log lands there).
 	for i, m := range s.Mounts {
@@ -192,13 +203,11 @@ func (s Spec) run() error {
 	if err := os.Chdir(dir); err != nil {
 		return fmt.Errorf("pod-init: working directory: %w", err)
 	}
-	// Through the descriptor: the path may be hidden, or not searchable by
-	// the pod's user.
 	argv := s.Args
 	if len(argv) == 0 {
 		argv = []string{s.Exe}
 	}
-	err = unix.Exec(fmt.Sprintf("/proc/self/fd/%d", exe.Fd()), argv, s.Env)
+	err = unix.Exec(exePath, argv, s.Env)
 	return fmt.Errorf("pod-init: exec %s: %w", s.Exe, err)
 }
 

@@ -77,6 +77,7 @@ if touch /podinit-root-file 2>/dev/null; then echo root-writable; fi
 echo bye > /dev/termination-log
 hostname
 id -u; id -G
+cat /proc/$$/comm
 `
 	spec := Spec{
 		Exe: sh, Args: []string{"sh", "-c", script}, Env: []string{"PATH=/usr/bin:/bin"},
@@ -106,7 +107,7 @@ id -u; id -G
 		t.Fatalf("container: %v\nstdout: %s\nstderr: %s", err, out.String(), errOut.String())
 	}
 	got := out.String()
-	for _, want := range []string{"value\n", "broker-0\n", "65532\n", "65532 4242"} {
+	for _, want := range []string{"value\n", "broker-0\n", "65532\n", "65532 4242", "\nsh\n"} {
 		if !strings.Contains(got, want) {
 			t.Errorf("output %q lacks %q", got, want)
 		}
