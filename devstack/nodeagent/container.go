@@ -313,15 +313,16 @@ func nonRoot(pod *corev1.Pod, c *corev1.Container) bool {
 	return psc != nil && ptr.Deref(psc.RunAsNonRoot, false)
 }
 
-// terminate stops the container for good: the preStop hook, then SIGTERM
-// to its process group, then SIGKILL when grace runs out.
-func (c *container) terminate(grace time.Duration) {
+// terminate stops the container for good: the preStop hook (when
+// preStop: a pod deleted, not a node shutting down), then SIGTERM to its
+// process group, then SIGKILL when grace runs out.
+func (c *container) terminate(grace time.Duration, preStop bool) {
 	c.stopOnce.Do(func() { close(c.stopCh) })
 	deadline := time.Now().Add(grace)
 	c.mu.Lock()
 	p := c.proc
 	c.mu.Unlock()
-	if p != nil && grace > 0 {
+	if p != nil && grace > 0 && preStop {
 		c.preStop(deadline)
 	}
 	c.mu.Lock()

@@ -24,7 +24,10 @@ import (
 const (
 	setUpRetry         = 2 * time.Second
 	volumeRefreshEvery = 30 * time.Second
-	shutdownGrace      = 5 * time.Second
+	// shutdownGrace is what containers get when the agent stops (the
+	// stack goes down), as the kubelet's graceful node shutdown gives:
+	// SIGTERM without preStop (the pods are not deleted), SIGKILL after.
+	shutdownGrace = 20 * time.Second
 )
 
 // podWorker owns one pod: one goroutine (run) sets up its sandbox, starts
@@ -148,16 +151,16 @@ func (w *podWorker) run(ctx context.Context) {
 			if p.DeletionTimestamp != nil {
 				grace := time.Duration(ptr.Deref(p.DeletionGracePeriodSeconds, 30)) * time.Second
 				w.a.log.Info("pod deleted: stopping its containers", append(w.log(), "grace", grace.String())...)
-				w.stopContainers(grace)
+				w.stopContainers(grace, true)
 				w.finish(ctx, true)
 				return
 			}
 		case <-w.goneCh:
-			w.stopContainers(0)
+			w.stopContainers(0, false)
 			w.finish(ctx, false)
 			return
 		case <-w.stopCh:
-			w.stopContainers(shutdownGrace)
+			w.stopContainers(shutdownGrace, false)
 			w.finish(ctx, false)
 			return
 		case <-w.changed:
@@ -266,11 +269,11 @@ func (w *podWorker) report(ctx context.Context) {
 }
 
 // stopContainers stops every container within grace.
-func (w *podWorker) stopContainers(grace time.Duration) {
+func (w *podWorker) stopContainers(grace time.Duration, preStop bool) {
 	var wg sync.WaitGroup
 	for _, c := range w.containers {
 		wg.Add(1)
-		go func() { defer wg.Done(); c.terminate(grace) }()
+		go func() { defer wg.Done(); c.terminate(grace, preStop) }()
 	}
 	wg.Wait()
 }
