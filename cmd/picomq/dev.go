@@ -74,7 +74,7 @@ func (a *app) devUpCommand(o *stack.Options) *cobra.Command {
 		},
 	}
 	f := cmd.Flags()
-	f.IntVar(&o.Brokers, "brokers", 3, "brokers of the sample StreamCluster")
+	f.IntVar(&o.Brokers, "brokers", 3, "brokers of the sample StreamCluster (applied by the first up of a state folder; later ones keep the cluster as it is)")
 	f.IntVar(&o.Nodes, "nodes", 3, "nodes the node agent registers")
 	f.IntVar(&o.Port, "port", 0, "host loopback port serving the client Service (default 4437 when free, else any)")
 	f.BoolVar(&foreground, "foreground", false, "run the supervisor in this process until interrupted, instead of in the background")

@@ -125,13 +125,20 @@ func Run(ctx context.Context, o Options, cpBin string, progress io.Writer) (err 
 		return fmt.Errorf("the operator did not become available: %w", err)
 	}
 
-	step("samples (StreamCluster %s of %d brokers, its Streams)", SampleCluster, o.Brokers)
+	// The samples are applied by the first up of a state folder only: a
+	// later one finds the user's cluster as the user left it (edited,
+	// scaled, its Streams deleted), as a cluster that restarts would.
 	samples, err := sampleKustomization(p, o)
 	if err != nil {
 		return err
 	}
-	if err := applyWithRetry(ctx, kubectl, "apply", "-k", samples); err != nil {
-		return err
+	if kubectl("get", "-n", SampleNamespace, "streamcluster/"+SampleCluster) != nil {
+		step("samples (StreamCluster %s of %d brokers, its Streams)", SampleCluster, o.Brokers)
+		if err := applyWithRetry(ctx, kubectl, "apply", "-k", samples); err != nil {
+			return err
+		}
+	} else {
+		step("StreamCluster %s (kept from the last run)", SampleCluster)
 	}
 	if err := kubectl("wait", "--for=condition=Ready", "--timeout="+readyTimeout.String(), "-n", SampleNamespace, "streamcluster/"+SampleCluster); err != nil {
 		return fmt.Errorf("the StreamCluster did not become Ready: %w", err)
