@@ -88,6 +88,14 @@ conformance-cluster: $(CONFORMANCE_DEPS) ## Run the conformance suite through a 
 .PHONY: test
 test: manifests generate verify-fmt vet conformance conformance-cluster ## Run every test (the README's test command).
 	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" PICOMQ_CONTROLPLANE_ASSETS="$(CONTROLPLANE_ASSETS)" hack/postgres.sh run -- go test $(GO_TEST_FLAGS) ./...
+	$(MAKE) e2e
+
+# The end-to-end suite on the local stack (picomq dev: needs root and
+# iproute2). A step of its own: the stack's load would slow the cluster
+# trials if it ran beside them.
+.PHONY: e2e
+e2e: ## Run the end-to-end suite on a local stack it starts (picomq dev).
+	PICOMQ_E2E=1 PICOMQ_CONTROLPLANE_ASSETS="$(CONTROLPLANE_ASSETS)" go test $(GO_TEST_FLAGS) ./test/e2e
 
 # The unit tier: -short skips, each saying which tier runs it, every test
 # that needs a control plane (envtest), PostgreSQL, Node or a broker binary

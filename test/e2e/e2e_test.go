@@ -1,0 +1,451 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/picomq/picomq/devstack/stack"
+	"github.com/picomq/picomq/test/workload"
+)
+
+// The tests share one stack and run in this order (the last one rolls
+// every broker).
+
+// TestSamplesAreReady: `picomq dev up` left the samples Ready, the
+// brokers spread over the nodes with their claims bound, and the slot
+// Leases held — what README's kubectl line shows.
+func TestSamplesAreReady(t *testing.T) {
+	ctx := context.Background()
+	nodes := map[string]bool{}
+	for _, p := range brokerPods(t) {
+		if !podReady(&p) {
+			t.Errorf("pod %s not ready: %+v", p.Name, p.Status.Conditions)
+		}
+		nodes[p.Spec.NodeName] = true
+	}
+	if len(nodes) != env.state.Brokers {
+		t.Errorf("brokers on %d nodes, want %d (topology spread)", len(nodes), env.state.Brokers)
+	}
+	pvcs, err := env.k.CoreV1().PersistentVolumeClaims(stack.SampleNamespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bound := 0
+	for _, c := range pvcs.Items {
+		if c.Status.Phase == "Bound" {
+			bound++
+		}
+	}
+	if bound < env.state.Brokers {
+		t.Errorf("%d claims bound, want %d", bound, env.state.Brokers)
+	}
+	out := mustKubectl(t, "", "get", "streamclusters,streams,leases,pods")
+	for _, want := range []string{"streamcluster.streams.picomq.io/demo", "stream.streams.picomq.io/app-events", "stream.streams.picomq.io/orders", "demo-slot-0", "demo-0"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("kubectl get lacks %q:\n%s", want, out)
+		}
+	}
+	for _, s := range []string{"app-events", "orders"} {
+		if got := mustKubectl(t, "", "get", "stream", s, "-o", `jsonpath={.status.conditions[?(@.type=="Ready")].status}`); got != "True" {
+			t.Errorf("stream %s Ready=%q", s, got)
+		}
+	}
+	// A second up on the running stack only prints the exports.
+	var out2, progress bytes.Buffer
+	if err := stack.Up(ctx, env.opts, &out2, &progress); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(progress.String(), "already running") || !strings.Contains(out2.String(), "export PICOMQ_URL="+env.state.URL) {
+		t.Errorf("second up: %q %q", progress.String(), out2.String())
+	}
+	if s, ok, err := stack.ReadState(env.opts.StateDir); err != nil || !ok || s.PID != env.state.PID {
+		t.Errorf("the second up replaced the supervisor: %+v %v %v", s, ok, err)
+	}
+}
+
+// TestAppendAndReadThroughTheClientService drives the CLI against the
+// client Service the stack serves on the host.
+func TestAppendAndReadThroughTheClientService(t *testing.T) {
+	out, code := cli(t, `{"n":1}`+"\n"+`{"n":2}`+"\n", "append", "app/events")
+	if code != 0 {
+		t.Fatalf("append: exit %d: %s", code, out)
+	}
+	out, code = cli(t, "", "read", "app/events", "--from", "0", "-o", "json")
+	if code != 0 {
+		t.Fatalf("read: exit %d: %s", code, out)
+	}
+	if !strings.Contains(out, `{\"n\":1}`) || !strings.Contains(out, `{\"n\":2}`) {
+		t.Errorf("read back: %s", out)
+	}
+	out, code = cli(t, "", "streams", "ls")
+	if code != 0 || !strings.Contains(out, "app/events") || !strings.Contains(out, "shop/orders") {
+		t.Errorf("streams ls: exit %d: %s", code, out)
+	}
+	out, code = cli(t, "", "cluster", "status", "-o", "json")
+	if code != 0 || !strings.Contains(out, "demo-0") {
+		t.Errorf("cluster status: exit %d: %s", code, out)
+	}
+	// A stream that does not exist: the coded error's exit status.
+	if out, code = cli(t, "", "read", "no/such/stream"); code == 0 || !strings.Contains(out, "STREAM_NOT_FOUND") {
+		t.Errorf("a missing stream: exit %d: %s", code, out)
+	}
+}
+
+// load runs the trials' workload against the brokers' pod addresses and
+// checks its history at the end: nothing acknowledged lost or duplicated,
+// offsets gap-free, reads monotonic, partitions linearizable.
+type load struct {
+	t       *testing.T
+	urls    *brokerURLs
+	streams []workload.StreamSpec
+	w       *workload.Run
+}
+
+func startLoad(t *testing.T, name string) *load {
+	l := &load{t: t, urls: &brokerURLs{}, streams: []workload.StreamSpec{{Name: name + "/one"}, {Name: name + "/four", Partitions: 4}}}
+	cfg := workload.Config{URLs: l.urls.get, Streams: l.streams, Seed: uint64(time.Now().UnixNano()), RequestTimeout: 10 * time.Second}
+	if err := workload.Setup(context.Background(), cfg, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	l.w = workload.Start(context.Background(), cfg)
+	l.waitAcked(30, time.Minute)
+	return l
+}
+
+func (l *load) waitAcked(n int64, timeout time.Duration) {
+	base := l.w.Acked()
+	waitFor(l.t, timeout, fmt.Sprintf("%d more appends acknowledged", n), func() error {
+		if got := l.w.Acked() - base; got < n {
+			return fmt.Errorf("%d so far", got)
+		}
+		return nil
+	})
+}
+
+func (l *load) stopAndCheck() {
+	h := l.w.Stop()
+	all := make([]int, env.state.Brokers)
+	for i := range all {
+		all[i] = i
+	}
+	final := workload.Snapshot(context.Background(), l.urls.get(), all, l.streams, 30*time.Second)
+	r := workload.Check(h, final, workload.Options{})
+	l.t.Logf("history: %v; linearizability: %v", r.Stats, r.Lin)
+	if err := r.Err(); err != nil {
+		l.t.Errorf("the checkers found:\n%v", err)
+	}
+	if r.Stats.Acked == 0 {
+		l.t.Error("nothing was acknowledged")
+	}
+}
+
+// TestBrokerPodDeletedAndKilledUnderLoad deletes a broker's pod, then
+// kills another broker's process with SIGKILL, under load: each comes back
+// on its claim and nothing acknowledged is lost.
+func TestBrokerPodDeletedAndKilledUnderLoad(t *testing.T) {
+	ctx := context.Background()
+	l := startLoad(t, "e2e/faults")
+	defer l.w.Stop()
+
+	before, err := env.k.CoreV1().PersistentVolumeClaims(stack.SampleNamespace).Get(ctx, "data-demo-1", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := brokerPods(t)[1]
+	mustKubectl(t, "", "delete", "pod", "demo-1", "--wait=false")
+	waitFor(t, 2*time.Minute, "demo-1 recreated", func() error {
+		p := brokerPods(t)[1]
+		if p.UID == old.UID {
+			return fmt.Errorf("still the old pod")
+		}
+		return nil
+	})
+	waitClusterReady(t, 2*time.Minute)
+	after, err := env.k.CoreV1().PersistentVolumeClaims(stack.SampleNamespace).Get(ctx, "data-demo-1", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after.UID != before.UID || after.Spec.VolumeName != before.Spec.VolumeName {
+		t.Errorf("demo-1 came back on another volume: %s → %s", before.Spec.VolumeName, after.Spec.VolumeName)
+	}
+	l.waitAcked(30, time.Minute)
+
+	victim := brokerPods(t)[2]
+	restarts := victim.Status.ContainerStatuses[0].RestartCount
+	pid := containerPID(t, stack.SampleNamespace, victim.Name, "broker")
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 2*time.Minute, "demo-2's broker restarted in place", func() error {
+		p := brokerPods(t)[2]
+		if p.UID != victim.UID {
+			return fmt.Errorf("the pod was replaced, not restarted")
+		}
+		if p.Status.ContainerStatuses[0].RestartCount <= restarts {
+			return fmt.Errorf("restart count %d", p.Status.ContainerStatuses[0].RestartCount)
+		}
+		return nil
+	})
+	p := brokerPods(t)[2]
+	if last := p.Status.ContainerStatuses[0].LastTerminationState.Terminated; last == nil || last.ExitCode != 137 {
+		t.Errorf("last termination %+v, want exit 137 (SIGKILL)", last)
+	}
+	waitClusterReady(t, 2*time.Minute)
+	l.waitAcked(30, time.Minute)
+	l.stopAndCheck()
+}
+
+// containerPID is the process of a pod's container, from the agent's files.
+func containerPID(t *testing.T, namespace, pod, container string) int {
+	t.Helper()
+	files, _ := filepath.Glob(filepath.Join(env.opts.StateDir, "agent", "pods", namespace+"_"+pod+"_*", container+".pid"))
+	if len(files) != 1 {
+		t.Fatalf("broker pid files of %s: %v", pod, files)
+	}
+	raw, err := os.ReadFile(files[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, err := strconv.Atoi(strings.Fields(string(raw))[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pid
+}
+
+// TestGitOpsReapplyChangesNothing applies the same manifests again, as a
+// GitOps controller does on every sync: nothing changes, and the operator
+// writes nothing in reaction.
+func TestGitOpsReapplyChangesNothing(t *testing.T) {
+	samples := filepath.Join(env.opts.StateDir, "samples")
+	versions := func() map[string]string {
+		out := mustKubectl(t, "", "get", "streamcluster,streams,statefulset,configmap,service,poddisruptionbudget", "-o",
+			`jsonpath={range .items[*]}{.kind}/{.metadata.name}={.metadata.resourceVersion}{"\n"}{end}`)
+		m := map[string]string{}
+		for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+			k, v, _ := strings.Cut(line, "=")
+			m[k] = v
+		}
+		return m
+	}
+	waitClusterReady(t, 2*time.Minute)
+	before := versions()
+	out := mustKubectl(t, "", "apply", "-k", samples)
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		if !strings.HasSuffix(line, " unchanged") {
+			t.Errorf("re-apply changed something: %q", line)
+		}
+	}
+	// Not a wait for a condition: a span in which a reconcile reacting to
+	// the apply would have written (the operator reacts in milliseconds).
+	time.Sleep(5 * time.Second)
+	after := versions()
+	for k, v := range before {
+		if after[k] != v {
+			t.Errorf("%s was written after a re-apply that changed nothing (resourceVersion %s → %s)", k, v, after[k])
+		}
+	}
+}
+
+// TestBadManifestsAreRefused: manifests the API refuses, with the
+// message that says why.
+func TestBadManifestsAreRefused(t *testing.T) {
+	for _, c := range []struct{ manifest, want string }{
+		{`apiVersion: streams.picomq.io/v1alpha1
+kind: StreamCluster
+metadata: {name: bad-rf}
+spec: {replicas: 1, replicationFactor: 3}
+`, "replicationFactor cannot exceed replicas"},
+		{`apiVersion: streams.picomq.io/v1alpha1
+kind: Stream
+metadata: {name: bad-name}
+spec: {clusterRef: {name: demo}, name: "a/../b"}
+`, "name segments '.' and '..' are not allowed"},
+		{`apiVersion: streams.picomq.io/v1alpha1
+kind: Stream
+metadata: {name: bad-ttl}
+spec: {clusterRef: {name: demo}, ttl: 1h, expiresAt: "2030-01-01T00:00:00Z"}
+`, "set ttl or expiresAt, not both"},
+	} {
+		out, err := kubectl(t, c.manifest, "apply", "-f", "-")
+		if err == nil || !strings.Contains(out, c.want) {
+			t.Errorf("apply of a bad manifest: err %v, output %q, want it to say %q", err, out, c.want)
+		}
+	}
+}
+
+// TestStreamDeletionPolicies deletes a Stream with deletionPolicy Delete
+// (its stream goes from the brokers) and one with Retain (it stays).
+func TestStreamDeletionPolicies(t *testing.T) {
+	manifest := func(name, policy string) string {
+		return fmt.Sprintf(`apiVersion: streams.picomq.io/v1alpha1
+kind: Stream
+metadata: {name: %s}
+spec: {clusterRef: {name: demo}, name: e2e/%s, deletionPolicy: %s}
+`, name, name, policy)
+	}
+	for _, c := range []struct {
+		name, policy string
+		kept         bool
+	}{{"deleted", "Delete", false}, {"retained", "Retain", true}} {
+		mustKubectl(t, manifest(c.name, c.policy), "apply", "-f", "-")
+		mustKubectl(t, "", "wait", "--for=condition=Ready", "--timeout=2m", "stream/"+c.name)
+		if out, code := cli(t, "", "streams", "get", "e2e/"+c.name); code != 0 {
+			t.Fatalf("stream e2e/%s on the brokers: exit %d: %s", c.name, code, out)
+		}
+		if out, code := cli(t, "x\n", "append", "e2e/"+c.name); code != 0 {
+			t.Fatalf("append: exit %d: %s", code, out)
+		}
+		mustKubectl(t, "", "delete", "stream", c.name, "--timeout=2m")
+		out, code := cli(t, "", "streams", "get", "e2e/"+c.name)
+		switch {
+		case c.kept && code != 0:
+			t.Errorf("%s: the stream is gone from the brokers: exit %d: %s", c.policy, code, out)
+		case !c.kept && (code == 0 || !strings.Contains(out, "STREAM_NOT_FOUND")):
+			t.Errorf("%s: the stream stays on the brokers: exit %d: %s", c.policy, code, out)
+		}
+	}
+}
+
+// TestOperatorRestartResumes kills the operator's process (SIGKILL: no
+// hand-off) the moment a Stream is applied: the container restarted in
+// its pod wins the leader election anew and creates the stream.
+func TestOperatorRestartResumes(t *testing.T) {
+	ctx := context.Background()
+	leader := func() string {
+		l, err := env.k.CoordinationV1().Leases("picomq-system").Get(ctx, "operator.streams.picomq.io", metav1.GetOptions{})
+		if err != nil || l.Spec.HolderIdentity == nil {
+			return ""
+		}
+		return *l.Spec.HolderIdentity
+	}
+	pods, err := env.k.CoreV1().Pods("picomq-system").List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/component=operator"})
+	if err != nil || len(pods.Items) != 1 {
+		t.Fatalf("operator pods: %v %v", pods, err)
+	}
+	op := pods.Items[0]
+	before := leader()
+	if before == "" {
+		t.Fatal("no operator leader")
+	}
+	pid := containerPID(t, "picomq-system", op.Name, "manager")
+	mustKubectl(t, `apiVersion: streams.picomq.io/v1alpha1
+kind: Stream
+metadata: {name: after-restart}
+spec: {clusterRef: {name: demo}, name: e2e/after-restart, partitions: 2}
+`, "apply", "-f", "-")
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	mustKubectl(t, "", "wait", "--for=condition=Ready", "--timeout=3m", "stream/after-restart")
+	waitFor(t, 2*time.Minute, "a new operator process leads", func() error {
+		if now := leader(); now == before || now == "" {
+			return fmt.Errorf("leader %q", now)
+		}
+		return nil
+	})
+	out, code := cli(t, "", "streams", "get", "e2e/after-restart", "-o", "json")
+	if code != 0 {
+		t.Fatalf("stream on the brokers: exit %d: %s", code, out)
+	}
+	var info struct{ Partitions int }
+	if err := json.Unmarshal([]byte(out), &info); err != nil || info.Partitions != 2 {
+		t.Errorf("stream info %s: %v", out, err)
+	}
+}
+
+// TestConfigurationChangeRollsWithNoLoss changes the brokers'
+// configuration under load: the StatefulSet rolls the pods one at a time
+// and nothing acknowledged is lost.
+func TestConfigurationChangeRollsWithNoLoss(t *testing.T) {
+	waitClusterReady(t, 2*time.Minute)
+	l := startLoad(t, "e2e/roll")
+	defer l.w.Stop()
+	// The hashes of the pods there are (one may be between its deletion
+	// and its replacement).
+	hashes := func() map[string]bool {
+		m := map[string]bool{}
+		pods, err := env.k.CoreV1().Pods(stack.SampleNamespace).List(context.Background(), metav1.ListOptions{LabelSelector: "app.kubernetes.io/instance=" + stack.SampleCluster})
+		if err != nil {
+			return map[string]bool{"?": true}
+		}
+		for _, p := range pods.Items {
+			m[p.Annotations["streams.picomq.io/config-hash"]] = true
+		}
+		if len(pods.Items) != env.state.Brokers {
+			m["?"] = true
+		}
+		return m
+	}
+	before := hashes()
+	if len(before) != 1 {
+		t.Fatalf("brokers on several configurations before the change: %v", before)
+	}
+	mustKubectl(t, "", "patch", "streamcluster", stack.SampleCluster, "--type=merge", "-p", `{"spec":{"broker":{"longPollTimeout":"15s"}}}`)
+	waitFor(t, 5*time.Minute, "every broker on the new configuration", func() error {
+		h := hashes()
+		if len(h) != 1 || h[firstKey(before)] {
+			return fmt.Errorf("config hashes %v", h)
+		}
+		return nil
+	})
+	waitClusterReady(t, 3*time.Minute)
+	l.waitAcked(30, time.Minute)
+	l.stopAndCheck()
+}
+
+func firstKey(m map[string]bool) string {
+	for k := range m {
+		return k
+	}
+	return ""
+}
+
+// TestUpAfterACrashRecovers kills the supervisor outright (SIGKILL: the
+// machine lost the process tree's root), then runs up again: the stack
+// comes back from its folder — same cluster, same data.
+func TestUpAfterACrashRecovers(t *testing.T) {
+	out, code := cli(t, `{"before":"crash"}`+"\n", "append", "app/events")
+	if code != 0 {
+		t.Fatalf("append: exit %d: %s", code, out)
+	}
+	id := mustKubectl(t, "", "get", "streamcluster", stack.SampleCluster, "-o", "jsonpath={.status.clusterID}")
+	if err := syscall.Kill(env.state.PID, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "the supervisor gone", func() error {
+		if _, ok, _ := stack.ReadState(env.opts.StateDir); ok {
+			return fmt.Errorf("still running")
+		}
+		return nil
+	})
+	start := time.Now()
+	var exports bytes.Buffer
+	if err := stack.Up(context.Background(), env.opts, &exports, os.Stderr); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("up after a crash: ready in %s", time.Since(start).Round(100*time.Millisecond))
+	s, ok, err := stack.ReadState(env.opts.StateDir)
+	if err != nil || !ok || s.PID == env.state.PID {
+		t.Fatalf("state after the second up: %+v %v %v", s, ok, err)
+	}
+	env.state = s
+	if got := mustKubectl(t, "", "get", "streamcluster", stack.SampleCluster, "-o", "jsonpath={.status.clusterID}"); got != id {
+		t.Errorf("cluster id %q after the crash, want %q: the brokers formed a new cluster", got, id)
+	}
+	out, code = cli(t, "", "read", "app/events", "--from", "0", "-o", "json")
+	if code != 0 || !strings.Contains(out, `{\"before\":\"crash\"}`) {
+		t.Errorf("read after the crash: exit %d: %s", code, out)
+	}
+}
