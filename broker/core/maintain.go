@@ -24,6 +24,15 @@ func (b *Broker) maintainLoop() {
 	// broker that keeps crashing within its first pass would otherwise let
 	// it grow, and each start replay more.
 	b.snapshotIfDue()
+	// A pass under way when the broker stops ends at once: its commands
+	// may wait on a quorum that a cluster stopping as a whole does not
+	// have, and Close waits for this loop.
+	stopping, stopped := context.WithCancel(context.Background())
+	defer stopped()
+	go func() {
+		<-b.stop
+		stopped()
+	}()
 	for {
 		select {
 		case <-b.stop:
@@ -37,7 +46,7 @@ func (b *Broker) maintainLoop() {
 			return
 		case <-t.C:
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		ctx, cancel := context.WithTimeout(stopping, 30*time.Second)
 		b.maintain(ctx)
 		b.snapshotIfDue()
 		if time.Since(lastTouch) >= b.cfg.TouchInterval {
