@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/netip"
 	"os"
 	"strconv"
@@ -156,7 +157,7 @@ func printFile(ctx context.Context, path string, follow bool, out io.Writer) err
 // devAgentCommand is the node agent the supervisor starts in the pod
 // network's router namespace.
 func devAgentCommand() *cobra.Command {
-	var stateDir, kubeconfig, nodeIP, podCIDR, images, apiServer, caFile, helper string
+	var stateDir, kubeconfig, nodeIP, podCIDR, images, apiServer, helper string
 	var nodes int
 	cmd := &cobra.Command{
 		Use:    "agent",
@@ -185,12 +186,9 @@ func devAgentCommand() *cobra.Command {
 				}
 				imageDirs[repo] = dir
 			}
-			host, port, ok := strings.Cut(apiServer, ":")
-			if i := strings.LastIndexByte(apiServer, ':'); i >= 0 {
-				host, port, ok = apiServer[:i], apiServer[i+1:], true
-			}
-			if !ok {
-				return usagef("--api-server wants host:port")
+			host, port, err := net.SplitHostPort(apiServer)
+			if err != nil {
+				return usagef("--api-server wants host:port: %v", err)
 			}
 			names := make([]string, nodes)
 			for i := range names {
@@ -202,7 +200,7 @@ func devAgentCommand() *cobra.Command {
 			return nodeagent.Run(cmd.Context(), nodeagent.Options{
 				Client: k, Nodes: names, NodeIP: nodeIP, Dir: stateDir,
 				Images: imageDirs, PodIPs: cidr, DNS: nodeIP,
-				APIServerHost: host, APIServerPort: port, CAFile: caFile,
+				APIServerHost: host, APIServerPort: port,
 				Helper: []string{helper, "dev", "pod-init"}, ImageUser: 65532,
 				AddServiceAddress: podnet.AddLocalAddress,
 				Logger:            log,
@@ -217,7 +215,6 @@ func devAgentCommand() *cobra.Command {
 	f.StringVar(&podCIDR, "pod-cidr", "", "the pods' addresses")
 	f.StringVar(&images, "images", "", "repository=folder of its binaries, comma-separated")
 	f.StringVar(&apiServer, "api-server", "", "host:port the pods reach the API server at")
-	f.StringVar(&caFile, "ca-file", "", "the API server's CA")
 	f.StringVar(&helper, "helper", "", "the picomq binary that runs `dev pod-init`")
 	return cmd
 }

@@ -29,7 +29,6 @@ import (
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
@@ -66,9 +65,9 @@ type Options struct {
 	ImageUser int64
 	// APIServerHost and APIServerPort are what the pods reach the API
 	// server at (KUBERNETES_SERVICE_HOST/PORT: no kube-proxy serves the
-	// kubernetes Service's ClusterIP here); CAFile the API server's CA.
+	// kubernetes Service's ClusterIP here). Their CA reaches them in the
+	// service-account volume (the kube-root-ca.crt ConfigMap).
 	APIServerHost, APIServerPort string
-	CAFile                       string
 	// Helper is the argv prefix that runs podinit.Main on a spec file.
 	Helper []string
 	// Network makes and removes pods' networks (podnet's functions; tests
@@ -362,6 +361,3 @@ func (a *Agent) event(pod *corev1.Pod, kind, reason, format string, args ...any)
 		a.events.Eventf(pod, kind, reason, format, args...)
 	}
 }
-
-// now is the agent's clock.
-func now() metav1.Time { return metav1.Now() }

@@ -103,6 +103,12 @@ func (w *podWorker) run(ctx context.Context) {
 	w.startTime = time.Now()
 	w.dir = filepath.Join(w.a.opts.Dir, "pods", w.pod.Namespace+"_"+w.pod.Name+"_"+podnet.PodID(string(w.uid)))
 	w.a.log.Info("pod bound here", append(w.log(), "node", w.pod.Spec.NodeName)...)
+	if w.pod.DeletionTimestamp != nil {
+		// Deleted while no agent ran (the stack was down): nothing of it
+		// runs here, so its deletion completes at once.
+		w.finish(ctx, true)
+		return
+	}
 
 	// The sandbox: address, network, volumes. Retried until it is ready
 	// (a claim not yet bound, a ConfigMap not yet created).

@@ -231,7 +231,6 @@ func startAgent(p paths, o Options, cp *controlplane.ControlPlane, n podnet.Conf
 		"--pod-cidr", n.Pods.String(),
 		"--images", "ghcr.io/picomq/picomq="+p.bin(),
 		"--api-server", net.JoinHostPort(host, port),
-		"--ca-file", filepath.Join(p.controlPlane(), "pki", "ca.crt"),
 		"--helper", self,
 	)
 	cmd.Stdout, cmd.Stderr = logf, logf
