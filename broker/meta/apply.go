@@ -86,6 +86,10 @@ func (s *State) Apply(c *Command) any {
 		if c.Member != nil {
 			return s.member(c.Member)
 		}
+	case OpReplicas:
+		if c.Replicas != nil {
+			return s.replicas(c.Replicas)
+		}
 	}
 	return BadCommand.With("op", string(c.Op), "reason", "unknown op or missing body")
 }
@@ -464,4 +468,19 @@ func (s *State) member(c *MemberChange) any {
 	s.Members[m.ID] = &m
 	out := m
 	return &out
+}
+
+func (s *State) replicas(c *Replicas) any {
+	if len(c.New) == 0 {
+		return BadCommand.With("op", string(OpReplicas), "reason", "an object's new replica set is empty", "object", c.Object)
+	}
+	o, ok := s.Objects[c.Object]
+	if !ok {
+		return ReplicasChanged.With("object", c.Object, "want", c.Old)
+	}
+	if !slices.Equal(o.Replicas, c.Old) {
+		return ReplicasChanged.With("object", c.Object, "want", c.Old, "have", o.Replicas)
+	}
+	o.Replicas = slices.Clone(c.New)
+	return nil
 }

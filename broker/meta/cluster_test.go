@@ -110,3 +110,51 @@ func TestCodecWritesTheOldestVersionThatFits(t *testing.T) {
 		}
 	}
 }
+
+// TestReplicasMoveOnlyFromTheSetTheyWerePlannedOn: a move of an object's
+// copies applies when the object's set is the one it names, through the
+// log's codec; a second mover planning on the same old set, a move of a
+// collected object and an empty new set are refused and change nothing.
+func TestReplicasMoveOnlyFromTheSetTheyWerePlannedOn(t *testing.T) {
+	t.Parallel()
+	s := NewState()
+	id := mustApply(t, s, create("r", 1)).(*CreateResult).Entry.Streams[0]
+	mustApply(t, s, &Command{Op: OpOpen, Open: &Open{Stream: id, Owner: "n"}})
+	c := commit(7, Append{Stream: id, Epoch: 0, First: 0, Range: rng(0, 1, 7)})
+	c.Commit.Replicas = []string{"a~1", "b~1", "c~1"}
+	mustApply(t, s, c)
+
+	move := &Command{Op: OpReplicas, Replicas: &Replicas{Object: 7, Old: []string{"a~1", "b~1", "c~1"}, New: []string{"a~1", "b~1", "d~1"}}}
+	raw, err := Encode(move)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var decoded Command
+	if err := Decode(raw, &decoded); err != nil || !reflect.DeepEqual(decoded.Replicas, move.Replicas) {
+		t.Fatalf("codec round trip: %+v, %v", decoded.Replicas, err)
+	}
+	mustApply(t, s, &decoded)
+	if got := s.Objects[7].Replicas; !reflect.DeepEqual(got, []string{"a~1", "b~1", "d~1"}) {
+		t.Fatalf("replicas after the move %v", got)
+	}
+	move.Replicas.New[2] = "changed after the apply"
+	if got := s.Objects[7].Replicas[2]; got != "d~1" {
+		t.Fatalf("the state kept the command's slice: %v", got)
+	}
+
+	rival := &Command{Op: OpReplicas, Replicas: &Replicas{Object: 7, Old: []string{"a~1", "b~1", "c~1"}, New: []string{"a~1", "b~1", "e~1"}}}
+	if err, _ := s.Apply(rival).(error); !errors.Is(err, ReplicasChanged) {
+		t.Fatalf("a move planned on the old set: %v, want REPLICAS_CHANGED", err)
+	}
+	gone := &Command{Op: OpReplicas, Replicas: &Replicas{Object: 99, Old: []string{"a~1"}, New: []string{"b~1"}}}
+	if err, _ := s.Apply(gone).(error); !errors.Is(err, ReplicasChanged) {
+		t.Fatalf("a move of an unknown object: %v, want REPLICAS_CHANGED", err)
+	}
+	empty := &Command{Op: OpReplicas, Replicas: &Replicas{Object: 7, Old: []string{"a~1", "b~1", "d~1"}}}
+	if err, _ := s.Apply(empty).(error); !errors.Is(err, BadCommand) {
+		t.Fatalf("a move to no replica: %v, want BAD_COMMAND", err)
+	}
+	if got := s.Objects[7].Replicas; !reflect.DeepEqual(got, []string{"a~1", "b~1", "d~1"}) {
+		t.Fatalf("refused moves changed the set: %v", got)
+	}
+}

@@ -25,6 +25,7 @@ const (
 	OpFork           Op = "fork"
 	OpCluster        Op = "cluster"
 	OpMember         Op = "member"
+	OpReplicas       Op = "replicas"
 )
 
 // Command is one entry of the metadata log: Op and the matching field.
@@ -45,6 +46,7 @@ type Command struct {
 	Fork           *Fork           `json:"fork,omitempty"`
 	Cluster        *Cluster        `json:"cluster,omitempty"`
 	Member         *MemberChange   `json:"member,omitempty"`
+	Replicas       *Replicas       `json:"replicas,omitempty"`
 }
 
 // Create allocates one internal stream per partition and stores the entry
@@ -198,6 +200,18 @@ type GroupOffset struct {
 	Group  string `json:"group"`
 	Next   uint64 `json:"next"`
 	After  int    `json:"after,omitempty"`
+}
+
+// Replicas moves an object's copies (a repair, or a drain): when the
+// object's replica set is still Old it becomes New. The copies New names
+// and Old lacks are durable before the command is proposed; the members
+// Old names and New lacks may delete theirs once it applied (their files
+// are orphans then). Any other set, or a collected object, is refused with
+// ReplicasChanged: two movers never both win.
+type Replicas struct {
+	Object uint64   `json:"object"`
+	Old    []string `json:"old"`
+	New    []string `json:"new"`
 }
 
 // ObjectsDeleted forgets garbage objects whose files are gone.

@@ -20,4 +20,5 @@ var (
 	StreamGone       = node.StreamGone
 	ProducerEpochSeq = node.ProducerEpochSeq
 	MemberRemoved    = node.MemberRemoved
+	ReplicasChanged  = node.ReplicasChanged
 )

@@ -26,6 +26,7 @@ const (
 	CodeStreamGone       errs.Code = 0x00_10_01_0C
 	CodeProducerEpochSeq errs.Code = 0x00_10_01_0D
 	CodeMemberRemoved    errs.Code = 0x00_10_01_0E
+	CodeReplicasChanged  errs.Code = 0x00_10_01_0F
 )
 
 var (
@@ -121,6 +122,14 @@ var (
 		"This broker was removed from the cluster",
 		"broker/meta: the member id (node and incarnation) was removed from the cluster for good; start the broker on an empty data directory to join as a new member",
 		409, 77)
+
+	// ReplicasChanged: a move of an object's copies was proposed against a
+	// replica set that is no longer the object's (another move, or the
+	// object was collected). Nothing changed; the mover plans again.
+	ReplicasChanged = errs.Static(CodeReplicasChanged, "REPLICAS_CHANGED",
+		"The object's replica set changed since the move was planned",
+		"broker/meta: a replicas command whose old set is not the object's current one, or whose object is gone; fields: object, want (the old set proposed), have (the current set, absent when the object is gone)",
+		409, 75)
 )
 
 // Aborted answers an append whose provisional offsets were computed on top
