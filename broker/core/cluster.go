@@ -161,3 +161,43 @@ func (b *Broker) memberChange(ctx context.Context, m meta.Member) (Member, error
 	}
 	return memberOf(r), nil
 }
+
+// CommittedObject is a committed object whose file members hold: its id,
+// its size, and the members holding a copy (never empty).
+type CommittedObject struct {
+	ID       uint64
+	Size     int64
+	Replicas []string
+}
+
+// ReplicatedObjects lists the committed objects with a replica set, by id,
+// as of now: what a repair or a drain moves. Objects every member holds
+// through the log (their frames rode in their commit) are not listed.
+func (b *Broker) ReplicatedObjects() []CommittedObject {
+	var out []CommittedObject
+	b.fsm.View(func(s *meta.State) {
+		for id, o := range s.Objects {
+			if len(o.Replicas) > 0 {
+				out = append(out, CommittedObject{ID: id, Size: o.Size, Replicas: slices.Clone(o.Replicas)})
+			}
+		}
+	})
+	slices.SortFunc(out, func(a, c CommittedObject) int {
+		switch {
+		case a.ID < c.ID:
+			return -1
+		case a.ID > c.ID:
+			return 1
+		}
+		return 0
+	})
+	return out
+}
+
+// MoveReplicas commits an object's new replica set, when its set is still
+// old (REPLICAS_CHANGED otherwise): the copies new names beyond old must be
+// durable before it is called.
+func (b *Broker) MoveReplicas(ctx context.Context, id uint64, old, new []string) error {
+	_, err := b.apply(ctx, &meta.Command{Op: meta.OpReplicas, Replicas: &meta.Replicas{Object: id, Old: old, New: new}})
+	return err
+}

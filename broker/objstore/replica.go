@@ -353,3 +353,20 @@ func (s *Store) RemovePartialReplicas() error {
 	}
 	return nil
 }
+
+// OpenObject opens the file of object id for reading it whole, as a copy
+// is sent to another member (a repair or a drain): the receiver checks
+// every frame (WriteReplica), so nothing is checked here. It returns the
+// file's size; an object this store holds no file of is fs.ErrNotExist.
+func (s *Store) OpenObject(id uint64) (*os.File, int64, error) {
+	f, err := os.Open(s.path(id))
+	if err != nil {
+		return nil, 0, err
+	}
+	st, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, 0, stream.StreamBackendFailed.Wrap(err, "op", "objstore.open", "object", id)
+	}
+	return f, st.Size(), nil
+}

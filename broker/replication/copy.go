@@ -88,3 +88,61 @@ func copyReason(ctx context.Context, err error) string {
 	}
 	return reasonPeerError
 }
+
+// CopyBetween makes a copy of object id on member to from member from's
+// file (a repair or a drain moving copies: the metadata leader relays the
+// bytes), and returns nil once to answered that its copy is durable. to
+// checks every frame as it arrives, so a bad copy at from is refused
+// there, never spread. Both are members' configuration addresses of
+// their peer ports.
+func (r *Replication) CopyBetween(ctx context.Context, id uint64, from, to Peer) error {
+	if r.cfg.Client == nil {
+		return ReplicaUnavailable.With("object", id, "reason", "no peer client configured")
+	}
+	ctx, cancel := context.WithTimeout(ctx, r.cfg.CopyTimeout)
+	defer cancel()
+	get, err := http.NewRequestWithContext(ctx, http.MethodGet, r.cfg.Client.URL(from.Addr, objectPath(id)), nil)
+	if err != nil {
+		return err
+	}
+	src, err := r.cfg.Client.Do(get)
+	if err != nil {
+		return ReplicaUnavailable.Wrap(err, "object", id, "member", from.ID, "reason", "the source's copy could not be read")
+	}
+	defer src.Body.Close()
+	if src.StatusCode != http.StatusOK {
+		data, _ := io.ReadAll(io.LimitReader(src.Body, 4<<10))
+		return problemOrStatus(http.MethodGet, objectPath(id), src, data)
+	}
+	put, err := http.NewRequestWithContext(ctx, http.MethodPut, r.cfg.Client.URL(to.Addr, objectPath(id)), src.Body)
+	if err != nil {
+		return err
+	}
+	put.ContentLength = src.ContentLength
+	put.Header.Set("Content-Type", "application/octet-stream")
+	start := time.Now()
+	resp, err := r.cfg.Client.Do(put)
+	if err != nil {
+		r.m.CopyFailures.WithLabelValues(copyReason(ctx, err)).Inc()
+		return fmt.Errorf("replication: copy of %016x from %s to %s: %w", id, from.ID, to.ID, err)
+	}
+	data, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNoContent {
+		r.m.CopyFailures.WithLabelValues(reasonPeerError).Inc()
+		return problemOrStatus(http.MethodPut, objectPath(id), resp, data)
+	}
+	r.m.Copies.Inc()
+	r.m.CopyBytes.Add(float64(src.ContentLength))
+	r.m.CopySeconds.Observe(time.Since(start).Seconds())
+	return nil
+}
+
+// problemOrStatus is a peer's refusal: its coded problem when it sent one,
+// else the status it answered.
+func problemOrStatus(method, path string, resp *http.Response, data []byte) error {
+	if coded, err := errs.Unmarshal(data); err == nil && coded != nil {
+		return coded
+	}
+	return fmt.Errorf("replication: %s %s: unexpected answer %s", method, path, resp.Status)
+}

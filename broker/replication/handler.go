@@ -2,6 +2,7 @@ package replication
 
 import (
 	"errors"
+	"io"
 	"io/fs"
 	"log/slog"
 	"net/http"
@@ -51,10 +52,11 @@ func NewHandler(cfg HandlerConfig) http.Handler {
 	h := &handler{cfg: cfg}
 	mux := http.NewServeMux()
 	mux.HandleFunc("PUT "+ObjectsPath+"{id}", h.put)
+	mux.HandleFunc("GET "+ObjectsPath+"{id}", h.object)
 	mux.HandleFunc("GET "+ObjectsPath+"{id}/frame", h.frame)
 	// Anything else under the prefix is refused coded too, as every answer
 	// of the peer API is.
-	mux.HandleFunc(ObjectsPath+"{id}", h.noRoute(http.MethodPut))
+	mux.HandleFunc(ObjectsPath+"{id}", h.noRoute(http.MethodPut+", "+http.MethodGet))
 	mux.HandleFunc(ObjectsPath+"{id}/frame", h.noRoute(http.MethodGet))
 	mux.HandleFunc(ObjectsPath, h.noRoute(""))
 	return mux
@@ -118,6 +120,31 @@ func (h *handler) put(w http.ResponseWriter, r *http.Request) {
 		}
 		h.fail(w, r, frontend.Coded(err, "replication.put"))
 	}
+}
+
+// object serves this member's whole file of an object, for a copy made
+// elsewhere (CopyBetween): the receiver checks every frame as it arrives.
+func (h *handler) object(w http.ResponseWriter, r *http.Request) {
+	id, ok := parseID(r.PathValue("id"))
+	if !ok {
+		h.fail(w, r, ReplicaID.With("id", r.PathValue("id"), "reason", "not an object id: 16 lower-case hex digits, not zero"))
+		return
+	}
+	f, size, err := h.cfg.Store.OpenObject(id)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		h.fail(w, r, ReplicaNotFound.With("object", id))
+		return
+	case err != nil:
+		h.fail(w, r, frontend.Coded(err, "replication.object"))
+		return
+	}
+	defer f.Close()
+	hd := w.Header()
+	hd.Set("Content-Type", "application/octet-stream")
+	hd.Set("Content-Length", strconv.FormatInt(size, 10))
+	hd.Set("Cache-Control", "no-store")
+	_, _ = io.CopyN(w, f, size)
 }
 
 // frame serves the frame of len bytes at pos, header included, once it

@@ -120,7 +120,7 @@ func TestHandlerPut(t *testing.T) {
 			t.Errorf("left aside: %s", e.Name())
 		}
 	}
-	if resp, _, err := do(http.MethodPost, objectPath(id), good); resp.StatusCode != http.StatusMethodNotAllowed || !errors.Is(err, NoRoute) || resp.Header.Get("Allow") != http.MethodPut {
+	if resp, _, err := do(http.MethodPost, objectPath(id), good); resp.StatusCode != http.StatusMethodNotAllowed || !errors.Is(err, NoRoute) || resp.Header.Get("Allow") != http.MethodPut+", "+http.MethodGet {
 		t.Errorf("POST: %s, %v", resp.Status, err)
 	}
 	if resp, _, err := do(http.MethodGet, ObjectsPath+"a/b/c", nil); resp.StatusCode != http.StatusNotFound || !errors.Is(err, NoRoute) {

@@ -21,6 +21,7 @@ import (
 
 	"github.com/picomq/picomq/broker/core"
 	"github.com/picomq/picomq/broker/httpapi/wire"
+	"github.com/picomq/picomq/broker/repair"
 	"github.com/picomq/picomq/broker/stream"
 )
 
@@ -84,6 +85,9 @@ type Cluster struct {
 	// ReplicationFactor is how many brokers hold each object file (0: the
 	// default, min(3, brokers)).
 	ReplicationFactor int
+	// RepairDownGrace is how long a broker may be down before its copies
+	// are made again elsewhere.
+	RepairDownGrace time.Duration
 }
 
 // Peer is one node of a static peer list.
@@ -135,6 +139,7 @@ func Parse(args []string, getenv func(string) string, out io.Writer) (Settings, 
 		Cluster: Cluster{
 			Slots: DefaultSlots, LeaseDuration: DefaultLeaseDuration,
 			RenewDeadline: DefaultRenewDeadline, RetryPeriod: DefaultRetryPeriod,
+			RepairDownGrace: repair.DefaultDownGrace,
 		},
 	}
 	fs := flag.NewFlagSet("broker", flag.ContinueOnError)
@@ -185,6 +190,7 @@ func Parse(args []string, getenv func(string) string, out io.Writer) (Settings, 
 	fs.DurationVar(&s.Cluster.RenewDeadline, "lease-renew-deadline", s.Cluster.RenewDeadline, "cluster mode: a holder stops serving a slot this long after its last renew was sent (below --lease-duration)")
 	fs.DurationVar(&s.Cluster.RetryPeriod, "lease-retry-period", s.Cluster.RetryPeriod, "cluster mode: how often Leases are renewed and taken (below --lease-renew-deadline)")
 	fs.IntVar(&s.Cluster.ReplicationFactor, "replication-factor", 0, "cluster mode: how many brokers hold each object (0: min(3, brokers))")
+	fs.DurationVar(&s.Cluster.RepairDownGrace, "repair-down-grace", s.Cluster.RepairDownGrace, "cluster mode: how long a broker may be down before the copies it holds are made again on the others (a removed or draining broker's are moved at once)")
 	fs.StringVar(&tlsCert, "tls-cert-file", "", "not served yet: refused when set")
 	fs.StringVar(&tlsKey, "tls-key-file", "", "not served yet: refused when set")
 	fs.StringVar(&tokens, "auth-tokens-dir", "", "not served yet: refused when set")
@@ -277,6 +283,8 @@ func (s Settings) check() error {
 		return bad("--lease-duration %v must be above --lease-renew-deadline %v", c.LeaseDuration, c.RenewDeadline)
 	case c.ReplicationFactor < 0:
 		return bad("--replication-factor %d: must not be negative (0: the default)", c.ReplicationFactor)
+	case c.RepairDownGrace <= 0:
+		return bad("--repair-down-grace %v: must be positive", c.RepairDownGrace)
 	}
 	if _, err := Ordinal(s.NodeID); err != nil {
 		return bad("--node-id %q: %v", s.NodeID, err)

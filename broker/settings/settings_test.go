@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/picomq/picomq/broker/core"
+	"github.com/picomq/picomq/broker/repair"
 	"github.com/picomq/picomq/broker/stream"
 )
 
@@ -26,7 +27,8 @@ func TestParseConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defCluster := Cluster{Slots: DefaultSlots, LeaseDuration: DefaultLeaseDuration, RenewDeadline: DefaultRenewDeadline, RetryPeriod: DefaultRetryPeriod}
+	defCluster := Cluster{Slots: DefaultSlots, LeaseDuration: DefaultLeaseDuration, RenewDeadline: DefaultRenewDeadline, RetryPeriod: DefaultRetryPeriod,
+		RepairDownGrace: repair.DefaultDownGrace}
 	want := Settings{DataDir: "/d", Listen: ":4437", NodeID: host, MaxBatchBytes: 8 << 20, InlineBytes: core.DefaultInlineBytes, PageCacheBytes: core.DefaultPageCacheBytes, SyncLinger: core.DefaultSyncLinger, LongPollTimeout: time.Second,
 		MaxBodyBytes: 16 << 20, ShutdownTimeout: 20 * time.Second, LogLevel: slog.LevelInfo, LogFormat: "json", Cluster: defCluster}
 	if !reflect.DeepEqual(c, want) {
@@ -105,12 +107,13 @@ func cluster(extra map[string]string) map[string]string {
 func TestParseClusterSettings(t *testing.T) {
 	t.Parallel()
 	s, err := Parse(nil, env(cluster(map[string]string{"PICOMQ_REPLICATION_FACTOR": "3", "PICOMQ_CLUSTER_ID": "c-1",
-		"PICOMQ_DEFAULT_STREAM_POLICY": `{"partitions":4,"retainFor":"24h"}`})), io.Discard)
+		"PICOMQ_DEFAULT_STREAM_POLICY": `{"partitions":4,"retainFor":"24h"}`, "PICOMQ_REPAIR_DOWN_GRACE": "2m"})), io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := Cluster{Name: "demo", Namespace: "ns", ID: "c-1", PeerListen: ":4438", PeerService: "demo-headless.ns.svc",
-		Slots: 64, LeaseDuration: 15 * time.Second, RenewDeadline: 10 * time.Second, RetryPeriod: 2 * time.Second, ReplicationFactor: 3}
+		Slots: 64, LeaseDuration: 15 * time.Second, RenewDeadline: 10 * time.Second, RetryPeriod: 2 * time.Second, ReplicationFactor: 3,
+		RepairDownGrace: 2 * time.Minute}
 	if !reflect.DeepEqual(s.Cluster, want) {
 		t.Fatalf("cluster = %+v, want %+v", s.Cluster, want)
 	}
@@ -134,6 +137,7 @@ func TestParseClusterSettings(t *testing.T) {
 		{map[string]string{"PICOMQ_LEASE_RETRY_PERIOD": "10s"}, "--lease-renew-deadline"},
 		{map[string]string{"PICOMQ_LEASE_RETRY_PERIOD": "0s"}, "--lease-retry-period"},
 		{map[string]string{"PICOMQ_REPLICATION_FACTOR": "-1"}, "--replication-factor"},
+		{map[string]string{"PICOMQ_REPAIR_DOWN_GRACE": "0s"}, "--repair-down-grace"},
 		{map[string]string{"PICOMQ_NODE_ID": "demo"}, "--node-id"},
 		{map[string]string{"PICOMQ_PEERS": "demo-0=a|b"}, "does not list this node"},
 		{map[string]string{"PICOMQ_PEERS": "demo-1=a"}, "--peers"},

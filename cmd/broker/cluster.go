@@ -21,6 +21,7 @@ import (
 	"github.com/picomq/picomq/broker/metalog"
 	"github.com/picomq/picomq/broker/ownership"
 	"github.com/picomq/picomq/broker/peer"
+	"github.com/picomq/picomq/broker/repair"
 	"github.com/picomq/picomq/broker/replication"
 	"github.com/picomq/picomq/broker/routing"
 	"github.com/picomq/picomq/broker/settings"
@@ -31,6 +32,7 @@ import (
 type cluster struct {
 	cfg    settings.Cluster
 	log    *slog.Logger
+	reg    prometheus.Registerer
 	mux    *peer.Mux
 	addrs  peer.Addresses
 	dialer peer.Dialer
@@ -39,7 +41,15 @@ type cluster struct {
 	owners *ownership.Manager
 	repl   *replication.Replication
 	srv    *peer.Server
+	repair *repair.Runner
 	under  atomic.Int64 // objects under-replicated, as of the last count
+	// dataDir is the broker's data directory (the drain's record goes
+	// there); drained is set once a drain removed this member.
+	dataDir string
+	drained atomic.Bool
+	leaving atomic.Bool // the drain under way leaves the cluster
+	// restart stops the broker to start it again (set by main).
+	restart func()
 
 	mu sync.Mutex
 	b  *core.Broker // set once open: the ownership callbacks act on it
@@ -52,7 +62,7 @@ type cluster struct {
 // prepareCluster opens the peer port and takes this broker's place in the
 // cluster's metadata log (bootstrap or join), before the core opens.
 func prepareCluster(ctx context.Context, s settings.Settings, logger *slog.Logger, reg prometheus.Registerer) (*cluster, error) {
-	c := &cluster{cfg: s.Cluster, log: logger}
+	c := &cluster{cfg: s.Cluster, log: logger, reg: reg, dataDir: s.DataDir}
 	_, peerPort, err := net.SplitHostPort(s.Cluster.PeerListen)
 	if err != nil {
 		return nil, fmt.Errorf("--peer-listen %q: %w", s.Cluster.PeerListen, err)
@@ -228,7 +238,22 @@ func (c *cluster) start(ctx context.Context, b *core.Broker) error {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	c.stop, c.ctx = cancel, ctx
-	c.wg.Add(4)
+	c.repair = repair.New(repair.Config{DownGrace: c.cfg.RepairDownGrace, Logger: c.log.With("component", "repair"), Metrics: c.reg}, repairCluster{c: c, b: b})
+	c.wg.Add(6)
+	go func() { defer c.wg.Done(); c.repair.Run(ctx) }()
+	go func() {
+		defer c.wg.Done()
+		t := time.NewTicker(drainCheck)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				c.finishDrain(ctx)
+			}
+		}
+	}()
 	go func() {
 		defer c.wg.Done()
 		t := time.NewTicker(5 * time.Second)

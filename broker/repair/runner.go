@@ -1,0 +1,225 @@
+package repair
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Cluster is what the runner reads and does, in the cluster's terms (the
+// broker's wiring implements it over the core, the member Leases and
+// replication).
+type Cluster interface {
+	// IsLeader: rounds run on the metadata leader only, so that one mover
+	// plans at a time (a mover on a stale leader loses the commit).
+	IsLeader() bool
+	Objects() []Object
+	// Members are the recorded members, removed ones included, with their
+	// Live and Draining flags (DownFor is the runner's own).
+	Members() []Member
+	// R is the replication factor now.
+	R() int
+	// Copy makes a durable copy of object id on member to from member
+	// from's file.
+	Copy(ctx context.Context, id uint64, from, to string) error
+	// Commit commits an object's new replica set if its set is still old.
+	Commit(ctx context.Context, id uint64, old, new []string) error
+}
+
+// Config configures a Runner.
+type Config struct {
+	// Period is the pause between two rounds (default 2s).
+	Period time.Duration
+	// DownGrace is how long a member may be down before its copies are
+	// made elsewhere (default DefaultDownGrace).
+	DownGrace time.Duration
+	// Concurrency bounds the copies in flight (default 4); MaxPerRound the
+	// moves one round plans (default 64).
+	Concurrency, MaxPerRound int
+	Logger                   *slog.Logger
+	Metrics                  prometheus.Registerer
+	// Now is the clock (default time.Now).
+	Now func() time.Time
+}
+
+// DefaultDownGrace is how long a member that is down keeps counting as a
+// copy: a restart or a node's reboot is back well within it, and copying
+// everything it held each time would cost more than the risk of waiting.
+const DefaultDownGrace = 5 * time.Minute
+
+// Runner moves copies, round after round, on the metadata leader.
+type Runner struct {
+	cfg Config
+	cl  Cluster
+	m   metrics
+
+	mu        sync.Mutex
+	downSince map[string]time.Time
+	last      Summary
+}
+
+type metrics struct {
+	copies, bytes prometheus.Counter
+	failures      *prometheus.CounterVec
+	pending       prometheus.Gauge
+	pendingBytes  prometheus.Gauge
+	stuck         prometheus.Gauge
+}
+
+// New returns a runner for cl.
+func New(cfg Config, cl Cluster) *Runner {
+	if cfg.Period <= 0 {
+		cfg.Period = 2 * time.Second
+	}
+	if cfg.DownGrace <= 0 {
+		cfg.DownGrace = DefaultDownGrace
+	}
+	if cfg.Concurrency <= 0 {
+		cfg.Concurrency = 4
+	}
+	if cfg.MaxPerRound <= 0 {
+		cfg.MaxPerRound = 64
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	m := metrics{
+		copies: prometheus.NewCounter(prometheus.CounterOpts{Name: "picomq_repair_copies_total",
+			Help: "Copies of objects made by repairs and drains (on the metadata leader)."}),
+		bytes: prometheus.NewCounter(prometheus.CounterOpts{Name: "picomq_repair_copy_bytes_total",
+			Help: "Bytes of the copies repairs and drains made."}),
+		failures: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "picomq_repair_failures_total",
+			Help: "Moves of copies that failed, by stage: copy (the bytes) or commit (the new replica set)."}, []string{"stage"}),
+		pending: prometheus.NewGauge(prometheus.GaugeOpts{Name: "picomq_repair_pending_objects",
+			Help: "Objects whose copies must move: on a removed or draining member, or one down longer than the grace (as of the leader's last round)."}),
+		pendingBytes: prometheus.NewGauge(prometheus.GaugeOpts{Name: "picomq_repair_pending_bytes",
+			Help: "Size of the objects whose copies must move."}),
+		stuck: prometheus.NewGauge(prometheus.GaugeOpts{Name: "picomq_repair_stuck_objects",
+			Help: "Objects that need a copy no member can make now: no live holder, or no member to copy to."}),
+	}
+	if cfg.Metrics != nil {
+		cfg.Metrics.MustRegister(m.copies, m.bytes, m.failures, m.pending, m.pendingBytes, m.stuck)
+	}
+	return &Runner{cfg: cfg, cl: cl, m: m, downSince: map[string]time.Time{}}
+}
+
+// Run runs rounds until ctx ends.
+func (r *Runner) Run(ctx context.Context) {
+	t := time.NewTicker(r.cfg.Period)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if !r.cl.IsLeader() {
+			r.forget()
+			continue
+		}
+		if _, err := r.Round(ctx); err != nil && ctx.Err() == nil {
+			r.cfg.Logger.Warn("repair round", "err", err)
+		}
+	}
+}
+
+// forget drops what a leader tracks: a member's down time is counted
+// again from when the next leader first sees it down, which only delays a
+// repair, never hastens one.
+func (r *Runner) forget() {
+	r.mu.Lock()
+	r.downSince = map[string]time.Time{}
+	r.mu.Unlock()
+}
+
+// Summary is what the last round left to do.
+func (r *Runner) Summary() Summary {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.last
+}
+
+// Round plans and makes one round's moves, and returns what is left after
+// them (as planned: a failed move stays pending).
+func (r *Runner) Round(ctx context.Context) (Summary, error) {
+	members := r.cl.Members()
+	now := r.cfg.Now()
+	r.mu.Lock()
+	for i := range members {
+		m := &members[i]
+		if m.Live || m.Removed {
+			delete(r.downSince, m.ID)
+			continue
+		}
+		since, ok := r.downSince[m.ID]
+		if !ok {
+			since = now
+			r.downSince[m.ID] = now
+		}
+		m.DownFor = now.Sub(since)
+	}
+	r.mu.Unlock()
+	moves, sum := Plan(Input{Objects: r.cl.Objects(), Members: members, R: r.cl.R(), DownGrace: r.cfg.DownGrace, Max: r.cfg.MaxPerRound})
+
+	var (
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		errs []error
+		done int
+	)
+	sem := make(chan struct{}, r.cfg.Concurrency)
+	for _, mv := range moves {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			err := r.move(ctx, mv)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				errs = append(errs, err)
+				return
+			}
+			done++
+		})
+	}
+	wg.Wait()
+	if done > 0 {
+		// What is left, as the log now says.
+		_, sum = Plan(Input{Objects: r.cl.Objects(), Members: members, R: r.cl.R(), DownGrace: r.cfg.DownGrace})
+	}
+	r.m.pending.Set(float64(sum.Pending))
+	r.m.pendingBytes.Set(float64(sum.PendingBytes))
+	r.m.stuck.Set(float64(sum.Stuck))
+	r.mu.Lock()
+	r.last = sum
+	r.mu.Unlock()
+	if len(moves) > 0 {
+		r.cfg.Logger.Info("repair round", "moves", len(moves), "done", done, "failed", len(errs), "pending", sum.Pending, "stuck", sum.Stuck)
+	}
+	return sum, errors.Join(errs...)
+}
+
+func (r *Runner) move(ctx context.Context, mv Move) error {
+	if mv.To != "" {
+		if err := r.cl.Copy(ctx, mv.Object, mv.From, mv.To); err != nil {
+			r.m.failures.WithLabelValues("copy").Inc()
+			return err
+		}
+		r.m.copies.Inc()
+		r.m.bytes.Add(float64(mv.Size))
+	}
+	if err := r.cl.Commit(ctx, mv.Object, mv.Old, mv.New); err != nil {
+		// A refused commit leaves the copy an orphan on To, collected
+		// after the orphan grace; the next round plans on the new set.
+		r.m.failures.WithLabelValues("commit").Inc()
+		return err
+	}
+	return nil
+}

@@ -1,0 +1,105 @@
+package repair
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/picomq/picomq/broker/meta"
+)
+
+// fakeCluster keeps objects as the log would: Commit is meta's replicas
+// command, refused unless the set is the one planned on.
+type fakeCluster struct {
+	mu      sync.Mutex
+	state   *meta.State
+	members []Member
+	copies  map[uint64][]string // who holds a file of each object
+	failTo  string              // copies to this member fail
+}
+
+func (f *fakeCluster) IsLeader() bool { return true }
+func (f *fakeCluster) R() int         { return 2 }
+func (f *fakeCluster) Members() []Member {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.members)
+}
+
+func (f *fakeCluster) Objects() []Object {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []Object
+	for id, o := range f.state.Objects {
+		out = append(out, Object{ID: id, Size: o.Size, Replicas: slices.Clone(o.Replicas)})
+	}
+	slices.SortFunc(out, func(a, b Object) int { return int(a.ID) - int(b.ID) })
+	return out
+}
+
+func (f *fakeCluster) Copy(_ context.Context, id uint64, from, to string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if to == f.failTo {
+		return context.DeadlineExceeded
+	}
+	if !slices.Contains(f.copies[id], from) {
+		panic("copy from a member without a file")
+	}
+	f.copies[id] = append(f.copies[id], to)
+	return nil
+}
+
+func (f *fakeCluster) Commit(_ context.Context, id uint64, old, new []string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, m := range new {
+		if !slices.Contains(f.copies[id], m) {
+			panic("a set naming a member without a durable copy")
+		}
+	}
+	if err, ok := f.state.Apply(&meta.Command{Op: meta.OpReplicas, Replicas: &meta.Replicas{Object: id, Old: old, New: new}}).(error); ok {
+		return err
+	}
+	return nil
+}
+
+// TestRunnerRepairsAfterTheGrace: a member goes down; its copies are made
+// again only once it has been down longer than the grace; a copy that
+// fails is retried the next round; the summary and the set end right.
+func TestRunnerRepairsAfterTheGrace(t *testing.T) {
+	st := meta.NewState()
+	f := &fakeCluster{state: st, copies: map[uint64][]string{}}
+	for id := uint64(1); id <= 5; id++ {
+		st.Objects[id] = &meta.Object{ID: id, Size: 10, Replicas: []string{"a", "b"}}
+		f.copies[id] = []string{"a", "b"}
+	}
+	f.members = []Member{{ID: "a", Live: true}, {ID: "b"}, {ID: "c", Live: true}}
+	now := time.Unix(1000, 0)
+	r := New(Config{DownGrace: time.Minute, Now: func() time.Time { return now }}, f)
+	ctx := context.Background()
+
+	sum, err := r.Round(ctx)
+	if err != nil || sum.Pending != 0 {
+		t.Fatalf("b just went down: %+v %v, want nothing pending within the grace", sum, err)
+	}
+	now = now.Add(2 * time.Minute)
+	f.failTo = "c"
+	if sum, err = r.Round(ctx); err == nil || sum.Pending != 5 {
+		t.Fatalf("copies to c failing: %+v %v, want 5 pending and the error", sum, err)
+	}
+	f.failTo = ""
+	if sum, err = r.Round(ctx); err != nil || sum.Pending != 0 || sum.Stuck != 0 {
+		t.Fatalf("after the repair: %+v %v", sum, err)
+	}
+	for id, o := range st.Objects {
+		if !slices.Equal(o.Replicas, []string{"a", "c"}) {
+			t.Errorf("object %d: replicas %v, want [a c]", id, o.Replicas)
+		}
+	}
+	if got := r.Summary(); got.Held["b"] != 0 || got.Held["c"] != 5 {
+		t.Errorf("summary held %v", got.Held)
+	}
+}
