@@ -11,9 +11,10 @@ import (
 // cluster's side (cmd/broker) implements it; a lone broker has none.
 type Drainer interface {
 	// StartDrain makes this broker stop taking slots and hand off those it
-	// holds; asked again it changes nothing. A refusal (a coded error)
-	// leaves the broker as it was.
-	StartDrain(ctx context.Context) error
+	// holds and, unless o.Stay, leave the cluster once its copies of
+	// objects moved; asked again it changes nothing. A refusal (a coded
+	// error) leaves the broker as it was.
+	StartDrain(ctx context.Context, o wire.DrainOptions) error
 	// CancelDrain makes it a full member again: it takes its share of the
 	// slots again.
 	CancelDrain(ctx context.Context) error
@@ -39,14 +40,14 @@ func (s *Server) serveDrain(w http.ResponseWriter, r *http.Request) {
 	}
 	switch r.Method {
 	case http.MethodPost:
-		// The body is optional; when sent it is an empty JSON object
-		// (the operator sends "{}"), room for options later.
-		var opts struct{}
+		// The body is optional: wire.DrainOptions as JSON (the operator
+		// sends "{}": a drain to leave).
+		var opts wire.DrainOptions
 		if err := s.decodeJSON(w, r, &opts); err != nil {
 			s.fail(w, r, err)
 			return
 		}
-		if err := d.StartDrain(r.Context()); err != nil {
+		if err := d.StartDrain(r.Context(), opts); err != nil {
 			s.fail(w, r, err)
 			return
 		}

@@ -19,10 +19,14 @@ type fakeDrainer struct {
 	calls    []string
 }
 
-func (d *fakeDrainer) StartDrain(context.Context) error {
+func (d *fakeDrainer) StartDrain(_ context.Context, o wire.DrainOptions) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	d.calls = append(d.calls, "start")
+	if o.Stay {
+		d.calls = append(d.calls, "start stay")
+	} else {
+		d.calls = append(d.calls, "start")
+	}
 	if d.refuse != nil {
 		return d.refuse
 	}
@@ -75,9 +79,9 @@ func TestDrainEndpoint(t *testing.T) {
 	if ds.Phase != wire.DrainNone || ds.SlotsHeld != 3 || ds.OpenStreams != 6 {
 		t.Errorf("GET before: %+v", ds)
 	}
-	// POST starts it, with the body the operator sends or none, and
-	// answers the progress; asked again it answers the same.
-	for _, body := range [][]byte{[]byte("{}"), nil} {
+	// POST starts it, with the body the operator sends, none, or the
+	// options, and answers the progress; asked again it answers the same.
+	for _, body := range [][]byte{[]byte("{}"), nil, []byte(`{"stay":true}`)} {
 		ds = f.drainCall(http.MethodPost, hdr{"Content-Type": wire.JSONContentType}, body)
 		if ds.Phase != wire.DrainDraining || ds.SlotsHeld != 3 || ds.Message == "" {
 			t.Errorf("POST %q: %+v", body, ds)
@@ -95,11 +99,11 @@ func TestDrainEndpoint(t *testing.T) {
 	d.mu.Lock()
 	calls := append([]string(nil), d.calls...)
 	d.mu.Unlock()
-	if len(calls) != 3 || calls[0] != "start" || calls[1] != "start" || calls[2] != "cancel" {
+	if len(calls) != 4 || calls[0] != "start" || calls[1] != "start" || calls[2] != "start stay" || calls[3] != "cancel" {
 		t.Errorf("calls %v", calls)
 	}
 
-	// A body that is not the empty object is refused before anything
+	// A body with an option it does not know is refused before anything
 	// changes.
 	resp, body = f.do(http.MethodPost, wire.DrainPath, nil, []byte(`{"force":true}`))
 	wantProblem(t, resp, body, http.StatusBadRequest, wire.MalformedBody)
@@ -108,7 +112,7 @@ func TestDrainEndpoint(t *testing.T) {
 	if resp.Header.Get("Allow") != "GET, POST, DELETE" {
 		t.Errorf("Allow %q", resp.Header.Get("Allow"))
 	}
-	if len(d.calls) != 3 {
+	if len(d.calls) != 4 {
 		t.Errorf("refused requests reached the drainer: %v", d.calls)
 	}
 

@@ -25,3 +25,21 @@ func (m *Manager) SetDraining(ctx context.Context, on bool) error {
 	m.signal()
 	return err
 }
+
+// SetLeaving marks (or unmarks) this broker's member Lease as leaving the
+// cluster: a drain for a scale down, whose copies of objects the others
+// move (broker/repair), as against a graceful stop's drain, which only
+// hands the slots off. The error is that of writing the member Lease.
+func (m *Manager) SetLeaving(ctx context.Context, on bool) error {
+	m.mu.Lock()
+	m.leaving = on
+	m.mu.Unlock()
+	m.memberMu.Lock()
+	err := m.writeMemberLocked(ctx)
+	m.memberMu.Unlock()
+	if err != nil {
+		m.noteErr(err)
+		m.log.Warn("writing the member Lease's leaving state failed", "leaving", on, "err", err)
+	}
+	return err
+}

@@ -43,6 +43,7 @@ type Manager struct {
 	members  map[string]*coordinationv1.Lease // node -> its member Lease as last seen
 	held     map[int]*heldSlot
 	draining bool
+	leaving  bool // drains to leave the cluster (SetLeaving)
 	target   int
 	live     []string // identities counted for fair shares, sorted
 	synced   bool     // source has answered once

@@ -17,7 +17,7 @@ func (m *Manager) writeMemberLocked(ctx context.Context) error {
 	ctx, cancel := m.ioContext(ctx)
 	defer cancel()
 	m.mu.Lock()
-	draining := m.draining
+	draining, leaving := m.draining, m.leaving
 	base := m.member
 	if base == nil {
 		base = m.members[m.cfg.Node]
@@ -33,9 +33,9 @@ func (m *Manager) writeMemberLocked(ctx context.Context) error {
 			l := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: m.cfg.Namespace,
 				Labels: leaseLabels(m.cfg.Cluster, RoleMember)}}
 			l.Spec.AcquireTime = ptr.To(metav1.NewMicroTime(now))
-			got, err = m.leases.Create(ctx, m.memberLease(l, now, draining), metav1.CreateOptions{})
+			got, err = m.leases.Create(ctx, m.memberLease(l, now, draining, leaving), metav1.CreateOptions{})
 		} else {
-			got, err = m.leases.Update(ctx, m.memberLease(base, now, draining), metav1.UpdateOptions{})
+			got, err = m.leases.Update(ctx, m.memberLease(base, now, draining, leaving), metav1.UpdateOptions{})
 		}
 		if err == nil {
 			m.member = got
@@ -60,7 +60,7 @@ func (m *Manager) writeMemberLocked(ctx context.Context) error {
 }
 
 // memberLease returns a copy of l as this broker's member Lease now.
-func (m *Manager) memberLease(l *coordinationv1.Lease, now time.Time, draining bool) *coordinationv1.Lease {
+func (m *Manager) memberLease(l *coordinationv1.Lease, now time.Time, draining, leaving bool) *coordinationv1.Lease {
 	n := m.renewed(l, now)
 	if n.Labels == nil {
 		n.Labels = map[string]string{}
@@ -68,13 +68,15 @@ func (m *Manager) memberLease(l *coordinationv1.Lease, now time.Time, draining b
 	for k, v := range leaseLabels(m.cfg.Cluster, RoleMember) {
 		n.Labels[k] = v
 	}
-	if draining {
-		if n.Annotations == nil {
-			n.Annotations = map[string]string{}
+	for key, on := range map[string]bool{AnnotationDraining: draining, AnnotationLeaving: leaving} {
+		if on {
+			if n.Annotations == nil {
+				n.Annotations = map[string]string{}
+			}
+			n.Annotations[key] = "true"
+		} else {
+			delete(n.Annotations, key)
 		}
-		n.Annotations[AnnotationDraining] = "true"
-	} else {
-		delete(n.Annotations, AnnotationDraining)
 	}
 	return n
 }

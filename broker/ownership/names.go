@@ -20,6 +20,11 @@ const (
 	ManagedBy = "picomq"
 	// AnnotationDraining is "true" on a member Lease while its broker drains.
 	AnnotationDraining = "streams.picomq.io/draining"
+	// AnnotationLeaving is "true" on a member Lease while its broker
+	// drains to leave the cluster (a scale down): its copies of objects
+	// move to the others. A drain without it (a graceful stop) only hands
+	// the slots off.
+	AnnotationLeaving = "streams.picomq.io/leaving"
 
 	RoleSlot   = "slot"
 	RoleMember = "member"
@@ -67,6 +72,11 @@ func holderOf(l *coordinationv1.Lease) string {
 		return ""
 	}
 	return *l.Spec.HolderIdentity
+}
+
+// isLeaving reads the leaving annotation of a member Lease.
+func isLeaving(l *coordinationv1.Lease) bool {
+	return l.Annotations[AnnotationLeaving] == "true"
 }
 
 // isDraining reads the draining annotation of a member Lease.

@@ -10,7 +10,9 @@ type MemberInfo struct {
 	Identity string `json:"identity"`
 	Node     string `json:"node"`
 	Draining bool   `json:"draining,omitempty"`
-	Self     bool   `json:"self,omitempty"`
+	// Leaving: it drains to leave the cluster (its copies move).
+	Leaving bool `json:"leaving,omitempty"`
+	Self    bool `json:"self,omitempty"`
 }
 
 // Members returns the members whose member Lease changed within
@@ -20,12 +22,12 @@ func (m *Manager) Members() []MemberInfo {
 	now := m.clk.Now()
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	out := []MemberInfo{{Identity: m.cfg.Identity, Node: m.cfg.Node, Draining: m.draining, Self: true}}
+	out := []MemberInfo{{Identity: m.cfg.Identity, Node: m.cfg.Node, Draining: m.draining, Leaving: m.leaving, Self: true}}
 	for node, l := range m.members {
 		if node == m.cfg.Node || holderOf(l) == "" || m.expiredLocked(l, now) {
 			continue
 		}
-		out = append(out, MemberInfo{Identity: holderOf(l), Node: node, Draining: isDraining(l)})
+		out = append(out, MemberInfo{Identity: holderOf(l), Node: node, Draining: isDraining(l), Leaving: isLeaving(l)})
 	}
 	slices.SortFunc(out, func(a, b MemberInfo) int {
 		switch {

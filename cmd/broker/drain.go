@@ -3,23 +3,30 @@ package main
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
 
 	"github.com/picomq/picomq/broker/httpapi/wire"
 )
 
-// The first stage of a broker's drain, behind /v1/admin/drain
-// (httpapi.Drainer): the broker stops taking slots and hands those it holds
-// off, so that it ends owning none of the streams and every request it
-// receives is proxied to an owner. It never reports DrainDrained: a broker
-// with no slot still holds its copies of objects and its place in the
-// metadata log's configuration, and removing it would lose both. Moving
-// the copies and leaving the configuration are the rest of the drain, not
-// built yet, so the operator keeps holding a scale-down at Draining.
-
-// drainLeft is what every drain status says is left once the slots are
-// gone.
-const drainLeft = "this broker still holds its copies of the cluster's objects and its place in the metadata log's Raft configuration; " +
-	"re-replicating those copies and leaving the configuration are not built yet, so the broker cannot be removed without losing data and the drain stays Draining"
+// A broker's drain, behind /v1/admin/drain (httpapi.Drainer):
+//
+//  1. it stops taking slots and hands those it holds off, so that it owns
+//     none of the streams and every request it receives is proxied;
+//  2. the metadata leader's repair room copies every object whose replica
+//     set names it to a broker that stays and commits the new set
+//     (broker/repair: a draining member's copies do not count);
+//  3. holding no slot, no open stream and no copy, it records in its data
+//     directory that it drained and asks the cluster to remove it; the
+//     leader then takes it out of the metadata log's configuration,
+//     handing over leadership first if it led, and a replacement voter
+//     promoted first when one is needed;
+//  4. removed, it reports Drained: the operator may delete its pod. Its
+//     claim, if kept, is recognised at the next start by the record of
+//     step 3, and the data set aside: the broker joins as a new member.
 
 // StartDrain implements httpapi.Drainer: the slot Lease manager's fair share
 // becomes 0 (it takes no slot, hands off those it holds) and the member
@@ -28,12 +35,18 @@ const drainLeft = "this broker still holds its copies of the cluster's objects a
 // not hold the replication factor's copies of new objects: every append
 // writing a file would fail. Asked again while draining, it changes
 // nothing.
-func (c *cluster) StartDrain(ctx context.Context) error {
+func (c *cluster) StartDrain(ctx context.Context, o wire.DrainOptions) error {
 	if c.owners.Status().Draining {
 		return nil
 	}
 	if err := c.drainAllowed(); err != nil {
 		return err
+	}
+	c.leaving.Store(!o.Stay)
+	if !o.Stay {
+		if err := c.owners.SetLeaving(ctx, true); err != nil {
+			c.log.Warn("draining to leave: the member Lease is not written yet", "err", err)
+		}
 	}
 	if err := c.owners.SetDraining(ctx, true); err != nil {
 		// The flag is set whatever the API server said; the loop writes
@@ -66,8 +79,22 @@ func (c *cluster) drainAllowed() error {
 // CancelDrain implements httpapi.Drainer: the broker is a full member
 // again and takes its share of the slots back.
 func (c *cluster) CancelDrain(ctx context.Context) error {
+	if c.drained.Load() {
+		// Too late to stay: the cluster removed this member for good. It
+		// restarts, sets its drained directory aside and joins as a new
+		// member, which takes its share of the slots.
+		c.log.Info("drain cancelled after it completed: restarting to join as a new member")
+		if c.restart != nil {
+			time.AfterFunc(time.Second, c.restart) // after the answer
+		}
+		return nil
+	}
 	if !c.owners.Status().Draining {
 		return nil
+	}
+	c.leaving.Store(false)
+	if err := c.owners.SetLeaving(ctx, false); err != nil {
+		c.log.Warn("drain cancelled: the member Lease is not written yet", "err", err)
 	}
 	if err := c.owners.SetDraining(ctx, false); err != nil {
 		c.log.Warn("drain cancelled: the member Lease is not written yet", "err", err)
@@ -80,17 +107,123 @@ func (c *cluster) CancelDrain(ctx context.Context) error {
 func (c *cluster) DrainStatus() wire.DrainStatus {
 	st := c.owners.Status()
 	ds := wire.DrainStatus{SlotsHeld: st.SlotsHeld, OpenStreams: c.openStreams()}
+	ds.ObjectsHeld, ds.BytesHeld = c.heldObjects()
+	if c.drained.Load() {
+		ds.Phase = wire.DrainDrained
+		ds.Message = "drained: removed from the cluster, holding nothing the others lack; the pod may be deleted"
+		return ds
+	}
 	if !st.Draining {
 		ds.Message = "not draining"
 		return ds
 	}
 	ds.Phase = wire.DrainDraining
-	if ds.SlotsHeld > 0 || ds.OpenStreams > 0 {
-		ds.Message = fmt.Sprintf("handing off %d slots, %d streams open here; after that, %s", ds.SlotsHeld, ds.OpenStreams, drainLeft)
-	} else {
-		ds.Message = "owns no slot and no open stream: every request is proxied to an owner; but " + drainLeft
+	switch {
+	case !c.leaving.Load():
+		ds.Message = fmt.Sprintf("handing off %d slots, %d streams open here; staying a member (a drain with stay: cancel it to serve again)", ds.SlotsHeld, ds.OpenStreams)
+	case ds.SlotsHeld > 0 || ds.OpenStreams > 0:
+		ds.Message = fmt.Sprintf("handing off %d slots, %d streams open here; %d copies of objects (%d bytes) to move to the brokers that stay", ds.SlotsHeld, ds.OpenStreams, ds.ObjectsHeld, ds.BytesHeld)
+	case ds.ObjectsHeld > 0:
+		ds.Message = fmt.Sprintf("owns no slot and no open stream; %d copies of objects (%d bytes) still to move to the brokers that stay", ds.ObjectsHeld, ds.BytesHeld)
+	default:
+		ds.Message = "holds nothing the others lack: leaving the cluster"
 	}
 	return ds
+}
+
+// heldObjects counts the committed objects whose replica set names this
+// member, and their size.
+func (c *cluster) heldObjects() (n int, bytes int64) {
+	b := c.broker()
+	if b == nil {
+		return 0, 0
+	}
+	self := c.member.Identity().ID()
+	for _, o := range b.ReplicatedObjects() {
+		if slices.Contains(o.Replicas, self) {
+			n++
+			bytes += o.Size
+		}
+	}
+	return n, bytes
+}
+
+// finishDrain is the drain's last step, run every drainCheck: a draining
+// member that holds no slot, no open stream and no copy records that it
+// drained, then asks to be removed.
+func (c *cluster) finishDrain(ctx context.Context) {
+	if c.drained.Load() || !c.leaving.Load() || !c.owners.Status().Draining {
+		return
+	}
+	ds := c.DrainStatus()
+	if ds.SlotsHeld > 0 || ds.OpenStreams > 0 || ds.ObjectsHeld > 0 {
+		return
+	}
+	self := c.member.Identity().ID()
+	if err := writeDrainedMark(c.dataDir, self); err != nil {
+		c.log.Error("drain: cannot record that this broker drained; not leaving", "err", err)
+		return
+	}
+	if err := c.broker().RemoveMember(ctx, self); err != nil {
+		c.log.Warn("drain: asking to be removed", "err", err)
+		return
+	}
+	c.drained.Store(true)
+	c.log.Info("drained: removed from the cluster; the leader takes this broker out of the metadata log's configuration", "member", self)
+}
+
+// drainCheck is how often a draining broker looks whether it is done.
+const drainCheck = time.Second
+
+// drainedMark is the file a drained broker leaves in its data directory:
+// the member id that drained. A broker starting on that directory that the
+// cluster says was removed sets the data aside and joins as a new member,
+// instead of refusing to start as a removed member's directory otherwise
+// makes it (a member lost and removed may hold data nobody else has; a
+// drained one holds nothing the others lack).
+const drainedMark = "DRAINED"
+
+func writeDrainedMark(dataDir, member string) error {
+	path := filepath.Join(dataDir, drainedMark)
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(member+"\n"), 0o600); err != nil {
+		return err
+	}
+	f, err := os.Open(tmp)
+	if err != nil {
+		return err
+	}
+	err = f.Sync()
+	f.Close()
+	if err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return err
+	}
+	d, err := os.Open(dataDir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
+
+// drainedHere says whether dataDir is a drained member's.
+func drainedHere(dataDir string) bool {
+	_, err := os.Stat(filepath.Join(dataDir, drainedMark))
+	return err == nil
+}
+
+// setAsideDrained moves a drained member's data directory out of the way
+// (beside it, named .drained-<time>) and removes it, so that the broker
+// starts on an empty directory and joins as a new member.
+func setAsideDrained(dataDir string, now time.Time) error {
+	aside := fmt.Sprintf("%s.drained-%d", strings.TrimSuffix(dataDir, "/"), now.UnixNano())
+	if err := os.Rename(dataDir, aside); err != nil {
+		return err
+	}
+	return os.RemoveAll(aside)
 }
 
 // openStreams counts the internal streams the metadata log has open with

@@ -118,7 +118,18 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 
 	var cl *cluster
 	if cfg.Cluster.Name != "" {
-		if cl, err = prepareCluster(ctx, cfg, logger, reg); err != nil {
+		cl, err = prepareCluster(ctx, cfg, logger, reg)
+		if errors.Is(err, node.MemberRemoved) && drainedHere(cfg.DataDir) {
+			// A drained member's directory (a claim kept after a scale
+			// down, handed to a later scale up): it holds nothing the
+			// others lack, so it is set aside and the broker joins anew.
+			logger.Info("this data directory is a drained member's: setting it aside and joining the cluster as a new member", "dataDir", cfg.DataDir)
+			if err = setAsideDrained(cfg.DataDir, time.Now()); err == nil {
+				return restartCode
+			}
+			logger.Error("cannot set a drained member's data directory aside", "err", err)
+		}
+		if err != nil {
 			if errors.Is(err, node.MemberRemoved) {
 				return serveRemoved(ctx, cfg, logger, reg, err)
 			}
@@ -173,7 +184,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		Name: "picomq_stream_reads_waiting", Help: "Durable Streams long-polls and SSE responses waiting for records now.",
 	}, func() float64 { return float64(ds.Waiting()) }))
 	if cl != nil {
-		api.Handle("POST "+membership.RecoverPath, cl.member.ServeRecover(func() { stopFor(errRestart) }))
+		cl.restart = func() { stopFor(errRestart) }
+		api.Handle("POST "+membership.RecoverPath, cl.member.ServeRecover(cl.restart))
 	}
 	if cfg.Pprof {
 		api.Handle("/debug/pprof/", http.HandlerFunc(pprof.Index))

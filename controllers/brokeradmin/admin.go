@@ -43,6 +43,10 @@ type DrainStatus struct {
 	SlotsHeld int32 `json:"slotsHeld"`
 	// OpenStreams is how many internal streams are still open on it.
 	OpenStreams int32 `json:"openStreams"`
+	// ObjectsHeld and BytesHeld are the copies of objects it holds that
+	// must still move to the brokers that stay.
+	ObjectsHeld int64 `json:"objectsHeld"`
+	BytesHeld   int64 `json:"bytesHeld"`
 	// Message says what the broker is waiting for, if anything.
 	Message string `json:"message,omitempty"`
 }
@@ -52,7 +56,7 @@ func (d DrainStatus) Done() bool { return d.Phase == DrainComplete }
 
 // String is a short progress report for conditions and events.
 func (d DrainStatus) String() string {
-	s := fmt.Sprintf("%s, %d slots and %d open streams left", orNone(string(d.Phase)), d.SlotsHeld, d.OpenStreams)
+	s := fmt.Sprintf("%s, %d slots, %d open streams and %d objects (%d bytes) to move left", orNone(string(d.Phase)), d.SlotsHeld, d.OpenStreams, d.ObjectsHeld, d.BytesHeld)
 	if d.Message != "" {
 		s += ": " + d.Message
 	}

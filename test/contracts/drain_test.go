@@ -14,13 +14,13 @@ import (
 	"github.com/picomq/picomq/test/clusterharness"
 )
 
-// TestDrainHandsEverySlotOff: the first stage of a drain. A drained broker
+// TestCordonHandsEverySlotOff: a drain with stay (a cordon). The broker
 // ends with no slot and no stream open, the others hold every slot between
 // them, the streams it owned are served by them with everything that was
-// acknowledged, and it never reports Drained (it still holds its object
-// copies and its Raft membership). A drain that would leave fewer members
-// than R is refused; cancelling gives the broker its share back.
-func TestDrainHandsEverySlotOff(t *testing.T) {
+// acknowledged, and it never reports Drained (it stays a member, keeping
+// its copies). A drain that would leave fewer members than R is refused;
+// cancelling gives the broker its share back.
+func TestCordonHandsEverySlotOff(t *testing.T) {
 	needCluster(t)
 	o := options()
 	c := clusterharness.Start(t, o)
@@ -69,19 +69,19 @@ func TestDrainHandsEverySlotOff(t *testing.T) {
 
 	// Drained of its slots: watched all along, it never says Drained.
 	stopWatch := watchNeverDrained(t, c, drained)
-	if ds, err = c.Drain(ctx, drained); err != nil || ds.Phase != wire.DrainDraining {
-		t.Fatalf("POST drain: %+v, %v", ds, err)
+	if ds, err = c.Cordon(ctx, drained); err != nil || ds.Phase != wire.DrainDraining {
+		t.Fatalf("POST drain with stay: %+v, %v", ds, err)
 	}
-	if ds2, err := c.Drain(ctx, drained); err != nil || ds2.Phase != wire.DrainDraining {
-		t.Fatalf("POST drain again: %+v, %v", ds2, err)
+	if ds2, err := c.Cordon(ctx, drained); err != nil || ds2.Phase != wire.DrainDraining {
+		t.Fatalf("POST drain with stay again: %+v, %v", ds2, err)
 	}
-	if err := c.DrainAndWait(drained, drainTimeout); err != nil {
+	if err := c.CordonAndWait(drained, drainTimeout); err != nil {
 		t.Fatal(err)
 	}
 	ds, err = c.DrainStatus(ctx, drained)
 	if err != nil || ds.Phase != wire.DrainDraining || ds.SlotsHeld != 0 || ds.OpenStreams != 0 ||
-		!strings.Contains(ds.Message, "object") || !strings.Contains(ds.Message, "Raft") {
-		t.Fatalf("drained of its slots: %+v, %v; want Draining, 0 and 0, and a message naming the copies and the Raft membership left", ds, err)
+		!strings.Contains(ds.Message, "staying a member") {
+		t.Fatalf("cordoned: %+v, %v; want Draining, 0 slots and 0 streams, and a message saying it stays", ds, err)
 	}
 	n, err := c.Node(drained)
 	if err != nil {
@@ -124,7 +124,7 @@ func TestDrainHandsEverySlotOff(t *testing.T) {
 
 	// Draining a second broker would leave one member for R=2: refused,
 	// and that broker stays a full member.
-	if ds, err := c.Drain(ctx, 1); err == nil || !strings.Contains(err.Error(), "DRAIN_REFUSED") {
+	if ds, err := c.Cordon(ctx, 1); err == nil || !strings.Contains(err.Error(), "DRAIN_REFUSED") {
 		t.Errorf("a drain leaving fewer members than R: %+v, %v; want 409 DRAIN_REFUSED", ds, err)
 	}
 	if ds, err := c.DrainStatus(ctx, 1); err != nil || ds.Phase != wire.DrainNone || ds.SlotsHeld == 0 {
@@ -157,7 +157,7 @@ func TestDrainHandsEverySlotOff(t *testing.T) {
 }
 
 // watchNeverDrained polls broker i's drain status until stop is called and
-// fails t if it ever reports Drained: the first stage of a drain leaves
+// fails t if it ever reports Drained: a drain with stay leaves
 // the broker's object copies and Raft membership in place.
 func watchNeverDrained(t *testing.T, c *clusterharness.Cluster, i int) (stop func()) {
 	ctx, cancel := context.WithCancel(context.Background())

@@ -37,7 +37,7 @@ func TestEngineSuiteThroughTheCluster(t *testing.T) {
 	o := options()
 	o.ExtraFlags = []string{"--test-clock"}
 	c := clusterharness.Start(t, o)
-	if err := c.DrainAndWait(drained, drainTimeout); err != nil {
+	if err := c.CordonAndWait(drained, drainTimeout); err != nil {
 		t.Fatal(err)
 	}
 	proxy := c.URL(drained)

@@ -10,18 +10,25 @@ const (
 	// DrainNone: the broker is a full member, not draining.
 	DrainNone = ""
 	// DrainDraining: the broker takes no slot and hands those it holds
-	// off. It stays in this phase while it holds anything the cluster
-	// would lose with it: at zero slots and zero open streams it still
-	// holds its copies of objects and its place in the metadata log's
-	// configuration.
+	// off, while the metadata leader copies every object it holds a copy
+	// of to the brokers that stay (broker/repair). It stays in this phase
+	// while it holds anything the cluster would lose with it.
 	DrainDraining = "Draining"
-	// DrainDrained: the broker owns no slot, holds no copy the others
-	// lack and has left the metadata log: its pod may be removed without
-	// losing data. No broker reports it yet: re-replicating a draining
-	// broker's objects and leaving the Raft configuration are still to be
-	// built, and until then the operator keeps holding the scale-down.
+	// DrainDrained: the broker owns no slot, no replica set names it, and
+	// it was removed from the cluster (the leader then takes it out of
+	// the metadata log's configuration, handing over leadership first if
+	// it led): its pod may be removed without losing data.
 	DrainDrained = "Drained"
 )
+
+// DrainOptions is the optional body of a POST to DrainPath.
+type DrainOptions struct {
+	// Stay: hand the slots off and stay a member (a cordon, for
+	// maintenance): no copy moves, the broker is not removed, and the
+	// drain stays Draining until cancelled. Without it the broker leaves
+	// the cluster once its copies moved (a scale down).
+	Stay bool `json:"stay,omitempty"`
+}
 
 // DrainStatus is the answer of DrainPath: to POST (started, or its
 // progress), GET (its progress) and DELETE (cancelled: phase DrainNone).
@@ -34,6 +41,10 @@ type DrainStatus struct {
 	// OpenStreams is how many internal streams the metadata log has open
 	// with this broker as their writer.
 	OpenStreams int `json:"openStreams"`
+	// ObjectsHeld and BytesHeld are the committed objects whose replica
+	// set still names this broker, and their size: copies still to move.
+	ObjectsHeld int   `json:"objectsHeld"`
+	BytesHeld   int64 `json:"bytesHeld"`
 	// Message says what is left before the broker may be removed.
 	Message string `json:"message,omitempty"`
 }
