@@ -20,7 +20,9 @@ import (
 //     log, so that promoting it never stalls commits;
 //   - add before remove: promotions come before demotions and removals,
 //     and the leader is never demoted or removed without first handing its
-//     leadership to a voter that stays.
+//     leadership to a voter that stays;
+//   - a voter is removed or demoted only while the voters left have a
+//     majority that answers the leader.
 
 // seen is one server of the configuration as the planner sees it.
 type seen struct {
@@ -147,23 +149,58 @@ func planSteps(servers []seen, leader string) []step {
 		}
 		return []step{{stepTransfer, heir}}
 	}
+	// A vote is taken away only while the voters left keep a majority
+	// that answers: removing or demoting a voter while another voter is
+	// down could leave no majority able to commit until that one is back
+	// (etcd's strict reconfiguration check refuses the same).
+	voting := map[string]bool{}
+	for _, s := range servers {
+		if s.Voter {
+			voting[s.ID] = true
+		}
+	}
+	for _, st := range steps {
+		voting[st.ID] = true // promotions come first
+	}
+	answers := map[string]bool{}
+	for _, s := range servers {
+		answers[s.ID] = s.Answers || s.ID == leader
+	}
+	keepsMajority := func(id string) bool {
+		n, up := 0, 0
+		for v := range voting {
+			if v == id {
+				continue
+			}
+			n++
+			if answers[v] {
+				up++
+			}
+		}
+		return 2*up > n
+	}
 	for _, s := range gone {
+		if voting[s.ID] && !keepsMajority(s.ID) {
+			continue // wait until enough voters answer
+		}
 		if hand := leaving(s.ID); hand != nil {
 			return append(steps, hand...)
 		}
 		steps = append(steps, step{stepRemove, s.ID})
+		delete(voting, s.ID)
 	}
 	// Demote the extra voters, highest ordinals first, while more than the
 	// target vote.
 	for i := len(keep) - 1; i >= 0 && voters > target; i-- {
 		s := keep[i]
-		if !s.Voter || want[s.ID] {
+		if !s.Voter || want[s.ID] || !keepsMajority(s.ID) {
 			continue
 		}
 		if hand := leaving(s.ID); hand != nil {
 			return append(steps, hand...)
 		}
 		steps = append(steps, step{stepDemote, s.ID})
+		delete(voting, s.ID)
 		voters--
 	}
 	return steps
