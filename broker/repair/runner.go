@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/picomq/picomq/broker/node"
 )
 
 // Cluster is what the runner reads and does, in the cluster's terms (the
@@ -96,7 +98,7 @@ func New(cfg Config, cl Cluster) *Runner {
 		bytes: prometheus.NewCounter(prometheus.CounterOpts{Name: "picomq_repair_copy_bytes_total",
 			Help: "Bytes of the copies repairs and drains made."}),
 		failures: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "picomq_repair_failures_total",
-			Help: "Moves of copies that failed, by stage: copy (the bytes) or commit (the new replica set)."}, []string{"stage"}),
+			Help: "Moves of copies that did not complete, by stage: copy (the bytes), commit (the new replica set), or superseded (the object was merged or collected meanwhile)."}, []string{"stage"}),
 		pending: prometheus.NewGauge(prometheus.GaugeOpts{Name: "picomq_repair_pending_objects",
 			Help: "Objects whose copies must move: on a removed or draining member, or one down longer than the grace (as of the leader's last round)."}),
 		pendingBytes: prometheus.NewGauge(prometheus.GaugeOpts{Name: "picomq_repair_pending_bytes",
@@ -218,6 +220,12 @@ func (r *Runner) move(ctx context.Context, mv Move) error {
 	if err := r.cl.Commit(ctx, mv.Object, mv.Old, mv.New); err != nil {
 		// A refused commit leaves the copy an orphan on To, collected
 		// after the orphan grace; the next round plans on the new set.
+		if errors.Is(err, node.ReplicasChanged) {
+			// A merge replaced the object, or it was collected: nothing
+			// to repair any more.
+			r.m.failures.WithLabelValues("superseded").Inc()
+			return nil
+		}
 		r.m.failures.WithLabelValues("commit").Inc()
 		return err
 	}

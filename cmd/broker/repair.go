@@ -41,11 +41,17 @@ func (r repairCluster) Members() []repair.Member {
 	return out
 }
 
-// R is the replication factor over the members that stay.
+// R is the replication factor over the members that stay: neither
+// removed nor leaving (with the factor left to its default, a 3-broker
+// cluster scaled to 2 keeps 2 copies of each object, not 3 it cannot have).
 func (r repairCluster) R() int {
+	leaving := map[string]bool{}
+	for _, m := range r.c.owners.Members() {
+		leaving[m.Identity] = m.Leaving
+	}
 	n := 0
 	for _, m := range r.b.Members() {
-		if m.Removed.IsZero() {
+		if m.Removed.IsZero() && !leaving[m.ID] {
 			n++
 		}
 	}

@@ -412,6 +412,45 @@ func firstKey(m map[string]bool) string {
 	return ""
 }
 
+// TestScaleDownAndUpUnderLoad lowers the cluster to 2 brokers and raises
+// it back to 3 under load: the departing broker drains (its copies moved
+// to the two that stay) before its pod goes, and the new pod on its kept
+// claim joins as a new member; nothing acknowledged is lost.
+func TestScaleDownAndUpUnderLoad(t *testing.T) {
+	waitClusterReady(t, 2*time.Minute)
+	l := startLoad(t, "e2e/scale")
+	defer l.w.Stop()
+	ctx := context.Background()
+	scale := func(n int) {
+		mustKubectl(t, "", "patch", "streamcluster", stack.SampleCluster, "--type=merge", "-p", fmt.Sprintf(`{"spec":{"replicas":%d}}`, n))
+	}
+	start := time.Now()
+	scale(2)
+	waitFor(t, 5*time.Minute, "the cluster at 2 brokers", func() error {
+		sts, err := env.k.AppsV1().StatefulSets(stack.SampleNamespace).Get(ctx, stack.SampleCluster, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if sts.Spec.Replicas == nil || *sts.Spec.Replicas != 2 || sts.Status.Replicas != 2 {
+			return fmt.Errorf("StatefulSet replicas %v, status %d", sts.Spec.Replicas, sts.Status.Replicas)
+		}
+		out, err := kubectl(t, "", "get", "streamcluster", stack.SampleCluster, "-o", `jsonpath={.status.conditions[?(@.type=="Ready")].status}`)
+		if err != nil || strings.TrimSpace(out) != "True" {
+			return fmt.Errorf("Ready=%q %v", out, err)
+		}
+		return nil
+	})
+	t.Logf("3 → 2 brokers: drained and Ready in %s", time.Since(start).Round(100*time.Millisecond))
+	l.waitAcked(30, time.Minute)
+
+	start = time.Now()
+	scale(3)
+	waitClusterReady(t, 5*time.Minute)
+	t.Logf("2 → 3 brokers: Ready in %s", time.Since(start).Round(100*time.Millisecond))
+	l.waitAcked(30, time.Minute)
+	l.stopAndCheck()
+}
+
 // TestUpAfterACrashRecovers kills the supervisor outright (SIGKILL: the
 // machine lost the process tree's root), then runs up again: the stack
 // comes back from its folder — same cluster, same data.
