@@ -18,7 +18,7 @@ import (
 //     none of the streams and every request it receives is proxied;
 //  2. the metadata leader's repair room copies every object whose replica
 //     set names it to a broker that stays and commits the new set
-//     (broker/repair: a draining member's copies do not count);
+//     (broker/repair: a leaving member's copies do not count);
 //  3. holding no slot, no open stream and no copy, it records in its data
 //     directory that it drained and asks the cluster to remove it; the
 //     leader then takes it out of the metadata log's configuration,
@@ -34,9 +34,17 @@ import (
 // object is copied here. It is refused when the members that stay could
 // not hold the replication factor's copies of new objects: every append
 // writing a file would fail. Asked again while draining, it changes
-// nothing.
+// nothing, but that a drain with stay asked to leave now leaves (the
+// other way, cancel first).
 func (c *cluster) StartDrain(ctx context.Context, o wire.DrainOptions) error {
 	if c.owners.Status().Draining {
+		if !o.Stay && !c.leaving.Load() {
+			c.leaving.Store(true)
+			if err := c.owners.SetLeaving(ctx, true); err != nil {
+				c.log.Warn("draining to leave: the member Lease is not written yet", "err", err)
+			}
+			c.log.Info("draining: now to leave the cluster")
+		}
 		return nil
 	}
 	if err := c.drainAllowed(); err != nil {
