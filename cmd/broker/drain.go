@@ -3,12 +3,15 @@ package main
 import (
 	"context"
 	"fmt"
+	"log/slog"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"time"
 
+	"github.com/picomq/picomq/broker/frontend"
 	"github.com/picomq/picomq/broker/httpapi/wire"
 )
 
@@ -251,4 +254,23 @@ func (c *cluster) openStreams() int {
 		}
 	}
 	return n
+}
+
+// refuseOnceDrained answers the client API's requests with 503 NOT_READY
+// (retriable: another broker serves them) once this broker drained and
+// left the cluster: its view of the metadata stops there, so it neither
+// serves nor routes. Probes, metrics, the drain's and the node's status
+// still answer.
+func (c *cluster) refuseOnceDrained(next http.Handler, log *slog.Logger) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if c.drained.Load() {
+			switch r.URL.Path {
+			case "/healthz", "/readyz", "/metrics", wire.DrainPath, wire.NodePath:
+			default:
+				frontend.WriteProblem(w, r, log, wire.NotReady.With("reason", "drained: this broker left the cluster; send requests to another"), http.StatusServiceUnavailable)
+				return
+			}
+		}
+		next.ServeHTTP(w, r)
+	})
 }

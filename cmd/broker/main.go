@@ -198,7 +198,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	var router interface{ Drain() }
 	if cl != nil {
 		r := cl.router(api, cfg.MaxBodyBytes, reg)
-		handler, router = r, r
+		handler, router = cl.refuseOnceDrained(r, logger), r
 	}
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {

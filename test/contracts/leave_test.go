@@ -5,6 +5,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"slices"
 	"testing"
 	"time"
@@ -93,6 +95,18 @@ func TestDrainMovesCopiesAndLeaves(t *testing.T) {
 		return nil
 	}); err != nil {
 		t.Fatal(err)
+	}
+
+	// Left: it refuses the client API, retriable, so that clients go to
+	// the others (its view of the metadata stops at its removal).
+	resp, err := http.Get(c.URL(drained) + "/v1/admin/streams/leave/s-0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable || !bytes.Contains(body, []byte("NOT_READY")) {
+		t.Errorf("a request to the drained broker: %s %s, want 503 NOT_READY", resp.Status, body)
 	}
 
 	// Gone for good: everything reads back from the two that stay.

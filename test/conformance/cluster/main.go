@@ -78,11 +78,11 @@ func run() int {
 		if err != nil {
 			return err
 		}
-		if err := c.DrainAndWait(*drain, 60*time.Second); err != nil {
+		if err := c.CordonAndWait(*drain, 60*time.Second); err != nil {
 			return fmt.Errorf("%v\n%s", err, c.LogTails(4096))
 		}
 		url = c.URL(*drain)
-		fmt.Fprintf(os.Stderr, "conformance-cluster: %d brokers ready in %v; broker-%d drained of its slots (the others hold all %d): every request to %s is proxied\n",
+		fmt.Fprintf(os.Stderr, "conformance-cluster: %d brokers ready in %v; broker-%d cordoned, drained of its slots (the others hold all %d): every request to %s is proxied\n",
 			*brokers, time.Since(start).Round(time.Millisecond), *drain, *slots, url)
 		return nil
 	})
