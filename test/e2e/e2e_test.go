@@ -412,27 +412,24 @@ func firstKey(m map[string]bool) string {
 	return ""
 }
 
-// TestScaleDownAndUpUnderLoad lowers the cluster to 2 brokers and raises
-// it back to 3 under load: the departing broker drains (its copies moved
-// to the two that stay) before its pod goes, and the new pod on its kept
-// claim joins as a new member; nothing acknowledged is lost.
-func TestScaleDownAndUpUnderLoad(t *testing.T) {
-	waitClusterReady(t, 2*time.Minute)
-	l := startLoad(t, "e2e/scale")
-	defer l.w.Stop()
+// scaleTo patches the sample cluster's replicas.
+func scaleTo(t *testing.T, n int) {
+	t.Helper()
+	mustKubectl(t, "", "patch", "streamcluster", stack.SampleCluster, "--type=merge", "-p", fmt.Sprintf(`{"spec":{"replicas":%d}}`, n))
+}
+
+// waitScaled waits until the StatefulSet runs n pods, each Ready, and the
+// StreamCluster says Ready.
+func waitScaled(t *testing.T, n int, timeout time.Duration) {
+	t.Helper()
 	ctx := context.Background()
-	scale := func(n int) {
-		mustKubectl(t, "", "patch", "streamcluster", stack.SampleCluster, "--type=merge", "-p", fmt.Sprintf(`{"spec":{"replicas":%d}}`, n))
-	}
-	start := time.Now()
-	scale(2)
-	waitFor(t, 5*time.Minute, "the cluster at 2 brokers", func() error {
+	waitFor(t, timeout, fmt.Sprintf("the cluster Ready at %d brokers", n), func() error {
 		sts, err := env.k.AppsV1().StatefulSets(stack.SampleNamespace).Get(ctx, stack.SampleCluster, metav1.GetOptions{})
 		if err != nil {
 			return err
 		}
-		if sts.Spec.Replicas == nil || *sts.Spec.Replicas != 2 || sts.Status.Replicas != 2 {
-			return fmt.Errorf("StatefulSet replicas %v, status %d", sts.Spec.Replicas, sts.Status.Replicas)
+		if sts.Spec.Replicas == nil || int(*sts.Spec.Replicas) != n || int(sts.Status.ReadyReplicas) != n || int(sts.Status.Replicas) != n {
+			return fmt.Errorf("StatefulSet replicas %v, status %d, ready %d", sts.Spec.Replicas, sts.Status.Replicas, sts.Status.ReadyReplicas)
 		}
 		out, err := kubectl(t, "", "get", "streamcluster", stack.SampleCluster, "-o", `jsonpath={.status.conditions[?(@.type=="Ready")].status}`)
 		if err != nil || strings.TrimSpace(out) != "True" {
@@ -440,13 +437,125 @@ func TestScaleDownAndUpUnderLoad(t *testing.T) {
 		}
 		return nil
 	})
-	t.Logf("3 → 2 brokers: drained and Ready in %s", time.Since(start).Round(100*time.Millisecond))
+}
+
+// waitBalancedAndReplicated waits until the slot Leases are shared evenly
+// (within one) by the n brokers and the StreamCluster reports no object
+// under-replicated.
+func waitBalancedAndReplicated(t *testing.T, n int, timeout time.Duration) {
+	t.Helper()
+	ctx := context.Background()
+	waitFor(t, timeout, fmt.Sprintf("slots balanced over %d brokers, nothing under-replicated", n), func() error {
+		leases, err := env.k.CoordinationV1().Leases(stack.SampleNamespace).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return err
+		}
+		held := map[string]int{}
+		slots := 0
+		for _, l := range leases.Items {
+			if !strings.HasPrefix(l.Name, stack.SampleCluster+"-slot-") {
+				continue
+			}
+			slots++
+			if l.Spec.HolderIdentity != nil && *l.Spec.HolderIdentity != "" {
+				held[*l.Spec.HolderIdentity]++
+			}
+		}
+		lo, hi, total := slots, 0, 0
+		for _, k := range held {
+			lo, hi, total = min(lo, k), max(hi, k), total+k
+		}
+		if len(held) != n || total != slots || hi-lo > 1 {
+			return fmt.Errorf("%d slots held %v", slots, held)
+		}
+		out, err := kubectl(t, "", "get", "streamcluster", stack.SampleCluster, "-o", "jsonpath={.status.underReplicated}")
+		if err != nil || strings.TrimSpace(out) != "0" {
+			return fmt.Errorf("under-replicated %q %v", out, err)
+		}
+		return nil
+	})
+}
+
+// TestScaleUpAndDownUnderLoad takes the cluster from 3 to 5 brokers and
+// back to 3 under load: the new brokers join and take their share of the
+// slots, the departing ones drain (their copies moved to the brokers that
+// stay) before their pods go; nothing acknowledged is lost, the slots end
+// balanced and every object at R copies.
+func TestScaleUpAndDownUnderLoad(t *testing.T) {
+	waitClusterReady(t, 2*time.Minute)
+	l := startLoad(t, "e2e/scale")
+	defer l.w.Stop()
+
+	start := time.Now()
+	scaleTo(t, 5)
+	waitScaled(t, 5, 5*time.Minute)
+	t.Logf("3 → 5 brokers: Ready in %s", time.Since(start).Round(100*time.Millisecond))
+	waitBalancedAndReplicated(t, 5, 3*time.Minute)
+	t.Logf("3 → 5 brokers: slots balanced, nothing under-replicated after %s", time.Since(start).Round(100*time.Millisecond))
 	l.waitAcked(30, time.Minute)
 
 	start = time.Now()
-	scale(3)
-	waitClusterReady(t, 5*time.Minute)
-	t.Logf("2 → 3 brokers: Ready in %s", time.Since(start).Round(100*time.Millisecond))
+	scaleTo(t, 3)
+	waitScaled(t, 3, 5*time.Minute)
+	t.Logf("5 → 3 brokers: drained and Ready in %s", time.Since(start).Round(100*time.Millisecond))
+	waitBalancedAndReplicated(t, 3, 3*time.Minute)
+	l.waitAcked(30, time.Minute)
+	l.stopAndCheck()
+}
+
+// waitScaleDownStarted waits until the operator drains the departing
+// broker (Progressing says Draining) or already lowered the StatefulSet
+// (a drain of little data may complete between two looks).
+func waitScaleDownStarted(t *testing.T) {
+	t.Helper()
+	waitFor(t, time.Minute, "the scale-down under way", func() error {
+		out, err := kubectl(t, "", "get", "streamcluster,statefulset", stack.SampleCluster, "-o",
+			`jsonpath={.items[0].status.conditions[?(@.type=="Progressing")].reason} {.items[1].spec.replicas}`)
+		if err != nil {
+			return err
+		}
+		if f := strings.Fields(out); len(f) == 2 && (f[0] == "Draining" || f[1] == "2") {
+			return nil
+		}
+		return fmt.Errorf("Progressing reason and StatefulSet replicas %q", out)
+	})
+}
+
+// TestScaleDownCancelledMidDrain lowers the cluster and sets the replicas
+// back as soon as the departing broker drains: whether its drain was
+// cancelled or had completed (then it joins again as a new member), the
+// cluster ends Ready at 3 with nothing acknowledged lost.
+func TestScaleDownCancelledMidDrain(t *testing.T) {
+	waitClusterReady(t, 2*time.Minute)
+	l := startLoad(t, "e2e/cancel")
+	defer l.w.Stop()
+	scaleTo(t, 2)
+	waitScaleDownStarted(t)
+	scaleTo(t, 3)
+	waitScaled(t, 3, 5*time.Minute)
+	waitBalancedAndReplicated(t, 3, 3*time.Minute)
+	l.waitAcked(30, time.Minute)
+	l.stopAndCheck()
+}
+
+// TestDrainingBrokerKilled SIGKILLs the departing broker's process as its
+// drain starts: it restarts, the operator asks it to drain again, and the
+// scale-down completes with nothing acknowledged lost.
+func TestDrainingBrokerKilled(t *testing.T) {
+	waitClusterReady(t, 2*time.Minute)
+	l := startLoad(t, "e2e/killdrain")
+	defer l.w.Stop()
+	victim := brokerPods(t)[2]
+	scaleTo(t, 2)
+	waitScaleDownStarted(t)
+	if err := syscall.Kill(containerPID(t, stack.SampleNamespace, victim.Name, "broker"), syscall.SIGKILL); err != nil {
+		t.Logf("the departing broker was gone already: %v", err)
+	}
+	waitScaled(t, 2, 5*time.Minute)
+	waitBalancedAndReplicated(t, 2, 3*time.Minute)
+	l.waitAcked(30, time.Minute)
+	scaleTo(t, 3)
+	waitScaled(t, 3, 5*time.Minute)
 	l.waitAcked(30, time.Minute)
 	l.stopAndCheck()
 }
