@@ -112,23 +112,34 @@ func New(cfg Config, cl Cluster) *Runner {
 	return &Runner{cfg: cfg, cl: cl, m: m, downSince: map[string]time.Time{}}
 }
 
-// Run runs rounds until ctx ends.
+// Run runs rounds until ctx ends: one every Period, and the next at once
+// while a round moved copies and more are pending (a drain of many
+// objects is bounded by the copies, not by the period).
 func (r *Runner) Run(ctx context.Context) {
 	t := time.NewTicker(r.cfg.Period)
 	defer t.Stop()
+	more := false
 	for {
-		select {
-		case <-ctx.Done():
+		if !more {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+		}
+		more = false
+		if ctx.Err() != nil {
 			return
-		case <-t.C:
 		}
 		if !r.cl.IsLeader() {
 			r.forget()
 			continue
 		}
-		if _, err := r.Round(ctx); err != nil && ctx.Err() == nil {
+		sum, moved, err := r.round(ctx)
+		if err != nil && ctx.Err() == nil {
 			r.cfg.Logger.Warn("repair round", "err", err)
 		}
+		more = moved > 0 && sum.Pending > sum.Stuck
 	}
 }
 
@@ -151,6 +162,12 @@ func (r *Runner) Summary() Summary {
 // Round plans and makes one round's moves, and returns what is left after
 // them (as planned: a failed move stays pending).
 func (r *Runner) Round(ctx context.Context) (Summary, error) {
+	sum, _, err := r.round(ctx)
+	return sum, err
+}
+
+// round is Round, also saying how many moves it made.
+func (r *Runner) round(ctx context.Context) (Summary, int, error) {
 	members := r.cl.Members()
 	now := r.cfg.Now()
 	r.mu.Lock()
@@ -205,7 +222,7 @@ func (r *Runner) Round(ctx context.Context) (Summary, error) {
 	if len(moves) > 0 {
 		r.cfg.Logger.Info("repair round", "moves", len(moves), "done", done, "failed", len(errs), "pending", sum.Pending, "stuck", sum.Stuck)
 	}
-	return sum, errors.Join(errs...)
+	return sum, done, errors.Join(errs...)
 }
 
 func (r *Runner) move(ctx context.Context, mv Move) error {

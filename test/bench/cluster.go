@@ -168,6 +168,15 @@ func runCompare(base, bin string) error {
 	if *replicas > *brokers {
 		return fmt.Errorf("-replicas %d above -brokers %d", *replicas, *brokers)
 	}
+	if *drainBytes > 0 {
+		if *replicas >= *brokers {
+			return fmt.Errorf("-drain-bytes: a drain leaves %d brokers, fewer than -replicas %d: it would be refused", *brokers-1, *replicas)
+		}
+		if err := ensureAssets(); err != nil {
+			return err
+		}
+		return drainBench(context.Background(), bin, filepath.Join(base, "drain"))
+	}
 	load0 := loadavg()
 	ctx := context.Background()
 	kib := make([]byte, 1024)
@@ -315,18 +324,8 @@ func clusterPhases(ctx context.Context, bin, dir string, shapes []shape, one []s
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
-		script := "hack/envtest-assets.sh"
-		if gomod, err := exec.Command("go", "env", "GOMOD").Output(); err == nil && len(strings.TrimSpace(string(gomod))) > 0 {
-			script = filepath.Join(filepath.Dir(strings.TrimSpace(string(gomod))), script)
-		}
-		cmd := exec.Command(script)
-		cmd.Stderr = os.Stderr
-		out, err := cmd.Output()
-		if err != nil {
-			return fmt.Errorf("KUBEBUILDER_ASSETS is not set and hack/envtest-assets.sh failed (run from the repository's root, or export KUBEBUILDER_ASSETS=$(hack/envtest-assets.sh)): %v", err)
-		}
-		os.Setenv("KUBEBUILDER_ASSETS", strings.TrimSpace(string(out)))
+	if err := ensureAssets(); err != nil {
+		return err
 	}
 	os.Setenv(clusterharness.BinaryEnv, bin) // the binary the single broker ran
 	tb := clusterharness.NewProgramTB("bench-cluster", dir)
@@ -918,3 +917,22 @@ func natsRate(r *natsResult) float64 {
 }
 
 func sec(d time.Duration) string { return fmt.Sprintf("%.2fs", d.Seconds()) }
+
+// ensureAssets sets KUBEBUILDER_ASSETS from hack/envtest-assets.sh when it
+// is not set: the cluster's slot Leases need envtest's kube-apiserver.
+func ensureAssets() error {
+	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
+		script := "hack/envtest-assets.sh"
+		if gomod, err := exec.Command("go", "env", "GOMOD").Output(); err == nil && len(strings.TrimSpace(string(gomod))) > 0 {
+			script = filepath.Join(filepath.Dir(strings.TrimSpace(string(gomod))), script)
+		}
+		cmd := exec.Command(script)
+		cmd.Stderr = os.Stderr
+		out, err := cmd.Output()
+		if err != nil {
+			return fmt.Errorf("KUBEBUILDER_ASSETS is not set and hack/envtest-assets.sh failed (run from the repository's root, or export KUBEBUILDER_ASSETS=$(hack/envtest-assets.sh)): %v", err)
+		}
+		os.Setenv("KUBEBUILDER_ASSETS", strings.TrimSpace(string(out)))
+	}
+	return nil
+}
