@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/picomq/picomq/broker/client"
 	"github.com/picomq/picomq/devstack/controlplane"
 	"github.com/picomq/picomq/devstack/nodeagent"
 	"github.com/picomq/picomq/devstack/podnet"
@@ -151,6 +152,14 @@ func Run(ctx context.Context, o Options, cpBin string, progress io.Writer) (err 
 	if err != nil {
 		return err
 	}
+	svc0, err := k.CoreV1().Services(SampleNamespace).Get(ctx, SampleCluster, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("the client Service: %w", err)
+	}
+	step("every partition served")
+	if err := waitServing(ctx, "http://"+net.JoinHostPort(svc0.Spec.ClusterIP, strconv.Itoa(int(svc0.Spec.Ports[0].Port)))); err != nil {
+		return err
+	}
 	svc, err := k.CoreV1().Services(SampleNamespace).Get(ctx, SampleCluster, metav1.GetOptions{})
 	if err != nil {
 		return fmt.Errorf("the client Service: %w", err)
@@ -280,3 +289,49 @@ func listenClient(port int) (net.Listener, error) {
 }
 
 var errAgentStopped = errors.New("the node agent stopped")
+
+// waitServing waits until every partition of every stream answers a read
+// through the client Service at url. After a restart the operator's
+// conditions and the pods' still say Ready from before it until they are
+// looked at again, and the slot Leases name holders that are only coming
+// back: the stack is ready when reads are served, not when status says so.
+func waitServing(ctx context.Context, url string) error {
+	ctx, cancel := context.WithTimeout(ctx, readyTimeout)
+	defer cancel()
+	c, err := client.New(url)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	var last error
+	for {
+		last = readEveryPartition(ctx, c)
+		if last == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("the streams are not served through the client Service after %s: %w", readyTimeout, last)
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
+func readEveryPartition(ctx context.Context, c *client.Client) error {
+	infos, err := c.ListStreams(ctx, "")
+	if err != nil {
+		return err
+	}
+	for _, info := range infos {
+		s, err := c.Stream(ctx, info.Name)
+		if err != nil {
+			return err
+		}
+		for p := range info.Partitions {
+			if _, err := s.Read(ctx, p, 0, 1); err != nil {
+				return fmt.Errorf("%s partition %d: %w", info.Name, p, err)
+			}
+		}
+	}
+	return nil
+}
