@@ -406,7 +406,7 @@ func (m *Member) checkNotRemoved(ctx context.Context) error {
 			continue
 		}
 		if info.Removed {
-			return node.MemberRemoved.With("member", m.id.ID(), "node", m.id.Node, "told_by", addr)
+			return node.MemberRemoved.With("member", m.id.ID(), "node", m.id.Node, "told_by", addr, "configured", info.Configured)
 		}
 		if info.Known {
 			return nil

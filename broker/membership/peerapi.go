@@ -55,6 +55,9 @@ type statusInfo struct {
 type memberInfo struct {
 	Known   bool `json:"known"`
 	Removed bool `json:"removed"`
+	// Configured: the metadata log's configuration still lists the id (a
+	// removed member stays there until the leader may take it out).
+	Configured bool `json:"configured,omitempty"`
 }
 
 // maxForwardBody bounds a forwarded batch (entries may carry objects'
@@ -314,8 +317,17 @@ func (m *Member) serveMember(w http.ResponseWriter, r *http.Request) {
 		m.fail(w, r, errNotLeader.With("reason", "starting"))
 		return
 	}
-	cur, ok := b.Member(r.PathValue("id"))
-	writeJSON(w, memberInfo{Known: ok, Removed: ok && !cur.Removed.IsZero()})
+	id := r.PathValue("id")
+	cur, ok := b.Member(id)
+	mi := memberInfo{Known: ok, Removed: ok && !cur.Removed.IsZero()}
+	if conf, err := b.Log().Configuration(r.Context()); err == nil {
+		for _, sv := range conf.Servers {
+			mi.Configured = mi.Configured || sv.ID == id
+		}
+	} else {
+		mi.Configured = true // unknown: assume the worst
+	}
+	writeJSON(w, mi)
 }
 
 func (m *Member) memberInfo(ctx context.Context, addr, id string) (memberInfo, error) {

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/picomq/picomq/broker/errs"
 	"github.com/picomq/picomq/broker/frontend"
 	"github.com/picomq/picomq/broker/httpapi/wire"
 )
@@ -83,6 +84,21 @@ func (c *cluster) drainAllowed() error {
 	if others < need {
 		return wire.DrainRefused.With("liveOthers", others, "replicationFactor", c.cfg.ReplicationFactor,
 			"reason", fmt.Sprintf("%d other live members not draining, and objects need %d copies on the members that stay: scale up first, or lower the replication factor", others, need))
+	}
+	// The members that stay must keep a majority that runs: the leaver
+	// goes out of the configuration, and with others down the rest could
+	// not commit (nor the drain finish).
+	if b := c.broker(); b != nil {
+		staying := 0
+		for _, m := range b.Members() {
+			if m.Removed.IsZero() && m.ID != self {
+				staying++
+			}
+		}
+		if 2*others <= staying {
+			return wire.DrainRefused.With("liveOthers", others, "staying", staying,
+				"reason", fmt.Sprintf("only %d of the %d members that would stay are live: without a majority of them running the cluster could not commit once this broker left; bring the others back first", others, staying))
+		}
 	}
 	return nil
 }
@@ -273,4 +289,19 @@ func (c *cluster) refuseOnceDrained(next http.Handler, log *slog.Logger) http.Ha
 		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// stillConfigured says whether a MEMBER_REMOVED refusal says the member is
+// still in the configuration (or could not say).
+func stillConfigured(err error) bool {
+	coded, ok := errs.As(err)
+	if !ok {
+		return true
+	}
+	v, ok := coded.Field("configured")
+	if !ok {
+		return true
+	}
+	b, ok := v.(bool)
+	return !ok || b
 }

@@ -74,6 +74,7 @@ const (
 	exitUsage       = 64
 	exitSoftware    = 70
 	exitUnavailable = 69
+	exitTempFail    = 75
 )
 
 // errRestart is the cause of a stop that restarts the broker.
@@ -122,7 +123,18 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		if errors.Is(err, node.MemberRemoved) && drainedHere(cfg.DataDir) {
 			// A drained member's directory (a claim kept after a scale
 			// down, handed to a later scale up): it holds nothing the
-			// others lack, so it is set aside and the broker joins anew.
+			// others lack, so it is set aside and the broker joins anew —
+			// once the leader took the old member out of the
+			// configuration, where a voter's log still counts for the
+			// quorum until then.
+			if stillConfigured(err) {
+				logger.Info("this data directory is a drained member's, still in the metadata log's configuration: waiting for the leader to take it out before setting it aside", "dataDir", cfg.DataDir)
+				select {
+				case <-ctx.Done():
+				case <-time.After(10 * time.Second):
+				}
+				return exitTempFail // started again, it looks again
+			}
 			logger.Info("this data directory is a drained member's: setting it aside and joining the cluster as a new member", "dataDir", cfg.DataDir)
 			if err = setAsideDrained(cfg.DataDir, time.Now()); err == nil {
 				return restartCode
