@@ -560,6 +560,65 @@ func TestDrainingBrokerKilled(t *testing.T) {
 	l.stopAndCheck()
 }
 
+// TestOperatorKilledMidDrain SIGKILLs the operator as a scale-down
+// starts: the restarted operator finds the drain under way (the broker
+// answers its progress again) and completes the scale-down.
+func TestOperatorKilledMidDrain(t *testing.T) {
+	waitClusterReady(t, 2*time.Minute)
+	l := startLoad(t, "e2e/opdrain")
+	defer l.w.Stop()
+	ctx := context.Background()
+	pods, err := env.k.CoreV1().Pods("picomq-system").List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/component=operator"})
+	if err != nil || len(pods.Items) != 1 {
+		t.Fatalf("operator pods: %v", err)
+	}
+	pid := containerPID(t, "picomq-system", pods.Items[0].Name, "manager")
+	scaleTo(t, 2)
+	waitScaleDownStarted(t)
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	waitScaled(t, 2, 5*time.Minute)
+	waitBalancedAndReplicated(t, 2, 3*time.Minute)
+	l.waitAcked(30, time.Minute)
+	scaleTo(t, 3)
+	waitScaled(t, 3, 5*time.Minute)
+	waitBalancedAndReplicated(t, 3, 3*time.Minute)
+	l.waitAcked(30, time.Minute)
+	l.stopAndCheck()
+}
+
+// TestBrokerLostWithItsDiskIsRepaired deletes a broker's pod and its
+// claim under load: the broker comes back on a new, empty volume as a new
+// member, the old one is removed, and the copies it held are made again
+// until nothing is under-replicated; nothing acknowledged is lost.
+func TestBrokerLostWithItsDiskIsRepaired(t *testing.T) {
+	waitClusterReady(t, 2*time.Minute)
+	l := startLoad(t, "e2e/lostdisk")
+	defer l.w.Stop()
+	ctx := context.Background()
+	old, err := env.k.CoreV1().PersistentVolumeClaims(stack.SampleNamespace).Get(ctx, "data-demo-1", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustKubectl(t, "", "delete", "pvc", "data-demo-1", "--wait=false")
+	mustKubectl(t, "", "delete", "pod", "demo-1", "--wait=false")
+	waitFor(t, 3*time.Minute, "demo-1 on a new claim", func() error {
+		c, err := env.k.CoreV1().PersistentVolumeClaims(stack.SampleNamespace).Get(ctx, "data-demo-1", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if c.UID == old.UID {
+			return fmt.Errorf("still the old claim")
+		}
+		return nil
+	})
+	waitClusterReady(t, 3*time.Minute)
+	waitBalancedAndReplicated(t, 3, 3*time.Minute)
+	l.waitAcked(30, time.Minute)
+	l.stopAndCheck()
+}
+
 // TestUpAfterACrashRecovers kills the supervisor outright (SIGKILL: the
 // machine lost the process tree's root), then runs up again: the stack
 // comes back from its folder — same cluster, same data.
