@@ -201,3 +201,27 @@ func (b *Broker) MoveReplicas(ctx context.Context, id uint64, old, new []string)
 	_, err := b.apply(ctx, &meta.Command{Op: meta.OpReplicas, Replicas: &meta.Replicas{Object: id, Old: old, New: new}})
 	return err
 }
+
+// CloseLeftOpen closes, in one command, the internal streams the log still
+// records open with this member as their writer and that Ownership no
+// longer lets it write: streams an earlier process of this member opened
+// before it was killed, which its slots' hand-off (which closes what this
+// process opened) never sees. Their next writer would open them at the
+// next epoch anyway; a drain waits for none to be left. It returns how
+// many it closed.
+func (b *Broker) CloseLeftOpen(ctx context.Context) (int, error) {
+	self := b.self()
+	var parts []meta.Close
+	b.fsm.View(func(s *meta.State) {
+		for id, in := range s.Streams {
+			if in.Open && in.Owner == self && b.cfg.Ownership.MayOpen(id) != nil {
+				parts = append(parts, meta.Close{Stream: id, Epoch: in.Epoch})
+			}
+		}
+	})
+	if len(parts) == 0 {
+		return 0, nil
+	}
+	_, err := b.apply(ctx, &meta.Command{Op: meta.OpCloseMany, CloseMany: &meta.CloseMany{Streams: parts}})
+	return len(parts), err
+}

@@ -183,6 +183,17 @@ func (c *cluster) finishDrain(ctx context.Context) {
 		return
 	}
 	ds := c.DrainStatus()
+	if ds.SlotsHeld == 0 && ds.OpenStreams > 0 {
+		// Holding no slot, it writes none of them: streams still open in
+		// its name were opened by an earlier process of it (killed, then
+		// restarted), which no hand-off of this one closes.
+		if n, err := c.broker().CloseLeftOpen(ctx); err != nil {
+			c.log.Warn("drain: closing the streams an earlier process left open", "err", err)
+		} else if n > 0 {
+			c.log.Info("drain: closed the streams an earlier process of this broker left open", "streams", n)
+		}
+		return
+	}
 	if ds.SlotsHeld > 0 || ds.OpenStreams > 0 || ds.ObjectsHeld > 0 {
 		return
 	}
