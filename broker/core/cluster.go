@@ -1,6 +1,7 @@
 package core
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"iter"
@@ -182,15 +183,7 @@ func (b *Broker) ReplicatedObjects() []CommittedObject {
 			}
 		}
 	})
-	slices.SortFunc(out, func(a, c CommittedObject) int {
-		switch {
-		case a.ID < c.ID:
-			return -1
-		case a.ID > c.ID:
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(out, func(a, c CommittedObject) int { return cmp.Compare(a.ID, c.ID) })
 	return out
 }
 

@@ -12,16 +12,7 @@ import "context"
 // is that of writing the member Lease (the loop writes it again every
 // period).
 func (m *Manager) SetDraining(ctx context.Context, on bool) error {
-	m.mu.Lock()
-	m.draining = on
-	m.mu.Unlock()
-	m.memberMu.Lock()
-	err := m.writeMemberLocked(ctx)
-	m.memberMu.Unlock()
-	if err != nil {
-		m.noteErr(err)
-		m.log.Warn("writing the member Lease's drain state failed", "draining", on, "err", err)
-	}
+	err := m.setMemberFlag(ctx, &m.draining, "draining", on)
 	m.signal()
 	return err
 }
@@ -31,15 +22,21 @@ func (m *Manager) SetDraining(ctx context.Context, on bool) error {
 // move (broker/repair), as against a graceful stop's drain, which only
 // hands the slots off. The error is that of writing the member Lease.
 func (m *Manager) SetLeaving(ctx context.Context, on bool) error {
+	return m.setMemberFlag(ctx, &m.leaving, "leaving", on)
+}
+
+// setMemberFlag sets one of the flags the member Lease carries (guarded by
+// mu) and writes the Lease.
+func (m *Manager) setMemberFlag(ctx context.Context, flag *bool, name string, on bool) error {
 	m.mu.Lock()
-	m.leaving = on
+	*flag = on
 	m.mu.Unlock()
 	m.memberMu.Lock()
 	err := m.writeMemberLocked(ctx)
 	m.memberMu.Unlock()
 	if err != nil {
 		m.noteErr(err)
-		m.log.Warn("writing the member Lease's leaving state failed", "leaving", on, "err", err)
+		m.log.Warn("writing the member Lease's "+name+" state failed", name, on, "err", err)
 	}
 	return err
 }
