@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	streamsv1alpha1 "github.com/picomq/picomq/api/v1alpha1"
+	"github.com/picomq/picomq/controllers/brokeradmin"
 	"github.com/picomq/picomq/controllers/resources"
 )
 
@@ -271,6 +272,49 @@ func slotsHeld(brokers []brokerObservation) []streamsv1alpha1.BrokerSlots {
 	}
 	slices.SortFunc(out, func(a, b streamsv1alpha1.BrokerSlots) int { return strings.Compare(a.Broker, b.Broker) })
 	return out
+}
+
+// slotShare is how evenly the full members hold the slots: the most and
+// least any holds. Full members are the brokers that answered, belong to
+// the cluster and report their slots, and are neither draining nor
+// removed (a draining broker hands its slots off on purpose).
+type slotShare struct {
+	// reported: at least two full members report their slots.
+	reported bool
+	// lo and hi are the least and most slots a full member holds, by
+	// loPod and hiPod.
+	lo, hi       int32
+	loPod, hiPod string
+}
+
+// even: the shares differ by at most one slot (the brokers' own rule for
+// when to stop handing slots over).
+func (s slotShare) even() bool { return !s.reported || s.hi-s.lo <= 1 }
+
+// String words an uneven share for a condition.
+func (s slotShare) String() string {
+	return fmt.Sprintf("%s holds %d %s, %s %d", s.hiPod, s.hi, plural(int(s.hi), "slot", "slots"), s.loPod, s.lo)
+}
+
+// share measures the full members' shares among brokers (members' output).
+func share(brokers []brokerObservation) slotShare {
+	var s slotShare
+	n := 0
+	for _, b := range brokers {
+		if b.err != nil || b.status.SlotsHeld == nil || removed(b) || b.status.Drain.Phase != brokeradmin.DrainNone {
+			continue
+		}
+		k := *b.status.SlotsHeld
+		if n == 0 || k < s.lo {
+			s.lo, s.loPod = k, b.pod
+		}
+		if n == 0 || k > s.hi {
+			s.hi, s.hiPod = k, b.pod
+		}
+		n++
+	}
+	s.reported = n > 1
+	return s
 }
 
 // slotCoverage is how many of the cluster's slots the answering brokers

@@ -142,10 +142,21 @@ func TestReadyNeedsEverySlotHeld(t *testing.T) {
 		{"no double count", readyObservation(member(0, "c", l, span(0, 33)...), member(1, "c", l, append(span(5, 6), span(33, 63)...)...), member(2, "c", l, 64, 65)),
 			metav1.ConditionFalse, streamsv1alpha1.ReasonSlotsUnheld, []string{"1 of 64 slots have no live holder", "hold 63"}},
 		// Counts without lists add up, capped at the slot count.
-		{"counts only", readyObservation(counts(0, l, 40), counts(1, l, 30)),
+		{"counts only", readyObservation(counts(0, l, 33), counts(1, l, 32)),
 			metav1.ConditionTrue, streamsv1alpha1.ReasonAllBrokersReady, nil},
 		{"counts only, short", readyObservation(counts(0, l, 40), counts(1, l, 20)),
 			metav1.ConditionFalse, streamsv1alpha1.ReasonSlotsUnheld, []string{"4 of 64 slots"}},
+		// Every slot held, but a broker that joined (or came back) has not
+		// taken its share yet: not Ready until the shares are even
+		// within one slot.
+		{"uneven", readyObservation(member(0, "c", l, span(0, 40)...), member(1, "c", l, span(40, 62)...), member(2, "c", l, span(62, 64)...)),
+			metav1.ConditionFalse, streamsv1alpha1.ReasonSlotsUnbalanced, []string{"every slot has a live holder", "demo-0 holds 40 slots, demo-2 2"}},
+		{"within one", readyObservation(counts(0, l, 22), counts(1, l, 21), counts(2, l, 21)),
+			metav1.ConditionTrue, streamsv1alpha1.ReasonAllBrokersReady, nil},
+		// A draining broker hands its slots off on purpose: its empty
+		// share is not uneven.
+		{"one draining", readyObservation(counts(0, l, 32), counts(1, l, 32), draining(counts(2, l, 0))),
+			metav1.ConditionTrue, streamsv1alpha1.ReasonAllBrokersReady, nil},
 		// Brokers that report no slots (an image without cluster mode):
 		// the leader is enough.
 		{"no slots reported", readyObservation(brokersWithLeader("demo-0", 3)...),
@@ -162,6 +173,18 @@ func TestReadyNeedsEverySlotHeld(t *testing.T) {
 			t.Errorf("%s: %s/%s (%s), want %s/%s with %q", tc.name, c.Status, c.Reason, c.Message, tc.status, tc.reason, tc.message)
 		}
 	}
+}
+
+// underReplicatedBy is b reporting n objects under-replicated.
+func underReplicatedBy(b brokerObservation, n int32) brokerObservation {
+	b.status.UnderReplicated = ptr.To(n)
+	return b
+}
+
+// draining is b draining.
+func draining(b brokerObservation) brokerObservation {
+	b.status.Drain.Phase = brokeradmin.DrainInProgress
+	return b
 }
 
 // counts is a broker that reports how many slots it holds, not which.
@@ -232,5 +255,30 @@ func TestRecordedClusterIDRenderedSoon(t *testing.T) {
 	}
 	if d := r.nextLook(clusterObservation{paused: true}, st); d < r.Options.ResyncPeriod {
 		t.Errorf("paused: next look in %s, want the resync (nothing is applied while paused)", d)
+	}
+}
+
+// A Ready cluster whose brokers still move slots or copies is looked at
+// again soon: no Kubernetes event says when they are done, and status
+// must follow (status.underReplicated back to 0, Progressing Stable).
+func TestSettlingClusterLookedAtSoon(t *testing.T) {
+	t.Parallel()
+	r := &StreamClusterReconciler{Options: Options{}.withDefaults()}
+	o := clusterObservation{renderedClusterID: "c-1"}
+	for _, tc := range []struct {
+		reason string
+		soon   bool
+	}{{streamsv1alpha1.ReasonRepairing, true}, {streamsv1alpha1.ReasonRebalancing, true}, {streamsv1alpha1.ReasonStable, false}} {
+		status := metav1.ConditionTrue
+		if tc.reason == streamsv1alpha1.ReasonStable {
+			status = metav1.ConditionFalse
+		}
+		st := &streamsv1alpha1.StreamClusterStatus{ClusterID: "c-1", Conditions: []metav1.Condition{
+			{Type: streamsv1alpha1.ConditionReady, Status: metav1.ConditionTrue},
+			{Type: streamsv1alpha1.ConditionProgressing, Status: status, Reason: tc.reason}}}
+		d := r.nextLook(o, st)
+		if tc.soon && d != r.Options.DrainPollInterval || !tc.soon && d < r.Options.ResyncPeriod {
+			t.Errorf("Progressing %s: next look in %s", tc.reason, d)
+		}
 	}
 }

@@ -10,6 +10,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -177,8 +178,8 @@ func (r *StreamClusterReconciler) Reconcile(ctx context.Context, req ctrl.Reques
 
 // nextLook is when the cluster is looked at again with no event: soon while
 // a scale-down waits on the brokers or a recorded cluster id waits to be
-// rendered, sooner than the resync while it is not Ready, else at the
-// jittered resync.
+// rendered, sooner than the resync while it is not Ready or its brokers
+// rebalance or repair, else at the jittered resync.
 func (r *StreamClusterReconciler) nextLook(o clusterObservation, st *streamsv1alpha1.StreamClusterStatus) time.Duration {
 	switch {
 	case o.plan.draining != "" || o.plan.blocked != "":
@@ -190,8 +191,20 @@ func (r *StreamClusterReconciler) nextLook(o clusterObservation, st *streamsv1al
 		return conflictRetry
 	case !meta.IsStatusConditionTrue(st.Conditions, streamsv1alpha1.ConditionReady):
 		return min(r.Options.NotReadyPollInterval, r.Options.ResyncPeriod)
+	case settlingReason(st):
+		// The brokers move slots or copies by themselves, which no
+		// Kubernetes event announces: look again soon, so that status
+		// follows the repair and the rebalance.
+		return min(r.Options.DrainPollInterval, r.Options.ResyncPeriod)
 	}
 	return jitter(r.Options.ResyncPeriod)
+}
+
+// settlingReason: Progressing says the brokers rebalance or repair.
+func settlingReason(st *streamsv1alpha1.StreamClusterStatus) bool {
+	c := meta.FindStatusCondition(st.Conditions, streamsv1alpha1.ConditionProgressing)
+	return c != nil && c.Status == metav1.ConditionTrue &&
+		(c.Reason == streamsv1alpha1.ReasonRebalancing || c.Reason == streamsv1alpha1.ReasonRepairing)
 }
 
 // SetupWithManager registers the controller: StreamClusters on generation

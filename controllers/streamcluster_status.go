@@ -134,6 +134,12 @@ func readyCondition(o clusterObservation) metav1.Condition {
 		}
 		return c
 	}
+	if sh := share(ms); !sh.even() {
+		c.Reason = streamsv1alpha1.ReasonSlotsUnbalanced
+		c.Message = fmt.Sprintf("%s; metadata leader %s; every slot has a live holder, but the shares are not even yet: %s (slots move through the hand-off until the shares differ by at most one)",
+			count, leader, sh)
+		return c
+	}
 	c.Status, c.Reason = metav1.ConditionTrue, streamsv1alpha1.ReasonAllBrokersReady
 	c.Message = count + "; metadata leader " + leader
 	return c
@@ -262,6 +268,9 @@ func progressingCondition(o clusterObservation) metav1.Condition {
 	default:
 		reason, msg := rollout(sts)
 		if reason == "" {
+			reason, msg = settling(o)
+		}
+		if reason == "" {
 			c.Status, c.Reason = metav1.ConditionFalse, streamsv1alpha1.ReasonStable
 			c.Message = fmt.Sprintf("%d brokers at the current revision", sts.Status.Replicas)
 		} else {
@@ -269,6 +278,21 @@ func progressingCondition(o clusterObservation) metav1.Condition {
 		}
 	}
 	return c
+}
+
+// settling says what the brokers still do by themselves once every pod
+// runs the latest revision: slots moving to even the shares, objects
+// copied again to reach the replication factor; "" when neither.
+func settling(o clusterObservation) (reason, message string) {
+	ms := members(o)
+	if sh := share(ms); !sh.even() {
+		return streamsv1alpha1.ReasonRebalancing, "slots move to even the brokers' shares: " + sh.String()
+	}
+	if n := underReplicated(ms, metadataLeader(ms)); n != nil && *n > 0 {
+		return streamsv1alpha1.ReasonRepairing, fmt.Sprintf("%d committed %s fewer copies on the current members than the replication factor asks: the metadata leader copies %s again from a surviving replica",
+			*n, plural(int(*n), "object has", "objects have"), plural(int(*n), "it", "them"))
+	}
+	return "", ""
 }
 
 // rollout reads a StatefulSet's status: what it is still doing, or "".

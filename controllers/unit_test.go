@@ -221,6 +221,14 @@ func TestProgressingCondition(t *testing.T) {
 		{"revision rolling", clusterObservation{sts: stsWith(3, 3, func(s *appsv1.StatefulSet) { s.Status.UpdateRevision = "r2"; s.Status.UpdatedReplicas = 1 })}, metav1.ConditionTrue, streamsv1alpha1.ReasonRollingUpdate},
 		{"pods starting", clusterObservation{sts: stsWith(3, 2, nil)}, metav1.ConditionTrue, streamsv1alpha1.ReasonBrokersNotStarted},
 		{"stable", clusterObservation{sts: stsWith(3, 3, nil)}, metav1.ConditionFalse, streamsv1alpha1.ReasonStable},
+		// Once the pods are rolled, the brokers still even the slots and
+		// copy objects again by themselves: Progressing says so.
+		{"rebalancing", readyObservation(counts(0, "demo-0~inc0", 40), counts(1, "demo-0~inc0", 24), counts(2, "demo-0~inc0", 0)),
+			metav1.ConditionTrue, streamsv1alpha1.ReasonRebalancing},
+		{"repairing", readyObservation(underReplicatedBy(counts(0, "demo-0~inc0", 22), 53), counts(1, "demo-0~inc0", 21), counts(2, "demo-0~inc0", 21)),
+			metav1.ConditionTrue, streamsv1alpha1.ReasonRepairing},
+		{"balanced and replicated", readyObservation(underReplicatedBy(counts(0, "demo-0~inc0", 22), 0), counts(1, "demo-0~inc0", 21), counts(2, "demo-0~inc0", 21)),
+			metav1.ConditionFalse, streamsv1alpha1.ReasonStable},
 	} {
 		c := progressingCondition(tc.o)
 		if c.Status != tc.status || c.Reason != tc.reason || c.Message == "" {

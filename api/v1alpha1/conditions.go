@@ -111,6 +111,13 @@ const (
 	// lasting, the brokers cannot write their Leases (their logs say why)
 	// or the holders do not answer the operator.
 	ReasonSlotsUnheld = "SlotsUnheld"
+	// ReasonSlotsUnbalanced (Ready=False): every slot has a live holder,
+	// but the full members' shares (brokers that answered, neither
+	// draining nor removed) differ by more than one slot: a broker that
+	// joined or came back has not yet taken its share through the
+	// hand-off (the message names the most and least loaded). Progressing
+	// (Rebalancing); lasting, the brokers' logs say why no slot moves.
+	ReasonSlotsUnbalanced = "SlotsUnbalanced"
 	// ReasonCreating (Ready=False, Progressing=True): the brokers'
 	// StatefulSet does not exist yet. Progressing.
 	ReasonCreating = "Creating"
@@ -143,6 +150,15 @@ const (
 	// ReasonBrokersNotStarted (Progressing=True): every broker runs the
 	// latest revision but not all are ready yet.
 	ReasonBrokersNotStarted = "BrokersStarting"
+	// ReasonRebalancing (Progressing=True): the brokers run the latest
+	// revision, but slots still move to even the shares (see
+	// ReasonSlotsUnbalanced).
+	ReasonRebalancing = "Rebalancing"
+	// ReasonRepairing (Progressing=True): committed objects have fewer
+	// copies on the current members than the replication factor asks
+	// (status.underReplicated): the metadata leader copies them again from
+	// a surviving replica (a broker removed, or lost with its disk).
+	ReasonRepairing = "Repairing"
 	// ReasonStable (Progressing=False): nothing is under way.
 	ReasonStable = "Stable"
 	// ReasonPaused (Progressing=False): spec.paused is true; the operator
