@@ -115,7 +115,7 @@ func (rt *Router) placeItem(ctx context.Context, it wire.AppendItem) (member, ad
 	if p >= len(e.Partitions) {
 		return "", "", it.Partition, nil
 	}
-	t, err := rt.targetOf(ctx, e.Partitions[p])
+	t, err := rt.targetOf(ctx, e.Partitions[p]) // no wait: one per item would add up; a refused item is retried alone
 	switch {
 	case errors.Is(err, NoSlotOwner):
 		return "", "", p, err

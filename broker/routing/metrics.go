@@ -6,6 +6,7 @@ type metrics struct {
 	proxied *prometheus.CounterVec // by result
 	retried prometheus.Counter
 	local   prometheus.Counter
+	waited  *prometheus.CounterVec // by result
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -13,9 +14,11 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		proxied: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "picomq_routed_requests_total", Help: "Requests proxied to the broker owning their partition, by outcome."}, []string{"outcome"}),
 		retried: prometheus.NewCounter(prometheus.CounterOpts{Name: "picomq_routed_retries_total", Help: "Proxied requests sent again after the owner refused them or could not be reached."}),
 		local:   prometheus.NewCounter(prometheus.CounterOpts{Name: "picomq_routed_local_total", Help: "Partition requests served by this broker, their owner."}),
+		waited: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "picomq_routed_owner_waits_total",
+			Help: "Requests that met their partition's slot between two owners (handed off, being taken) and waited for the next one: found (an owner served it) or none (NO_SLOT_OWNER after the wait)."}, []string{"result"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.proxied, m.retried, m.local)
+		reg.MustRegister(m.proxied, m.retried, m.local, m.waited)
 	}
 	return m
 }

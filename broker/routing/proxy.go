@@ -22,7 +22,7 @@ import (
 // by its owner for the slot (it moved), or whose owner cannot be reached,
 // is sent once more to the owner looked up again.
 func (rt *Router) forward(w http.ResponseWriter, r *http.Request, id uint64, body []byte) {
-	t, err := rt.targetOf(r.Context(), id)
+	t, err := rt.awaitTarget(r.Context(), id)
 	if err != nil {
 		if rt.staleReadAllowed(r, err) {
 			rt.metrics.local.Inc()
@@ -146,7 +146,7 @@ func (x *retrying) RoundTrip(req *http.Request) (*http.Response, error) {
 		// The owner moved or went: give the Lease cache a moment to see
 		// its new holder, then go there (or here).
 		var next target
-		deadline := time.Now().Add(2 * time.Second)
+		deadline := time.Now().Add(ownerWait)
 		for {
 			if next, err = x.rt.targetOf(req.Context(), x.id); err == nil && next != t {
 				break

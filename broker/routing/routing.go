@@ -212,6 +212,39 @@ func (rt *Router) targetOf(ctx context.Context, id uint64) (target, error) {
 	return t, nil
 }
 
+// ownerWait bounds how long a request waits for its slot's next owner: a
+// hand-off (a rebalance, a drain, a broker stopping) takes well under it,
+// and a client would rather wait that long than retry; a holder that died
+// is only replaced when its Lease runs out, longer than a request should
+// hang, so the client gets NO_SLOT_OWNER (retry shortly) then.
+const ownerWait = 2 * time.Second
+
+// awaitTarget is targetOf, waiting up to ownerWait while the slot is
+// between owners (NO_SLOT_OWNER), unless the cluster lost its quorum (no
+// owner can come: a catch-up read is answered from this copy at once).
+func (rt *Router) awaitTarget(ctx context.Context, id uint64) (target, error) {
+	t, err := rt.targetOf(ctx, id)
+	if !errors.Is(err, NoSlotOwner) || (rt.cfg.QuorumLost != nil && rt.cfg.QuorumLost()) {
+		return t, err
+	}
+	deadline := time.Now().Add(ownerWait)
+	for time.Now().Before(deadline) {
+		select {
+		case <-ctx.Done():
+			return t, err
+		case <-time.After(50 * time.Millisecond):
+		}
+		next, nerr := rt.targetOf(ctx, id)
+		if !errors.Is(nerr, NoSlotOwner) {
+			rt.metrics.waited.WithLabelValues("found").Inc()
+			return next, nerr
+		}
+		t, err = next, nerr
+	}
+	rt.metrics.waited.WithLabelValues("none").Inc()
+	return t, err
+}
+
 // partitions returns a stream's internal stream ids, looking again after
 // catching up with the leader when this broker does not know the stream.
 func (rt *Router) partitions(ctx context.Context, name string) (*node.Entry, error) {

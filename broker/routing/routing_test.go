@@ -201,6 +201,45 @@ func TestRouterRetriesWhenTheOwnerMoved(t *testing.T) {
 	}
 }
 
+// TestRouterWaitsForTheNextOwner: a read that arrives while its slot is
+// between owners (a hand-off: the old holder let it go, nobody serves it
+// yet) waits for the next one instead of failing at once, and is served
+// there; a slot nobody takes within the wait still gets NO_SLOT_OWNER.
+func TestRouterWaitsForTheNextOwner(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	a := w.servers["a"].URL
+	go func() {
+		time.Sleep(300 * time.Millisecond) // b takes slot 2 while the read waits
+		w.set(2, "b")
+	}()
+	if code, body, _ := get(t, a, "/v1/log/one?from=0"); code != 200 || body != "b" {
+		t.Fatalf("read during a hand-off: %d %q, want b's answer", code, body)
+	}
+	// a holds the Lease of slot 3 but does not serve it yet (it is opening
+	// the partition): a read waits until it does.
+	w.set(3, "a")
+	var serving atomic.Bool
+	ra := w.routers["a"]
+	serve := ra.cfg.Serving
+	ra.cfg.Serving = func(s int) bool { return serve(s) && (s != 3 || serving.Load()) }
+	go func() {
+		time.Sleep(300 * time.Millisecond)
+		serving.Store(true)
+	}()
+	if code, body, _ := get(t, a, "/v1/log/four?partition=3"); code != 200 || body != "a" {
+		t.Fatalf("read while its slot is being taken here: %d %q, want a's answer", code, body)
+	}
+	// Nobody takes slot 0: refused after the wait.
+	start := time.Now()
+	if code, body, _ := get(t, a, "/v1/log/four?partition=0"); code != 503 || !strings.Contains(body, "NO_SLOT_OWNER") {
+		t.Fatalf("slot nobody takes: %d %q", code, body)
+	}
+	if waited := time.Since(start); waited < ownerWait {
+		t.Fatalf("refused after %s, before the wait of %s ran out", waited, ownerWait)
+	}
+}
+
 // TestRouterStreamsSSE: server-sent events through a proxy arrive as they
 // are sent, not when the response ends.
 func TestRouterStreamsSSE(t *testing.T) {

@@ -77,7 +77,7 @@ func (rt *Router) serveMeta(w http.ResponseWriter, r *http.Request, about string
 		rt.cfg.Local.ServeHTTP(w, r)
 		return
 	}
-	t, err := rt.targetOf(r.Context(), e.Partitions[0])
+	t, err := rt.awaitTarget(r.Context(), e.Partitions[0])
 	switch {
 	case err != nil:
 		rt.fail(w, r, err) // nobody serves it now: retry shortly
