@@ -11,6 +11,7 @@ import (
 
 	"github.com/picomq/picomq/broker/meta"
 	"github.com/picomq/picomq/broker/metalog"
+	"github.com/picomq/picomq/broker/node"
 	"github.com/picomq/picomq/broker/objstore"
 )
 
@@ -30,12 +31,20 @@ type Member struct {
 	// Joined is when it was first recorded; Removed when it was removed for
 	// good (zero: it is a member).
 	Joined, Removed time.Time
+	// Level is the command level its build applies (meta.Level; 0 when
+	// recorded by a build from before levels).
+	Level int
 }
+
+// Level is the command level this build's state machine applies: a
+// member records it (Member.Level) so that a command newer than some
+// member's build is not proposed (CanMoveReplicas).
+const Level = meta.Level
 
 func memberOf(m *meta.Member) Member {
 	out := Member{
 		ID: m.ID, Node: m.Node, Incarnation: m.Incarnation, Number: m.Number,
-		PeerAddr: m.PeerAddr, ClientAddr: m.ClientAddr, Joined: timeOf(m.Joined),
+		PeerAddr: m.PeerAddr, ClientAddr: m.ClientAddr, Joined: timeOf(m.Joined), Level: m.Level,
 	}
 	if m.Removed != 0 {
 		out.Removed = timeOf(m.Removed)
@@ -131,7 +140,7 @@ func (b *Broker) Member(id string) (Member, bool) {
 // member is refused (MEMBER_REMOVED).
 func (b *Broker) RecordMember(ctx context.Context, m Member) (Member, error) {
 	return b.memberChange(ctx, meta.Member{
-		ID: m.ID, Node: m.Node, Incarnation: m.Incarnation, PeerAddr: m.PeerAddr, ClientAddr: m.ClientAddr,
+		ID: m.ID, Node: m.Node, Incarnation: m.Incarnation, PeerAddr: m.PeerAddr, ClientAddr: m.ClientAddr, Level: m.Level,
 	})
 }
 
@@ -146,7 +155,7 @@ func (b *Broker) RemoveMember(ctx context.Context, id string) error {
 		return nil
 	}
 	_, err := b.memberChange(ctx, meta.Member{
-		ID: m.ID, Node: m.Node, Incarnation: m.Incarnation, PeerAddr: m.PeerAddr, ClientAddr: m.ClientAddr, Removed: 1,
+		ID: m.ID, Node: m.Node, Incarnation: m.Incarnation, PeerAddr: m.PeerAddr, ClientAddr: m.ClientAddr, Level: m.Level, Removed: 1,
 	})
 	return err
 }
@@ -191,8 +200,34 @@ func (b *Broker) ReplicatedObjects() []CommittedObject {
 // old (REPLICAS_CHANGED otherwise): the copies new names beyond old must be
 // durable before it is called.
 func (b *Broker) MoveReplicas(ctx context.Context, id uint64, old, new []string) error {
+	if err := b.CanMoveReplicas(); err != nil {
+		return err
+	}
 	_, err := b.apply(ctx, &meta.Command{Op: meta.OpReplicas, Replicas: &meta.Replicas{Object: id, Old: old, New: new}})
 	return err
+}
+
+// CanMoveReplicas answers LEVEL_TOO_LOW while a current member runs a
+// build that cannot apply a move of replica sets (MoveReplicas): repairs
+// and drains wait for the upgrade to finish.
+func (b *Broker) CanMoveReplicas() error { return b.needLevel(meta.LevelReplicas, meta.OpReplicas) }
+
+// needLevel answers LEVEL_TOO_LOW when a current member's build applies
+// commands of a lower level than need (meta.Level): op must not be
+// proposed until every member runs a build that knows it.
+func (b *Broker) needLevel(need int, op meta.Op) error {
+	have, who := meta.Level, ""
+	b.fsm.View(func(s *meta.State) {
+		for _, m := range s.Members {
+			if m.Removed == 0 && m.EffectiveLevel() < have {
+				have, who = m.EffectiveLevel(), m.ID
+			}
+		}
+	})
+	if have < need {
+		return node.LevelTooLow.With("op", string(op), "need", need, "have", have, "member", who)
+	}
+	return nil
 }
 
 // CloseLeftOpen closes, in one command, the internal streams the log still

@@ -223,8 +223,10 @@ func (m *Member) tick(ctx context.Context) {
 func (m *Member) recordSelf(ctx context.Context, b *core.Broker) error {
 	client, _ := m.cfg.Addresses.Client(m.cfg.Node)
 	cur, ok := b.Member(m.id.ID())
-	if !ok || cur.PeerAddr != m.addrSelf || cur.ClientAddr != client {
-		rec, err := b.RecordMember(ctx, core.Member{ID: m.id.ID(), Node: m.id.Node, Incarnation: m.id.Incarnation, PeerAddr: m.addrSelf, ClientAddr: client})
+	// The level too: a broker upgraded (or rolled back) in place records
+	// what its build applies, which gates the commands the others propose.
+	if !ok || cur.PeerAddr != m.addrSelf || cur.ClientAddr != client || cur.Level != core.Level {
+		rec, err := b.RecordMember(ctx, core.Member{ID: m.id.ID(), Node: m.id.Node, Incarnation: m.id.Incarnation, PeerAddr: m.addrSelf, ClientAddr: client, Level: core.Level})
 		if err != nil {
 			return err
 		}
@@ -367,7 +369,7 @@ func (m *Member) clusterKnown(ctx context.Context) (string, error) {
 // the answer is its number and the cluster's id.
 func (m *Member) join(ctx context.Context) error {
 	client, _ := m.cfg.Addresses.Client(m.cfg.Node)
-	req := joinRequest{ID: m.id.ID(), Node: m.id.Node, Incarnation: m.id.Incarnation, PeerAddr: m.addrSelf, ClientAddr: client}
+	req := joinRequest{ID: m.id.ID(), Node: m.id.Node, Incarnation: m.id.Incarnation, PeerAddr: m.addrSelf, ClientAddr: client, Level: core.Level}
 	backoff := 100 * time.Millisecond
 	for attempt := 1; ; attempt++ {
 		for _, addr := range m.seeds() {

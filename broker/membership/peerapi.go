@@ -33,6 +33,9 @@ type joinRequest struct {
 	Incarnation string `json:"incarnation"`
 	PeerAddr    string `json:"peerAddr"`
 	ClientAddr  string `json:"clientAddr"`
+	// Level is the command level the joiner's build applies (absent from
+	// a build before levels: the base level).
+	Level int `json:"level,omitempty"`
 }
 
 type joinResponse struct {
@@ -209,7 +212,7 @@ func (m *Member) serveJoin(w http.ResponseWriter, r *http.Request) {
 		m.fail(w, r, node.MemberRemoved.With("member", req.ID, "node", req.Node))
 		return
 	}
-	rec, err := b.RecordMember(r.Context(), core.Member{ID: req.ID, Node: req.Node, Incarnation: req.Incarnation, PeerAddr: req.PeerAddr, ClientAddr: req.ClientAddr})
+	rec, err := b.RecordMember(r.Context(), core.Member{ID: req.ID, Node: req.Node, Incarnation: req.Incarnation, PeerAddr: req.PeerAddr, ClientAddr: req.ClientAddr, Level: req.Level})
 	if err != nil {
 		m.fail(w, r, err)
 		return

@@ -140,7 +140,28 @@ type Member struct {
 	// removed for good (0: it is a member). Unix ns.
 	Joined  int64 `json:"joined"`
 	Removed int64 `json:"removed,omitempty"`
+	// Level is the command level its build applies (see Level), as it
+	// last recorded itself; 0 for a build from before levels (LevelBase).
+	Level int `json:"level,omitempty"`
 }
+
+// Command levels: what a build's state machine can apply. A command a
+// current member's level lacks is never proposed — that member would
+// refuse it where the others apply it, and the states would part — so a
+// rolling upgrade uses a new command only once every member runs a build
+// that knows it (each records its level when it starts).
+const (
+	// LevelBase: every command up to the replica sets' moves.
+	LevelBase = 1
+	// LevelReplicas: OpReplicas (repair and drain move copies).
+	LevelReplicas = 2
+	// Level is this build's.
+	Level = LevelReplicas
+)
+
+// EffectiveLevel is m's level, a build from before levels counting as
+// LevelBase.
+func (m *Member) EffectiveLevel() int { return max(m.Level, LevelBase) }
 
 // State is everything the metadata log holds.
 type State struct {

@@ -27,6 +27,7 @@ const (
 	CodeProducerEpochSeq errs.Code = 0x00_10_01_0D
 	CodeMemberRemoved    errs.Code = 0x00_10_01_0E
 	CodeReplicasChanged  errs.Code = 0x00_10_01_0F
+	CodeLevelTooLow      errs.Code = 0x00_10_01_10
 )
 
 var (
@@ -130,6 +131,16 @@ var (
 		"The object's replica set changed since the move was planned",
 		"broker/meta: a replicas command whose old set is not the object's current one, or whose object is gone; fields: object, want (the old set proposed), have (the current set, absent when the object is gone)",
 		409, 75)
+
+	// LevelTooLow: a command was not proposed because a current member of
+	// the cluster runs a build whose state machine cannot apply it (a
+	// rolling upgrade under way): it would refuse the command while the
+	// others applied it, and their states would part. Nothing changed;
+	// retried once every member runs a build of the level.
+	LevelTooLow = errs.Static(CodeLevelTooLow, "LEVEL_TOO_LOW",
+		"A broker of the cluster runs a version that cannot apply this change yet",
+		"broker/core: the command needs a level of the metadata log's state machine that a current member lacks (an upgrade under way); fields: op, need, have (the lowest level of the members), member (one at that level); finish the upgrade",
+		503, 75)
 )
 
 // Aborted answers an append whose provisional offsets were computed on top

@@ -30,6 +30,9 @@ type Cluster interface {
 	Copy(ctx context.Context, id uint64, from, to string) error
 	// Commit commits an object's new replica set if its set is still old.
 	Commit(ctx context.Context, id uint64, old, new []string) error
+	// CanMove is nil when replica sets may be moved now; else why not (a
+	// member's build cannot apply the commit: an upgrade under way).
+	CanMove() error
 }
 
 // Config configures a Runner.
@@ -62,6 +65,7 @@ type Runner struct {
 	mu        sync.Mutex
 	downSince map[string]time.Time
 	last      Summary
+	held      string // why the last round moved nothing ("" when it could)
 }
 
 type metrics struct {
@@ -186,6 +190,9 @@ func (r *Runner) round(ctx context.Context) (Summary, int, error) {
 	}
 	r.mu.Unlock()
 	moves, sum := Plan(Input{Objects: r.cl.Objects(), Members: members, R: r.cl.R(), DownGrace: r.cfg.DownGrace, Max: r.cfg.MaxPerRound})
+	if len(moves) > 0 && !r.mayMove() {
+		moves = nil // nothing copied that could not be committed
+	}
 
 	var (
 		wg   sync.WaitGroup
@@ -223,6 +230,26 @@ func (r *Runner) round(ctx context.Context) (Summary, int, error) {
 		r.cfg.Logger.Info("repair round", "moves", len(moves), "done", done, "failed", len(errs), "pending", sum.Pending, "stuck", sum.Stuck)
 	}
 	return sum, done, errors.Join(errs...)
+}
+
+// mayMove asks the cluster whether moves may be committed now, logging
+// each change of the answer (not every round of a long upgrade).
+func (r *Runner) mayMove() bool {
+	why := ""
+	if err := r.cl.CanMove(); err != nil {
+		why = err.Error()
+	}
+	r.mu.Lock()
+	changed := why != r.held
+	r.held = why
+	r.mu.Unlock()
+	switch {
+	case changed && why != "":
+		r.cfg.Logger.Warn("repair held: copies are not moved until every member can commit the move", "err", why)
+	case changed:
+		r.cfg.Logger.Info("repair resumed: every member can commit moves of copies")
+	}
+	return why == ""
 }
 
 func (r *Runner) move(ctx context.Context, mv Move) error {

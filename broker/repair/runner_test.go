@@ -2,6 +2,7 @@ package repair
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"sync"
 	"testing"
@@ -18,6 +19,14 @@ type fakeCluster struct {
 	members []Member
 	copies  map[uint64][]string // who holds a file of each object
 	failTo  string              // copies to this member fail
+	held    error               // CanMove's answer
+	copied  int                 // copies made
+}
+
+func (f *fakeCluster) CanMove() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.held
 }
 
 func (f *fakeCluster) IsLeader() bool { return true }
@@ -49,6 +58,7 @@ func (f *fakeCluster) Copy(_ context.Context, id uint64, from, to string) error 
 		panic("copy from a member without a file")
 	}
 	f.copies[id] = append(f.copies[id], to)
+	f.copied++
 	return nil
 }
 
@@ -101,5 +111,37 @@ func TestRunnerRepairsAfterTheGrace(t *testing.T) {
 	}
 	if got := r.Summary(); got.Held["b"] != 0 || got.Held["c"] != 5 {
 		t.Errorf("summary held %v", got.Held)
+	}
+}
+
+// TestRunnerHeldWhileAMemberCannotCommit: while a member's build cannot
+// apply a move (a rolling upgrade), a round copies nothing and commits
+// nothing, though it still reports what is pending; once it can, the
+// moves are made.
+func TestRunnerHeldWhileAMemberCannotCommit(t *testing.T) {
+	st := meta.NewState()
+	f := &fakeCluster{state: st, copies: map[uint64][]string{}}
+	for id := uint64(1); id <= 3; id++ {
+		st.Objects[id] = &meta.Object{ID: id, Size: 10, Replicas: []string{"a", "b"}}
+		f.copies[id] = []string{"a", "b"}
+	}
+	f.members = []Member{{ID: "a", Live: true}, {ID: "b", Removed: true}, {ID: "c", Live: true}}
+	f.held = errors.New("LEVEL_TOO_LOW")
+	r := New(Config{}, f)
+	ctx := context.Background()
+	sum, err := r.Round(ctx)
+	if err != nil || sum.Pending != 3 || f.copied != 0 {
+		t.Fatalf("held: %+v %v, %d copies; want 3 pending and no copy", sum, err, f.copied)
+	}
+	for id, o := range st.Objects {
+		if !slices.Equal(o.Replicas, []string{"a", "b"}) {
+			t.Errorf("object %d moved while held: %v", id, o.Replicas)
+		}
+	}
+	f.mu.Lock()
+	f.held = nil
+	f.mu.Unlock()
+	if sum, err = r.Round(ctx); err != nil || sum.Pending != 0 || f.copied != 3 {
+		t.Fatalf("resumed: %+v %v, %d copies", sum, err, f.copied)
 	}
 }

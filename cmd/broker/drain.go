@@ -69,9 +69,8 @@ func (c *cluster) StartDrain(ctx context.Context, o wire.DrainOptions) error {
 	return nil
 }
 
-// drainAllowed refuses a drain that would leave fewer other live members,
-// not draining themselves, than the replication factor asks (or none at
-// all, to hand the slots to).
+// drainAllowed refuses a drain that would leave too few members (see
+// drainRefusal), counted from the member Leases and the metadata log.
 func (c *cluster) drainAllowed() error {
 	self := c.member.Identity().ID()
 	others := 0
@@ -80,25 +79,34 @@ func (c *cluster) drainAllowed() error {
 			others++
 		}
 	}
-	need := max(1, c.cfg.ReplicationFactor)
-	if others < need {
-		return wire.DrainRefused.With("liveOthers", others, "replicationFactor", c.cfg.ReplicationFactor,
-			"reason", fmt.Sprintf("%d other live members not draining, and objects need %d copies on the members that stay: scale up first, or lower the replication factor", others, need))
-	}
-	// The members that stay must keep a majority that runs: the leaver
-	// goes out of the configuration, and with others down the rest could
-	// not commit (nor the drain finish).
+	staying := -1 // unknown before the log opens: not checked
 	if b := c.broker(); b != nil {
-		staying := 0
+		staying = 0
 		for _, m := range b.Members() {
 			if m.Removed.IsZero() && m.ID != self {
 				staying++
 			}
 		}
-		if 2*others <= staying {
-			return wire.DrainRefused.With("liveOthers", others, "staying", staying,
-				"reason", fmt.Sprintf("only %d of the %d members that would stay are live: without a majority of them running the cluster could not commit once this broker left; bring the others back first", others, staying))
-		}
+	}
+	return drainRefusal(others, staying, c.cfg.ReplicationFactor)
+}
+
+// drainRefusal is the rule of drainAllowed, pure: a drain is refused when
+// fewer other live members, not draining themselves, than the replication
+// factor asks (or none at all, to hand the slots to) would stay, or when
+// the live ones are no majority of the members that would stay (staying;
+// negative: unknown). The leaver goes out of the configuration, and with
+// a majority of the rest down they could not commit — nor the drain
+// finish.
+func drainRefusal(liveOthers, staying, replicationFactor int) error {
+	need := max(1, replicationFactor)
+	if liveOthers < need {
+		return wire.DrainRefused.With("liveOthers", liveOthers, "replicationFactor", replicationFactor,
+			"reason", fmt.Sprintf("%d other live members not draining, and objects need %d copies on the members that stay: scale up first, or lower the replication factor", liveOthers, need))
+	}
+	if staying >= 0 && 2*liveOthers <= staying {
+		return wire.DrainRefused.With("liveOthers", liveOthers, "staying", staying,
+			"reason", fmt.Sprintf("only %d of the %d members that would stay are live: without a majority of them running the cluster could not commit once this broker left; bring the others back first", liveOthers, staying))
 	}
 	return nil
 }
@@ -152,6 +160,11 @@ func (c *cluster) DrainStatus() wire.DrainStatus {
 		ds.Message = fmt.Sprintf("handing off %d slots, %d streams open here; %d copies of objects (%d bytes) to move to the brokers that stay", ds.SlotsHeld, ds.OpenStreams, ds.ObjectsHeld, ds.BytesHeld)
 	case ds.ObjectsHeld > 0:
 		ds.Message = fmt.Sprintf("owns no slot and no open stream; %d copies of objects (%d bytes) still to move to the brokers that stay", ds.ObjectsHeld, ds.BytesHeld)
+		if b := c.broker(); b != nil {
+			if err := b.CanMoveReplicas(); err != nil {
+				ds.Message += "; they cannot move yet: " + err.Error()
+			}
+		}
 	default:
 		ds.Message = "holds nothing the others lack: leaving the cluster"
 	}

@@ -67,6 +67,8 @@ func (r repairCluster) Copy(ctx context.Context, id uint64, from, to string) err
 	return r.c.repl.CopyBetween(ctx, id, r.peer(from), r.peer(to))
 }
 
+func (r repairCluster) CanMove() error { return r.b.CanMoveReplicas() }
+
 func (r repairCluster) Commit(ctx context.Context, id uint64, old, new []string) error {
 	return r.b.MoveReplicas(ctx, id, old, new)
 }
