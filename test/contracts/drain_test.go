@@ -190,3 +190,59 @@ func payloadsOf(es []stream.EntryValue) []string {
 	}
 	return out
 }
+
+// TestDrainRefusedWhileABrokerIsDown: with one of three brokers killed
+// (R=2), draining another would leave one live member: refused at once
+// (409 DRAIN_REFUSED naming the live count), and the broker asked stays a
+// full member holding its slots. With the broker back, the same drain is
+// accepted.
+func TestDrainRefusedWhileABrokerIsDown(t *testing.T) {
+	needCluster(t)
+	c := clusterharness.Start(t, options())
+	ctx := t.Context()
+	const down = 1
+	c.Kill(down)
+	// Refused as soon as the killed broker's member Lease has run out
+	// (until then it counts as live, as it would through a short pause).
+	var slowest time.Duration
+	if err := c.WaitFor(30*time.Second, "a drain refused while broker-1 is down", func(ctx context.Context) error {
+		start := time.Now()
+		ds, err := c.Drain(ctx, drained)
+		slowest = max(slowest, time.Since(start))
+		switch {
+		case err == nil:
+			// Accepted while the Lease still looked live: undo, ask again.
+			if _, err := c.CancelDrain(ctx, drained); err != nil {
+				return err
+			}
+			return fmt.Errorf("accepted: %+v", ds)
+		case !strings.Contains(err.Error(), "DRAIN_REFUSED"):
+			return err
+		case !strings.Contains(err.Error(), "409") || !strings.Contains(err.Error(), `"liveOthers":1`):
+			t.Fatalf("refused, but not as a 409 naming one live other: %v", err)
+		}
+		return nil
+	}); err != nil {
+		t.Fatalf("%v\n%s", err, c.LogTails(4096))
+	}
+	t.Logf("slowest drain call with a broker down: %s", slowest.Round(time.Millisecond))
+	if ds, err := c.DrainStatus(ctx, drained); err != nil || ds.Phase != wire.DrainNone || ds.SlotsHeld == 0 {
+		t.Fatalf("after the refusal: %+v, %v; want a full member holding slots", ds, err)
+	}
+	c.StartBroker(down)
+	if err := c.WaitFor(30*time.Second, "a drain accepted with every broker up", func(ctx context.Context) error {
+		ds, err := c.Cordon(ctx, drained)
+		if err != nil {
+			return err
+		}
+		if ds.Phase != wire.DrainDraining {
+			return fmt.Errorf("phase %q", ds.Phase)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if ds, err := c.CancelDrain(ctx, drained); err != nil || ds.Phase != wire.DrainNone {
+		t.Fatalf("cancel: %+v, %v", ds, err)
+	}
+}
