@@ -417,6 +417,22 @@ func (m *Member) checkNotRemoved(ctx context.Context) error {
 	return nil
 }
 
+// OutOfConfiguration says whether a peer reports this member removed and
+// no longer in the metadata log's configuration: the leader took it out,
+// so that the voters no longer count it and its process may go. Peers
+// that do not answer, or still list it, say nothing.
+func (m *Member) OutOfConfiguration(ctx context.Context) bool {
+	for _, addr := range m.seeds() {
+		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		info, err := m.memberInfo(cctx, addr, m.id.ID())
+		cancel()
+		if err == nil && info.Known && info.Removed && !info.Configured {
+			return true
+		}
+	}
+	return false
+}
+
 // Status is the member's view of the cluster, for the admin API.
 type Status struct {
 	MemberID  string

@@ -44,8 +44,11 @@ type cluster struct {
 	repair *repair.Runner
 	under  atomic.Int64 // objects under-replicated, as of the last count
 	// dataDir is the broker's data directory (the drain's record goes
-	// there); drained is set once a drain removed this member.
+	// there). left is set once a drain removed this member from the
+	// cluster's records; drained once the leader also took it out of the
+	// metadata log's configuration (the voters no longer count it).
 	dataDir string
+	left    atomic.Bool
 	drained atomic.Bool
 	leaving atomic.Bool // the drain under way leaves the cluster
 	// restart stops the broker to start it again (set by main).

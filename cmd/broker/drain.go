@@ -114,7 +114,7 @@ func drainRefusal(liveOthers, staying, replicationFactor int) error {
 // CancelDrain implements httpapi.Drainer: the broker is a full member
 // again and takes its share of the slots back.
 func (c *cluster) CancelDrain(ctx context.Context) error {
-	if c.drained.Load() {
+	if c.left.Load() {
 		// Too late to stay: the cluster removed this member for good. It
 		// restarts, sets its drained directory aside and joins as a new
 		// member, which takes its share of the slots.
@@ -145,7 +145,12 @@ func (c *cluster) DrainStatus() wire.DrainStatus {
 	ds.ObjectsHeld, ds.BytesHeld = c.heldObjects()
 	if c.drained.Load() {
 		ds.Phase = wire.DrainDrained
-		ds.Message = "drained: removed from the cluster, holding nothing the others lack; the pod may be deleted"
+		ds.Message = "drained: removed from the cluster and its metadata log's configuration, holding nothing the others lack; the pod may be deleted"
+		return ds
+	}
+	if c.left.Load() {
+		ds.Phase = wire.DrainDraining
+		ds.Message = "removed from the cluster, holding nothing the others lack; waiting for the metadata leader to take it out of the log's configuration (until then the voters still count it)"
 		return ds
 	}
 	if !st.Draining {
@@ -192,7 +197,20 @@ func (c *cluster) heldObjects() (n int, bytes int64) {
 // member that holds no slot, no open stream and no copy records that it
 // drained, then asks to be removed.
 func (c *cluster) finishDrain(ctx context.Context) {
-	if c.drained.Load() || !c.leaving.Load() || !c.owners.Status().Draining {
+	if c.drained.Load() {
+		return
+	}
+	if c.left.Load() {
+		// The last step is the leader's: reported Drained only once the
+		// configuration no longer names this member, so that deleting its
+		// pod never takes a voter the quorum still counts.
+		if c.member.OutOfConfiguration(ctx) {
+			c.drained.Store(true)
+			c.log.Info("drained: out of the metadata log's configuration; the pod may be deleted", "member", c.member.Identity().ID())
+		}
+		return
+	}
+	if !c.leaving.Load() || !c.owners.Status().Draining {
 		return
 	}
 	ds := c.DrainStatus()
@@ -219,8 +237,8 @@ func (c *cluster) finishDrain(ctx context.Context) {
 		c.log.Warn("drain: asking to be removed", "err", err)
 		return
 	}
-	c.drained.Store(true)
-	c.log.Info("drained: removed from the cluster; the leader takes this broker out of the metadata log's configuration", "member", self)
+	c.left.Store(true)
+	c.log.Info("drain: removed from the cluster; the leader takes this broker out of the metadata log's configuration", "member", self)
 }
 
 // drainCheck is how often a draining broker looks whether it is done.
@@ -303,7 +321,7 @@ func (c *cluster) openStreams() int {
 // still answer.
 func (c *cluster) refuseOnceDrained(next http.Handler, log *slog.Logger) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if c.drained.Load() {
+		if c.left.Load() {
 			switch r.URL.Path {
 			case "/healthz", "/readyz", "/metrics", wire.DrainPath, wire.NodePath:
 			default:
