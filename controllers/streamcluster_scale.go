@@ -99,6 +99,8 @@ func (r *StreamClusterReconciler) planReplicas(ctx context.Context, c *streamsv1
 		switch a := answers[ord]; {
 		case brokeradmin.IsNotSupported(a.err):
 			blocked = append(blocked, fmt.Sprintf("broker %s does not implement drain (%v)", pod, a.err))
+		case brokeradmin.IsDrainRefused(a.err):
+			blocked = append(blocked, fmt.Sprintf("broker %s refused to drain: %v", pod, a.err))
 		case a.err != nil:
 			blocked = append(blocked, fmt.Sprintf("broker %s did not answer the drain call: %v", pod, a.err))
 		case !a.ds.Done():

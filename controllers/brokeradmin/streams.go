@@ -76,6 +76,7 @@ const (
 	CodeBackendFailed       = "STREAM_BACKEND_FAILED"
 	CodeBrokerUnreachable   = "BROKER_UNREACHABLE"
 	CodeNotReady            = "NOT_READY"
+	CodeDrainRefused        = "DRAIN_REFUSED"
 )
 
 // ErrorCode is the name of the broker refusal in err (STREAM_NOT_FOUND...),
@@ -89,6 +90,11 @@ func ErrorCode(err error) string {
 
 // IsNotFound reports a STREAM_NOT_FOUND refusal.
 func IsNotFound(err error) bool { return ErrorCode(err) == CodeStreamNotFound }
+
+// IsDrainRefused reports a DRAIN_REFUSED refusal: the broker will not
+// drain now (the members that stay could not hold R copies, or no running
+// majority), its fields saying why.
+func IsDrainRefused(err error) bool { return ErrorCode(err) == CodeDrainRefused }
 
 // IsUnreachable reports a failure to talk to the broker at all: it could
 // not be reached (BROKER_UNREACHABLE: a name that does not resolve, a
