@@ -165,7 +165,12 @@ func TestBrokerPodDeletedAndKilledUnderLoad(t *testing.T) {
 	old := brokerPods(t)[1]
 	mustKubectl(t, "", "delete", "pod", "demo-1", "--wait=false")
 	waitFor(t, 2*time.Minute, "demo-1 recreated", func() error {
-		p := brokerPods(t)[1]
+		// Not found for a moment: the StatefulSet recreates it once the
+		// old one is gone.
+		p, err := env.k.CoreV1().Pods(stack.SampleNamespace).Get(ctx, "demo-1", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
 		if p.UID == old.UID {
 			return fmt.Errorf("still the old pod")
 		}
@@ -188,7 +193,10 @@ func TestBrokerPodDeletedAndKilledUnderLoad(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, 2*time.Minute, "demo-2's broker restarted in place", func() error {
-		p := brokerPods(t)[2]
+		p, err := env.k.CoreV1().Pods(stack.SampleNamespace).Get(ctx, "demo-2", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
 		if p.UID != victim.UID {
 			return fmt.Errorf("the pod was replaced, not restarted")
 		}
@@ -542,42 +550,42 @@ func TestScaleDownCancelledMidDrain(t *testing.T) {
 // drain starts: it restarts, the operator asks it to drain again, and the
 // scale-down completes with nothing acknowledged lost.
 func TestDrainingBrokerKilled(t *testing.T) {
-	waitClusterReady(t, 2*time.Minute)
-	l := startLoad(t, "e2e/killdrain")
-	defer l.w.Stop()
-	victim := brokerPods(t)[2]
-	scaleTo(t, 2)
-	waitScaleDownStarted(t)
-	if err := syscall.Kill(containerPID(t, stack.SampleNamespace, victim.Name, "broker"), syscall.SIGKILL); err != nil {
-		t.Logf("the departing broker was gone already: %v", err)
-	}
-	waitScaled(t, 2, 5*time.Minute)
-	waitBalancedAndReplicated(t, 2, 3*time.Minute)
-	l.waitAcked(30, time.Minute)
-	scaleTo(t, 3)
-	waitScaled(t, 3, 5*time.Minute)
-	l.waitAcked(30, time.Minute)
-	l.stopAndCheck()
+	scaleDownThroughAFault(t, "e2e/killdrain", func() {
+		victim := brokerPods(t)[2]
+		if err := syscall.Kill(containerPID(t, stack.SampleNamespace, victim.Name, "broker"), syscall.SIGKILL); err != nil {
+			t.Logf("the departing broker was gone already: %v", err)
+		}
+	})
 }
 
 // TestOperatorKilledMidDrain SIGKILLs the operator as a scale-down
 // starts: the restarted operator finds the drain under way (the broker
 // answers its progress again) and completes the scale-down.
 func TestOperatorKilledMidDrain(t *testing.T) {
-	waitClusterReady(t, 2*time.Minute)
-	l := startLoad(t, "e2e/opdrain")
-	defer l.w.Stop()
-	ctx := context.Background()
-	pods, err := env.k.CoreV1().Pods("picomq-system").List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/component=operator"})
+	pods, err := env.k.CoreV1().Pods("picomq-system").List(context.Background(), metav1.ListOptions{LabelSelector: "app.kubernetes.io/component=operator"})
 	if err != nil || len(pods.Items) != 1 {
 		t.Fatalf("operator pods: %v", err)
 	}
 	pid := containerPID(t, "picomq-system", pods.Items[0].Name, "manager")
+	scaleDownThroughAFault(t, "e2e/opdrain", func() {
+		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+// scaleDownThroughAFault lowers the cluster from 3 to 2 brokers under
+// load, runs fault as the drain starts, and waits for the scale-down to
+// complete anyway — slots balanced, nothing under-replicated — then goes
+// back to 3 the same way; nothing acknowledged is lost.
+func scaleDownThroughAFault(t *testing.T, load string, fault func()) {
+	t.Helper()
+	waitClusterReady(t, 2*time.Minute)
+	l := startLoad(t, load)
+	defer l.w.Stop()
 	scaleTo(t, 2)
 	waitScaleDownStarted(t)
-	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
+	fault()
 	waitScaled(t, 2, 5*time.Minute)
 	waitBalancedAndReplicated(t, 2, 3*time.Minute)
 	l.waitAcked(30, time.Minute)
@@ -586,6 +594,59 @@ func TestOperatorKilledMidDrain(t *testing.T) {
 	waitBalancedAndReplicated(t, 3, 3*time.Minute)
 	l.waitAcked(30, time.Minute)
 	l.stopAndCheck()
+}
+
+// TestScaleDownRefusedWhileABrokerIsDown pauses a broker (SIGSTOP: its
+// process holds its sockets and answers nothing, as a hung node does),
+// then lowers the cluster: the departing broker refuses to drain, since
+// the two that would stay would have no running majority, and the
+// operator holds the scale-down with that reason in its conditions. With
+// the broker running again, the scale-down completes; then back to 3.
+func TestScaleDownRefusedWhileABrokerIsDown(t *testing.T) {
+	waitClusterReady(t, 2*time.Minute)
+	ctx := context.Background()
+	paused := brokerPods(t)[1]
+	pid := containerPID(t, stack.SampleNamespace, paused.Name, "broker")
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	resume := func() { _ = syscall.Kill(pid, syscall.SIGCONT) } // gone already once its liveness probe restarted it
+	defer resume()
+	// Its slot Leases, renewed with its member Lease, run out at the
+	// same time: the others then hold every slot.
+	waitFor(t, time.Minute, "demo-1's Leases run out", func() error {
+		leases, err := env.k.CoordinationV1().Leases(stack.SampleNamespace).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return err
+		}
+		for _, l := range leases.Items {
+			if strings.HasPrefix(l.Name, stack.SampleCluster+"-slot-") && l.Spec.HolderIdentity != nil && strings.HasPrefix(*l.Spec.HolderIdentity, paused.Name+"~") {
+				return fmt.Errorf("%s still held by %s", l.Name, *l.Spec.HolderIdentity)
+			}
+		}
+		return nil
+	})
+	scaleTo(t, 2)
+	waitFor(t, time.Minute, "the scale-down held", func() error {
+		out, err := kubectl(t, "", "get", "streamcluster", stack.SampleCluster, "-o",
+			`jsonpath={.status.conditions[?(@.type=="Progressing")].reason}|{.status.conditions[?(@.type=="Degraded")].message}`)
+		if err != nil {
+			return err
+		}
+		reason, msg, _ := strings.Cut(out, "|")
+		if reason != "ScaleDownBlocked" || !strings.Contains(msg, "demo-2 refused to drain") || !strings.Contains(msg, "DRAIN_REFUSED") {
+			return fmt.Errorf("Progressing %q, Degraded %q", reason, msg)
+		}
+		return nil
+	})
+	if got := mustKubectl(t, "", "get", "statefulset", stack.SampleCluster, "-o", "jsonpath={.spec.replicas}"); got != "3" {
+		t.Fatalf("StatefulSet replicas %s while the departing broker refuses to drain", got)
+	}
+	resume()
+	waitScaled(t, 2, 5*time.Minute)
+	scaleTo(t, 3)
+	waitScaled(t, 3, 5*time.Minute)
+	waitBalancedAndReplicated(t, 3, 3*time.Minute)
 }
 
 // TestBrokerLostWithItsDiskIsRepaired deletes a broker's pod and its
