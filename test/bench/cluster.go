@@ -168,6 +168,15 @@ func runCompare(base, bin string) error {
 	if *replicas > *brokers {
 		return fmt.Errorf("-replicas %d above -brokers %d", *replicas, *brokers)
 	}
+	if *scaleUp > 0 {
+		if *scaleUp >= *brokers {
+			return fmt.Errorf("-scale-up %d: at least one of -brokers %d must start first", *scaleUp, *brokers)
+		}
+		if err := ensureAssets(); err != nil {
+			return err
+		}
+		return scaleUpBench(context.Background(), bin, filepath.Join(base, "scale-up"))
+	}
 	if *drainBytes > 0 {
 		if *replicas >= *brokers {
 			return fmt.Errorf("-drain-bytes: a drain leaves %d brokers, fewer than -replicas %d: it would be refused", *brokers-1, *replicas)

@@ -93,36 +93,7 @@ func drainBench(ctx context.Context, bin, dir string) error {
 	}
 	fmt.Printf("filled %d MiB over %d streams in %v\n", written.Load()>>20, len(names), time.Since(t0).Round(10*time.Millisecond))
 
-	// The light load: writers appending 1 KiB records to the streams.
-	small := []stream.RecordValue{{Payload: bytes.Repeat([]byte{'s'}, 1024)}}
-	measure := func(stop <-chan struct{}) []time.Duration {
-		var mu sync.Mutex
-		var lat []time.Duration
-		var wg sync.WaitGroup
-		for w := range *drainLoad {
-			wg.Go(func() {
-				for i := w; ; i += *drainLoad {
-					select {
-					case <-stop:
-						return
-					default:
-					}
-					start := time.Now()
-					actx, cancel := context.WithTimeout(ctx, 10*time.Second)
-					_, err := hs[i%len(hs)].Append(actx, small)
-					cancel()
-					if err == nil {
-						mu.Lock()
-						lat = append(lat, time.Since(start))
-						mu.Unlock()
-					}
-				}
-			})
-		}
-		wg.Wait()
-		sort.Slice(lat, func(a, b int) bool { return lat[a] < lat[b] })
-		return lat
-	}
+	measure := func(stop <-chan struct{}) []time.Duration { return measureAppends(ctx, hs, *drainLoad, stop) }
 	stop := make(chan struct{})
 	time.AfterFunc(10*time.Second, func() { close(stop) })
 	steady := measure(stop)
@@ -164,4 +135,37 @@ func drainBench(ctx context.Context, bin, dir string) error {
 		ms(pct(during, 0.5)), ms(pct(during, 0.99)), len(during), took.Round(time.Second),
 		float64(pct(during, 0.99))/float64(max(pct(steady, 0.99), 1)))
 	return nil
+}
+
+// measureAppends runs the light load — writers appending 1 KiB records to
+// the streams hs, round robin — until stop closes, and returns the
+// latencies of the appends that succeeded, sorted.
+func measureAppends(ctx context.Context, hs []*client.Stream, writers int, stop <-chan struct{}) []time.Duration {
+	small := []stream.RecordValue{{Payload: bytes.Repeat([]byte{'s'}, 1024)}}
+	var mu sync.Mutex
+	var lat []time.Duration
+	var wg sync.WaitGroup
+	for w := range writers {
+		wg.Go(func() {
+			for i := w; ; i += writers {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				start := time.Now()
+				actx, cancel := context.WithTimeout(ctx, 10*time.Second)
+				_, err := hs[i%len(hs)].Append(actx, small)
+				cancel()
+				if err == nil {
+					mu.Lock()
+					lat = append(lat, time.Since(start))
+					mu.Unlock()
+				}
+			}
+		})
+	}
+	wg.Wait()
+	sort.Slice(lat, func(a, b int) bool { return lat[a] < lat[b] })
+	return lat
 }

@@ -18,6 +18,11 @@ type Options struct {
 	// Brokers is how many broker processes run (default 1). Without
 	// Cluster they are independent single-node brokers.
 	Brokers int
+	// Standby is how many of them (the highest ordinals) Start prepares —
+	// addresses, peers lists, link proxies — but does not launch: a
+	// scale-up launches them later (StartBroker or Launch), and they join
+	// as new members.
+	Standby int
 	// Cluster runs the brokers as one cluster: the cluster flags, a
 	// --peers list through the link proxies, envtest's apiserver for the
 	// Leases. Without it no cluster flag is passed, so everything the
@@ -171,7 +176,10 @@ func TryStart(t testing.TB, o Options) (*Cluster, error) {
 	if err := c.assignAddrs(); err != nil {
 		return c, err
 	}
-	for i := range c.brokers {
+	if o.Standby < 0 || o.Standby >= o.Brokers {
+		return c, fmt.Errorf("clusterharness: Standby %d of %d brokers: at least one must start", o.Standby, o.Brokers)
+	}
+	for i := range o.Brokers - o.Standby {
 		if err := c.launch(i); err != nil {
 			return c, err
 		}
