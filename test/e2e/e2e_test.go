@@ -291,6 +291,17 @@ spec: {clusterRef: {name: demo}, ttl: 1h, expiresAt: "2030-01-01T00:00:00Z"}
 			t.Errorf("apply of a bad manifest: err %v, output %q, want it to say %q", err, out, c.want)
 		}
 	}
+	// A scale-down that would leave fewer brokers than the replication
+	// factor is refused before any broker is asked to drain, and nothing
+	// of the running cluster changes.
+	gen := mustKubectl(t, "", "get", "streamcluster", stack.SampleCluster, "-o", "jsonpath={.metadata.generation}")
+	out, err := kubectl(t, "", "patch", "streamcluster", stack.SampleCluster, "--type=merge", "-p", `{"spec":{"replicationFactor":3,"replicas":2}}`)
+	if err == nil || !strings.Contains(out, "replicationFactor cannot exceed replicas") {
+		t.Errorf("a scale-down below the replication factor: err %v, output %q", err, out)
+	}
+	if now := mustKubectl(t, "", "get", "streamcluster", stack.SampleCluster, "-o", "jsonpath={.metadata.generation}"); now != gen {
+		t.Errorf("generation %s after a refused patch, was %s", now, gen)
+	}
 }
 
 // TestStreamDeletionPolicies deletes a Stream with deletionPolicy Delete
