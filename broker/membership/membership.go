@@ -397,24 +397,31 @@ func (m *Member) join(ctx context.Context) error {
 	}
 }
 
-// checkNotRemoved refuses to start a member the cluster removed: it asks
-// the peers about its id; silence (a whole cluster restarting) lets it on.
-func (m *Member) checkNotRemoved(ctx context.Context) error {
+// askPeersAboutSelf asks the peers in turn what they record of this
+// member, each within 2 s, until see returns true; a peer that does not
+// answer is skipped.
+func (m *Member) askPeersAboutSelf(ctx context.Context, see func(addr string, info memberInfo) bool) {
 	for _, addr := range m.seeds() {
 		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		info, err := m.memberInfo(cctx, addr, m.id.ID())
 		cancel()
-		if err != nil {
-			continue
-		}
-		if info.Removed {
-			return node.MemberRemoved.With("member", m.id.ID(), "node", m.id.Node, "told_by", addr, "configured", info.Configured)
-		}
-		if info.Known {
-			return nil
+		if err == nil && see(addr, info) {
+			return
 		}
 	}
-	return nil
+}
+
+// checkNotRemoved refuses to start a member the cluster removed: it asks
+// the peers about its id; silence (a whole cluster restarting) lets it on.
+func (m *Member) checkNotRemoved(ctx context.Context) error {
+	var refused error
+	m.askPeersAboutSelf(ctx, func(addr string, info memberInfo) bool {
+		if info.Removed {
+			refused = node.MemberRemoved.With("member", m.id.ID(), "node", m.id.Node, "told_by", addr, "configured", info.Configured)
+		}
+		return info.Removed || info.Known
+	})
+	return refused
 }
 
 // OutOfConfiguration says whether a peer reports this member removed and
@@ -422,15 +429,12 @@ func (m *Member) checkNotRemoved(ctx context.Context) error {
 // so that the voters no longer count it and its process may go. Peers
 // that do not answer, or still list it, say nothing.
 func (m *Member) OutOfConfiguration(ctx context.Context) bool {
-	for _, addr := range m.seeds() {
-		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		info, err := m.memberInfo(cctx, addr, m.id.ID())
-		cancel()
-		if err == nil && info.Known && info.Removed && !info.Configured {
-			return true
-		}
-	}
-	return false
+	out := false
+	m.askPeersAboutSelf(ctx, func(_ string, info memberInfo) bool {
+		out = info.Known && info.Removed && !info.Configured
+		return out
+	})
+	return out
 }
 
 // Status is the member's view of the cluster, for the admin API.
