@@ -330,21 +330,13 @@ func settleTimeout() time.Duration { return 4**leaseDur + time.Minute }
 // clusterPhases starts the cluster, runs every shape through any broker
 // and direct to owners, then the failover kills.
 func clusterPhases(ctx context.Context, bin, dir string, shapes []shape, one []stream.RecordValue, res *compare) error {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
-	}
 	if err := ensureAssets(); err != nil {
 		return err
 	}
-	os.Setenv(clusterharness.BinaryEnv, bin) // the binary the single broker ran
-	tb := clusterharness.NewProgramTB("bench-cluster", dir)
-	defer tb.RunCleanups()
-	var c *clusterharness.Cluster
 	t0 := time.Now()
-	if err := tb.Do(func() (err error) { c, err = clusterharness.TryStart(tb, clusterOptions()); return err }); err != nil {
-		return fmt.Errorf("starting the cluster: %w", err)
-	}
-	if err := c.WaitFor(settleTimeout(), "every slot held, shares balanced", balanced(c)); err != nil {
+	c, tb, err := startBalanced("bench-cluster", bin, dir, clusterOptions()) // the binary the single broker ran
+	defer tb.RunCleanups()
+	if err != nil {
 		return err
 	}
 	fmt.Printf("\ncluster of %d ready after %v (every slot held, shares balanced); broker logs in %s\n", c.N(), time.Since(t0).Round(10*time.Millisecond), dir)

@@ -30,17 +30,9 @@ var (
 )
 
 func drainBench(ctx context.Context, bin, dir string) error {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
-	}
-	os.Setenv(clusterharness.BinaryEnv, bin)
-	tb := clusterharness.NewProgramTB("bench-drain", dir)
+	c, tb, err := startBalanced("bench-drain", bin, dir, clusterOptions())
 	defer tb.RunCleanups()
-	var c *clusterharness.Cluster
-	if err := tb.Do(func() (err error) { c, err = clusterharness.TryStart(tb, clusterOptions()); return err }); err != nil {
-		return fmt.Errorf("starting the cluster: %w", err)
-	}
-	if err := c.WaitFor(settleTimeout(), "every slot held, shares balanced", balanced(c)); err != nil {
+	if err != nil {
 		return err
 	}
 	cls := make([]*client.Client, c.N())
@@ -59,15 +51,9 @@ func drainBench(ctx context.Context, bin, dir string) error {
 	// Handles through the brokers that stay; every stream opened by a
 	// first append.
 	leaving := c.N() - 1
-	hs := make([]*client.Stream, len(names))
-	for j, n := range names {
-		cl := cls[j%leaving]
-		if hs[j], err = cl.Stream(ctx, n); err != nil {
-			return err
-		}
-		if err := appendWithin(ctx, hs[j], []stream.RecordValue{{Payload: []byte("open")}}, time.Minute); err != nil {
-			return err
-		}
+	hs, err := openByAppend(ctx, names, func(j int) *client.Client { return cls[j%leaving] })
+	if err != nil {
+		return err
 	}
 
 	// Fill: 256 KiB records (object files, replicated), 16 writers.
@@ -130,11 +116,53 @@ func drainBench(ctx context.Context, bin, dir string) error {
 	}
 	fmt.Printf("drained broker-%d holding %d copies (%d MiB), %d open streams, %d slots: %v\n",
 		leaving, before.ObjectsHeld, before.BytesHeld>>20, before.OpenStreams, before.SlotsHeld, took.Round(10*time.Millisecond))
-	fmt.Printf("appends of 1 KiB by %d writers: steady p50 %s p99 %s (%d appends in 10s); during the drain p50 %s p99 %s (%d in %v); p99 ratio %.2fx\n",
-		*drainLoad, ms(pct(steady, 0.5)), ms(pct(steady, 0.99)), len(steady),
+	printAppendLatency("the drain", steady, during, took)
+	return nil
+}
+
+// startBalanced starts a benchmark cluster of o with the broker binary
+// bin, its logs in dir, and waits until every slot is held and the shares
+// balanced. The caller runs tb's cleanups, whatever the error.
+func startBalanced(name, bin, dir string, o clusterharness.Options) (*clusterharness.Cluster, *clusterharness.ProgramTB, error) {
+	tb := clusterharness.NewProgramTB(name, dir)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, tb, err
+	}
+	os.Setenv(clusterharness.BinaryEnv, bin)
+	var c *clusterharness.Cluster
+	if err := tb.Do(func() (err error) { c, err = clusterharness.TryStart(tb, o); return err }); err != nil {
+		return nil, tb, fmt.Errorf("starting the cluster: %w", err)
+	}
+	if err := c.WaitFor(settleTimeout(), "every slot held, shares balanced", balanced(c)); err != nil {
+		return nil, tb, err
+	}
+	return c, tb, nil
+}
+
+// openByAppend returns a handle on each stream of names, through the
+// client via picks for it, each stream opened by a first append (so that
+// a broker holds it open, as a drain or a rebalance must hand it off).
+func openByAppend(ctx context.Context, names []string, via func(j int) *client.Client) ([]*client.Stream, error) {
+	hs := make([]*client.Stream, len(names))
+	for j, n := range names {
+		var err error
+		if hs[j], err = via(j).Stream(ctx, n); err != nil {
+			return nil, err
+		}
+		if err := appendWithin(ctx, hs[j], []stream.RecordValue{{Payload: []byte("open")}}, time.Minute); err != nil {
+			return nil, err
+		}
+	}
+	return hs, nil
+}
+
+// printAppendLatency prints the light load's latencies before (steady,
+// 10 s) and during a change that took took, and their p99 ratio.
+func printAppendLatency(change string, steady, during []time.Duration, took time.Duration) {
+	fmt.Printf("appends of 1 KiB by %d writers: steady p50 %s p99 %s (%d appends in 10s); during %s p50 %s p99 %s (%d in %v); p99 ratio %.2fx\n",
+		*drainLoad, ms(pct(steady, 0.5)), ms(pct(steady, 0.99)), len(steady), change,
 		ms(pct(during, 0.5)), ms(pct(during, 0.99)), len(during), took.Round(time.Second),
 		float64(pct(during, 0.99))/float64(max(pct(steady, 0.99), 1)))
-	return nil
 }
 
 // measureAppends runs the light load — writers appending 1 KiB records to

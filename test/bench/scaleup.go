@@ -5,11 +5,9 @@ import (
 	"flag"
 	"fmt"
 	"net/http"
-	"os"
 	"time"
 
 	"github.com/picomq/picomq/broker/client"
-	"github.com/picomq/picomq/broker/stream"
 	"github.com/picomq/picomq/test/clusterharness"
 )
 
@@ -21,19 +19,11 @@ import (
 var scaleUp = flag.Int("scale-up", 0, "cluster mode: run only the scale-up benchmark, adding this many brokers to -brokers minus it")
 
 func scaleUpBench(ctx context.Context, bin, dir string) error {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
-	}
-	os.Setenv(clusterharness.BinaryEnv, bin)
-	tb := clusterharness.NewProgramTB("bench-scale-up", dir)
-	defer tb.RunCleanups()
 	o := clusterOptions()
 	o.Standby = *scaleUp
-	var c *clusterharness.Cluster
-	if err := tb.Do(func() (err error) { c, err = clusterharness.TryStart(tb, o); return err }); err != nil {
-		return fmt.Errorf("starting the cluster: %w", err)
-	}
-	if err := c.WaitFor(settleTimeout(), "every slot held, shares balanced", balanced(c)); err != nil {
+	c, tb, err := startBalanced("bench-scale-up", bin, dir, o)
+	defer tb.RunCleanups()
+	if err != nil {
 		return err
 	}
 	first := c.N() - *scaleUp
@@ -46,14 +36,9 @@ func scaleUpBench(ctx context.Context, bin, dir string) error {
 	if err != nil {
 		return err
 	}
-	hs := make([]*client.Stream, len(names))
-	for j, n := range names {
-		if hs[j], err = cl.Stream(ctx, n); err != nil {
-			return err
-		}
-		if err := appendWithin(ctx, hs[j], []stream.RecordValue{{Payload: []byte("open")}}, time.Minute); err != nil {
-			return err
-		}
+	hs, err := openByAppend(ctx, names, func(int) *client.Client { return cl })
+	if err != nil {
+		return err
 	}
 	stop := make(chan struct{})
 	time.AfterFunc(10*time.Second, func() { close(stop) })
@@ -87,10 +72,7 @@ func scaleUpBench(ctx context.Context, bin, dir string) error {
 	}
 	fmt.Printf("scale-up %d → %d brokers (%d slots, %d open streams): shares even within one slot after %v\n",
 		first, c.N(), c.Options().Slots, len(names), took.Round(10*time.Millisecond))
-	fmt.Printf("appends of 1 KiB by %d writers: steady p50 %s p99 %s (%d appends in 10s); during the scale-up p50 %s p99 %s (%d in %v); p99 ratio %.2fx\n",
-		*drainLoad, ms(pct(steady, 0.5)), ms(pct(steady, 0.99)), len(steady),
-		ms(pct(during, 0.5)), ms(pct(during, 0.99)), len(during), took.Round(time.Second),
-		float64(pct(during, 0.99))/float64(max(pct(steady, 0.99), 1)))
+	printAppendLatency("the scale-up", steady, during, took)
 	return nil
 }
 
