@@ -230,6 +230,14 @@ func (m *Member) serveJoin(w http.ResponseWriter, r *http.Request) {
 		// first; the planner would remove it once the new one is in anyway.
 		for _, old := range conf.Servers {
 			if old.Address == req.PeerAddr && old.ID != req.ID {
+				// Unless the old one votes and the others could not
+				// commit without it: then the join waits (the joiner
+				// retries) rather than take the quorum with it.
+				if err := m.checkRemovable(r.Context(), conf, old.ID); err != nil {
+					m.log.Warn("a node joins under a new incarnation, but its old one still votes and the other voters have no majority answering: the join waits", "old", old.ID, "new", req.ID, "err", err)
+					m.fail(w, r, err)
+					return
+				}
 				m.log.Info("a node joins under a new incarnation: its old one goes", "old", old.ID, "new", req.ID)
 				if err := l.RemoveServer(r.Context(), old.ID); err != nil {
 					m.fail(w, r, err)

@@ -1,6 +1,7 @@
 package membership
 
 import (
+	"maps"
 	"slices"
 	"strings"
 )
@@ -167,17 +168,8 @@ func planSteps(servers []seen, leader string) []step {
 		answers[s.ID] = s.Answers || s.ID == leader
 	}
 	keepsMajority := func(id string) bool {
-		n, up := 0, 0
-		for v := range voting {
-			if v == id {
-				continue
-			}
-			n++
-			if answers[v] {
-				up++
-			}
-		}
-		return 2*up > n
+		_, _, ok := majorityWithout(slices.Collect(maps.Keys(voting)), func(v string) bool { return answers[v] }, id)
+		return ok
 	}
 	for _, s := range gone {
 		if voting[s.ID] && !keepsMajority(s.ID) {

@@ -51,6 +51,9 @@ type cluster struct {
 	left    atomic.Bool
 	drained atomic.Bool
 	leaving atomic.Bool // the drain under way leaves the cluster
+	// held is why the drain's last step waits (empty: it does not): the
+	// voters that stay would have no majority answering.
+	held atomic.Pointer[string]
 	// restart stops the broker to start it again (set by main).
 	restart func()
 

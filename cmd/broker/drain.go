@@ -172,6 +172,9 @@ func (c *cluster) DrainStatus() wire.DrainStatus {
 		}
 	default:
 		ds.Message = "holds nothing the others lack: leaving the cluster"
+		if why := c.held.Load(); why != nil {
+			ds.Message = "holds nothing the others lack, but waits to leave: " + *why
+		}
 	}
 	return ds
 }
@@ -227,6 +230,20 @@ func (c *cluster) finishDrain(ctx context.Context) {
 	}
 	if ds.SlotsHeld > 0 || ds.OpenStreams > 0 || ds.ObjectsHeld > 0 {
 		return
+	}
+	// Leaving is for good (a cancel after it restarts the broker as a
+	// new member), and once out the others must commit without it: not
+	// while a voter that stays is silent — a member whose Lease has not
+	// yet run out may be dead, and the drain was let start by its Lease.
+	if err := c.member.CheckLeaveKeepsQuorum(ctx); err != nil {
+		why := err.Error()
+		if prev := c.held.Swap(&why); prev == nil {
+			c.log.Warn("drain: holding its last step until the voters that stay answer", "err", err)
+		}
+		return
+	}
+	if c.held.Swap(nil) != nil {
+		c.log.Info("drain: the voters that stay answer again; leaving")
 	}
 	self := c.member.Identity().ID()
 	if err := writeDrainedMark(c.dataDir, self); err != nil {

@@ -241,7 +241,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	select {
 	case <-ctx.Done():
 		if context.Cause(ctx) == errRestart {
-			logger.Warn("restarting to open the metadata log with the recovery asked for")
+			logger.Warn("restarting as asked: to open the metadata log with a recovery, or to join as a new member after a drain cancelled once complete")
 			code = restartCode
 		} else {
 			logger.Info("shutting down: draining requests", "timeout", cfg.ShutdownTimeout)

@@ -275,3 +275,81 @@ func drainRefusedWhileDown(t *testing.T, c *clusterharness.Cluster) {
 		t.Fatal(err)
 	}
 }
+
+// TestDrainWaitsToLeaveWhileAVoterIsSilent: a drain asked right after
+// another voter died is let start (the dead one's member Lease has not run
+// out yet), but its last step — leaving for good — waits while the voters
+// that would stay have no majority answering, saying why, so that it can
+// still be cancelled: cancelled, the broker is a full member again in the
+// same process, and the cluster never lost its quorum. (Before, the
+// removal went through, the cancel restarted the broker as a new member,
+// and its join took the old incarnation's vote out: no quorum at all.)
+func TestDrainWaitsToLeaveWhileAVoterIsSilent(t *testing.T) {
+	needCluster(t)
+	c := clusterharness.Start(t, options())
+	ctx := t.Context()
+	var before clusterharness.NodeInfo
+	if err := c.WaitFor(30*time.Second, "three voters", func(context.Context) error {
+		n, err := c.Node(drained)
+		if err != nil {
+			return err
+		}
+		if len(n.Voters()) != 3 {
+			return fmt.Errorf("voters %v", n.Voters())
+		}
+		before = n
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	const dead = 1
+	c.Kill(dead)
+	if ds, err := c.Drain(ctx, drained); err != nil || ds.Phase != wire.DrainDraining {
+		t.Fatalf("a drain asked while broker-%d's Lease is still live: %+v, %v; want it accepted", dead, ds, err)
+	}
+	var held wire.DrainStatus
+	if err := c.WaitFor(30*time.Second, "the drain holding its last step", func(ctx context.Context) error {
+		ds, err := c.DrainStatus(ctx, drained)
+		if err != nil {
+			return err
+		}
+		if ds.Phase != wire.DrainDraining || !strings.Contains(ds.Message, "waits to leave") || !strings.Contains(ds.Message, "QUORUM_AT_RISK") {
+			return fmt.Errorf("%+v", ds)
+		}
+		held = ds
+		return nil
+	}); err != nil {
+		t.Fatalf("%v\n%s", err, c.LogTails(4096))
+	}
+	t.Logf("held: %s", held.Message)
+	// It stays held: a few drain checks later it has not left.
+	time.Sleep(3 * time.Second)
+	if ds, err := c.DrainStatus(ctx, drained); err != nil || ds.Phase != wire.DrainDraining || !strings.Contains(ds.Message, "waits to leave") {
+		t.Fatalf("3 s later: %+v, %v; want still held", ds, err)
+	}
+	if ds, err := c.CancelDrain(ctx, drained); err != nil || ds.Phase != wire.DrainNone {
+		t.Fatalf("cancel: %+v, %v", ds, err)
+	}
+	c.StartBroker(dead)
+	if err := c.WaitFor(60*time.Second, "the cluster whole, broker-2 the same member holding slots", func(ctx context.Context) error {
+		if err := c.ClusterReady(ctx); err != nil {
+			return err
+		}
+		n, err := c.Node(drained)
+		if err != nil {
+			return err
+		}
+		if n.MemberID != before.MemberID {
+			return fmt.Errorf("broker-%d is member %s, not %s: it left and joined anew", drained, n.MemberID, before.MemberID)
+		}
+		if held, _, _ := n.Slots(); held == 0 {
+			return fmt.Errorf("broker-%d holds no slot", drained)
+		}
+		if len(n.Voters()) != 3 {
+			return fmt.Errorf("voters %v", n.Voters())
+		}
+		return nil
+	}); err != nil {
+		t.Fatalf("%v\n%s", err, c.LogTails(4096))
+	}
+}
