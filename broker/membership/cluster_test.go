@@ -231,6 +231,38 @@ func TestMembershipOfThreeBrokers(t *testing.T) {
 		eventually(t, 10*time.Second, m.name+" sees the stream", func() bool { _, err := m.b.Get("s"); return err == nil })
 	}
 
+	// The read index: only the leader answers it (a follower names the
+	// leader, and leaderReadIndex follows); after a leadership transfer,
+	// every member's Catchup returns only with what was committed before.
+	leader := c.leader()
+	if err := follower.m.get(ctx, follower.m.cfg.Addresses.Advertise(follower.name), readIndexPath, new(readIndex)); !errors.Is(err, errNotLeader) {
+		t.Fatalf("a follower's read index: %v; want NOT_METADATA_LEADER", err)
+	}
+	ri, err := leader.m.leaderReadIndex(ctx, follower.m.Identity().ID())
+	if err != nil || ri < follower.b.Status().AppliedIndex {
+		t.Fatalf("the read index asked through a follower: %d, %v; want the leader's, at least the follower's %d", ri, err, follower.b.Status().AppliedIndex)
+	}
+	if err := leader.b.Log().TransferLeadership(ctx, follower.m.Identity().ID()); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 20 {
+		name := fmt.Sprintf("after-%d", i)
+		if _, _, err := leader.b.Create(ctx, name, node.CreateOptions{}); err != nil {
+			t.Fatalf("create %s: %v", name, err)
+		}
+		for _, m := range c.nodes {
+			cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			err := m.m.Catchup(cctx)
+			cancel()
+			if err != nil {
+				t.Fatalf("%s: Catchup: %v", m.name, err)
+			}
+			if _, err := m.b.Get(name); err != nil {
+				t.Fatalf("%s has caught up but lacks %s, created before: %v", m.name, name, err)
+			}
+		}
+	}
+
 	// b-2's directory is wiped: it joins as a new member, the old one goes.
 	old := c.nodes["b-2"].m.Identity().ID()
 	c.kill("b-2")

@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"net/http"
 	"slices"
 	"strconv"
 	"strings"
@@ -477,9 +478,12 @@ var errNotLeader = errs.Static(0x00_10_06_01, "NOT_METADATA_LEADER",
 	"broker/membership: a request only the leader serves reached a follower; the fields name the leader when known",
 	421, 75)
 
-// Catchup waits until this member's state machine has applied what the
-// leader's had when asked: a request for a stream created through another
-// broker a moment ago finds it here then.
+// Catchup waits until this member's state machine has applied every entry
+// committed before the call: what the leader has applied once a barrier
+// committed in its term (its read index). A slot taken is served only
+// then, so that its reads hold the last owner's commits even right after
+// a leadership change, and a request for a stream created through another
+// broker a moment ago finds it here.
 func (m *Member) Catchup(ctx context.Context) error {
 	b := m.broker()
 	if b == nil {
@@ -498,14 +502,13 @@ func (m *Member) Catchup(ctx context.Context) error {
 		// commits once it commits in its own term).
 		return b.Log().Barrier(ctx)
 	}
-	nodeName, _, _ := strings.Cut(st.Leader, "~")
-	ls, err := m.status(ctx, m.cfg.Addresses.Advertise(nodeName))
+	want, err := m.leaderReadIndex(ctx, st.Leader)
 	if err != nil {
 		return err
 	}
 	t := time.NewTicker(2 * time.Millisecond)
 	defer t.Stop()
-	for b.Status().AppliedIndex < ls.AppliedIndex {
+	for b.Status().AppliedIndex < want {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
@@ -513,4 +516,34 @@ func (m *Member) Catchup(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// leaderReadIndex asks the leader (leader: its member id, as this member
+// sees it) for its read index, following once a "not the leader" answer
+// naming another. A leader of an older build, without the route, is asked
+// its applied index instead.
+func (m *Member) leaderReadIndex(ctx context.Context, leader string) (uint64, error) {
+	for hop := 0; ; hop++ {
+		nodeName, _, _ := strings.Cut(leader, "~")
+		addr := m.cfg.Addresses.Advertise(nodeName)
+		var ri readIndex
+		err := m.get(ctx, addr, readIndexPath, &ri)
+		if err == nil {
+			return ri.AppliedIndex, nil
+		}
+		var old *peer.HTTPError
+		if errors.As(err, &old) && old.Code == http.StatusNotFound {
+			ls, err := m.status(ctx, addr)
+			return ls.AppliedIndex, err
+		}
+		if errors.Is(err, errNotLeader) && hop == 0 {
+			if next, ok := errs.FieldOf(err, "leader"); ok {
+				if id, _ := next.(string); id != "" && id != leader {
+					leader = id
+					continue
+				}
+			}
+		}
+		return 0, err
+	}
 }

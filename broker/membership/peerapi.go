@@ -10,6 +10,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"time"
 
 	"github.com/picomq/picomq/broker/core"
 	"github.com/picomq/picomq/broker/errs"
@@ -24,7 +25,10 @@ const (
 	forwardPath = "/peer/v1/log/forward"
 	joinPath    = "/peer/v1/join"
 	statusPath  = "/peer/v1/status"
-	membersPath = "/peer/v1/members/"
+	// readIndexPath is the leader's read index: what it has applied once
+	// a barrier committed in its term (see Catchup).
+	readIndexPath = "/peer/v1/read-index"
+	membersPath   = "/peer/v1/members/"
 )
 
 type joinRequest struct {
@@ -73,6 +77,7 @@ func (m *Member) routes(srv interface {
 	srv.Handle("POST "+forwardPath, http.HandlerFunc(m.serveForward))
 	srv.Handle("POST "+joinPath, http.HandlerFunc(m.serveJoin))
 	srv.Handle("GET "+statusPath, http.HandlerFunc(m.serveStatus))
+	srv.Handle("GET "+readIndexPath, http.HandlerFunc(m.serveReadIndex))
 	srv.Handle("GET "+membersPath+"{id}", http.HandlerFunc(m.serveMember))
 }
 
@@ -314,6 +319,36 @@ func (m *Member) serveStatus(w http.ResponseWriter, r *http.Request) {
 		st.ClusterID, st.RaftState, st.Leader, st.AppliedIndex, st.LastIndex = b.ClusterID(), s.LogState, s.Leader, s.AppliedIndex, s.LastIndex
 	}
 	writeJSON(w, st)
+}
+
+// readIndex is the leader's answer to GET readIndexPath.
+type readIndex struct {
+	AppliedIndex uint64 `json:"appliedIndex"`
+}
+
+// serveReadIndex answers, on the leader only, the index its state machine
+// has applied once a barrier committed in its term: every entry committed
+// before the request, by it or by the leaders before it. A leader's applied
+// index alone may trail entries a predecessor committed (a new leader
+// learns them only by committing in its own term), which a follower may
+// already have applied and served.
+func (m *Member) serveReadIndex(w http.ResponseWriter, r *http.Request) {
+	b := m.broker()
+	if b == nil {
+		m.fail(w, r, errNotLeader.With("reason", "starting"))
+		return
+	}
+	if !b.Log().IsLeader() {
+		m.fail(w, r, m.notLeader(b))
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
+	defer cancel()
+	if err := b.Log().Barrier(ctx); err != nil {
+		m.fail(w, r, err)
+		return
+	}
+	writeJSON(w, readIndex{AppliedIndex: b.Status().AppliedIndex})
 }
 
 func (m *Member) status(ctx context.Context, addr string) (statusInfo, error) {

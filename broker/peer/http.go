@@ -65,7 +65,19 @@ func (c *Client) Do(req *http.Request) (*http.Response, error) {
 	if coded, err := errs.Unmarshal(body); err == nil {
 		return nil, coded
 	}
-	return nil, fmt.Errorf("peer: %s %s: %s: %s", req.Method, req.URL.Path, resp.Status, strings.TrimSpace(string(body)))
+	return nil, &HTTPError{Method: req.Method, Path: req.URL.Path, Status: resp.Status, Code: resp.StatusCode, Body: strings.TrimSpace(string(body))}
+}
+
+// HTTPError is a peer's failed answer that is no coded problem: a route an
+// older build lacks (404), a proxy's error page.
+type HTTPError struct {
+	Method, Path, Status string
+	Code                 int
+	Body                 string
+}
+
+func (e *HTTPError) Error() string {
+	return fmt.Sprintf("peer: %s %s: %s: %s", e.Method, e.Path, e.Status, e.Body)
 }
 
 // CloseIdle drops idle connections (a peer moved).
