@@ -3,6 +3,7 @@ package dsapi
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -217,4 +218,34 @@ func TestProtocolBasics(t *testing.T) {
 	}
 	s.want(s.do("DELETE", "a/b", ""), 204, "delete")
 	s.want(s.do("GET", "a/b", ""), 404, "read deleted")
+}
+
+// TestMalformedJSONIsRefusedWritingNothing: a JSON stream refuses a body
+// readers would read differently — a repeated member name, trailing data,
+// invalid UTF-8 — with 400 BAD_REQUEST, on create and on append, and the
+// stream's tail is what it was; a create refused creates no stream.
+func TestMalformedJSONIsRefusedWritingNothing(t *testing.T) {
+	t.Parallel()
+	s := start(t, t.TempDir(), nil)
+	json := []string{"Content-Type", "application/json"}
+	bad := []string{`{"n":1,"n":2}`, `[{"a":{"b":1,"\u0062":2}}]`, `{"n":1}}`, `[1] [2]`, "{\"n\":\"\xff\"}"}
+	for i, body := range bad {
+		name := fmt.Sprintf("m/create-%d", i)
+		r := s.want(s.do("PUT", name, body, json...), 400, "a create with "+body)
+		if !strings.Contains(r.body, "BAD_REQUEST") {
+			t.Fatalf("create with %q: %s", body, r.body)
+		}
+		s.want(s.do("HEAD", name, ""), 404, "the stream a refused create named")
+	}
+	s.want(s.do("PUT", "m/s", `[{"n":1}]`, json...), 201, "create")
+	for _, body := range bad {
+		r := s.want(s.do("POST", "m/s", body, json...), 400, "an append of "+body)
+		if !strings.Contains(r.body, "BAD_REQUEST") {
+			t.Fatalf("append of %q: %s", body, r.body)
+		}
+	}
+	r := s.want(s.do("GET", "m/s", ""), 200, "read")
+	if r.body != `[{"n":1}]` || r.h.Get(hNextOffset) != formatOffset(1) {
+		t.Fatalf("after the refusals: %q next %s; want the one record", r.body, r.h.Get(hNextOffset))
+	}
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/picomq/picomq/broker/errs"
+	"github.com/picomq/picomq/broker/strictjson"
 )
 
 // The protocol's headers and query parameters.
@@ -140,11 +141,12 @@ func parseSafeInt(s string) (int64, bool) {
 // jsonRecord turns a JSON body into one record: its messages — the
 // elements of a top-level array (flattened one level), else the value
 // itself — compacted and joined by commas, so that reads join records by
-// commas inside one pair of brackets. It reports the message count; an
-// invalid body is an error.
+// commas inside one pair of brackets. It reports the message count; a body
+// that is not strict JSON (valid UTF-8, one value, no name repeated in an
+// object: readers would disagree on it) is refused, whole.
 func jsonRecord(body []byte) ([]byte, int, error) {
-	if !json.Valid(body) {
-		return nil, 0, errBadJSON
+	if err := strictjson.Check(body); err != nil {
+		return nil, 0, BadRequest.With("reason", "body is not valid JSON: "+err.Error())
 	}
 	trimmed := bytes.TrimLeft(body, " \t\r\n")
 	var out bytes.Buffer

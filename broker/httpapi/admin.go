@@ -11,6 +11,7 @@ import (
 	"github.com/picomq/picomq/broker/httpapi/wire"
 	"github.com/picomq/picomq/broker/node"
 	"github.com/picomq/picomq/broker/stream"
+	"github.com/picomq/picomq/broker/strictjson"
 )
 
 // DefaultContentType is a stream's content type when its creation names
@@ -47,6 +48,10 @@ func (s *Server) decodeJSON(w http.ResponseWriter, r *http.Request, v any) error
 	}
 	if len(bytes.TrimSpace(body)) == 0 {
 		return nil
+	}
+	if err := strictjson.Check(body); err != nil {
+		// A repeated member or trailing data is refused, not guessed at.
+		return wire.MalformedBody.With("reason", err.Error())
 	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()

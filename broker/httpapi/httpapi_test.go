@@ -253,6 +253,11 @@ func TestBadInputWritesNothing(t *testing.T) {
 		// Admin bodies.
 		{"create bad json", "PUT", "/v1/admin/streams/new", nil, []byte(`{"policy":`), 400, wire.MalformedBody, nil},
 		{"create unknown member", "PUT", "/v1/admin/streams/new", nil, []byte(`{"retention":"1h"}`), 400, wire.MalformedBody, nil},
+		{"create repeated member", "PUT", "/v1/admin/streams/new", nil, []byte(`{"ttl":"1h","ttl":"-1s"}`), 400, wire.MalformedBody, nil},
+		{"create repeated nested member", "PUT", "/v1/admin/streams/new", nil, []byte(`{"policy":{"partitions":2,"partitions":3}}`), 400, wire.MalformedBody, nil},
+		{"create trailing data", "PUT", "/v1/admin/streams/new", nil, []byte(`{"ttl":"1h"}}`), 400, wire.MalformedBody, nil},
+		{"create invalid utf-8", "PUT", "/v1/admin/streams/new", nil, []byte("{\"contentType\":\"text/\xff\"}"), 400, wire.MalformedBody, nil},
+		{"patch repeated member", "PATCH", "/v1/admin/streams/s/a", nil, []byte(`{"policy":{"partitions":3},"policy":{"partitions":4}}`), 400, wire.MalformedBody, nil},
 		{"create bad duration", "PUT", "/v1/admin/streams/new", nil, []byte(`{"policy":{"retainFor":"a week"}}`), 400, stream.StreamMisconfigured, []any{"field", "RetainFor", "value", "a week"}},
 		{"create negative", "PUT", "/v1/admin/streams/new", nil, []byte(`{"policy":{"partitions":-1}}`), 400, stream.StreamMisconfigured, []any{"field", "Partitions", "value", -1}},
 		{"create block without max", "PUT", "/v1/admin/streams/new", nil, []byte(`{"policy":{"blockTimeout":"1s"}}`), 400, stream.StreamMisconfigured, []any{"field", "BlockTimeout", "value", "1s"}},
