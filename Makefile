@@ -85,8 +85,19 @@ conformance-cluster: $(CONFORMANCE_DEPS) ## Run the conformance suite through a 
 # hack/postgres.sh starts around `go test` (installing postgresql with
 # apt-get when missing) and stops after; PICOMQ_TEST_POSTGRES_URL, when set,
 # names a server to use instead.
+# Every go test -fuzz target, briefly in make test (a few seconds each) and
+# as long as asked by make fuzz (FUZZTIME=10m make fuzz). Findings land in
+# the packages' testdata/fuzz as regression seeds.
+.PHONY: fuzz-brief
+fuzz-brief: ## Run each fuzz target for 3 s.
+	FUZZTIME=3s hack/fuzz.sh
+
+.PHONY: fuzz
+fuzz: ## Run each fuzz target for FUZZTIME (default 1m).
+	FUZZTIME=$${FUZZTIME:-1m} hack/fuzz.sh
+
 .PHONY: test
-test: manifests generate verify-fmt vet conformance conformance-cluster ## Run every test (the README's test command).
+test: manifests generate verify-fmt vet fuzz-brief conformance conformance-cluster ## Run every test (the README's test command).
 	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" PICOMQ_CONTROLPLANE_ASSETS="$(CONTROLPLANE_ASSETS)" hack/postgres.sh run -- go test $(GO_TEST_FLAGS) ./...
 	$(MAKE) e2e
 
