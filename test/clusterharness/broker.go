@@ -3,10 +3,12 @@ package clusterharness
 import (
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -45,7 +47,16 @@ func brokerName(i int) string { return fmt.Sprintf("broker-%d", i) }
 // possible and shows as a broker that fails to start. Within the process
 // the kernel may hand the released port to the next listener — a link's
 // proxy — so every port given to a broker stays reserved (listenFresh).
+//
+// The port is drawn below the kernel's ephemeral range: one from that
+// range, free when checked, may meanwhile become the source port of some
+// process's outgoing loopback connection (the tests make thousands) before
+// the broker binds it, as a CI run saw ("bind: address already in use").
+// Only another process picking the same port by chance can collide now.
 func freeAddr() (string, error) {
+	if addr := quietAddr(); addr != "" {
+		return addr, nil
+	}
 	l, err := listenFresh()
 	if err != nil {
 		return "", err
@@ -53,6 +64,60 @@ func freeAddr() (string, error) {
 	addr := l.Addr().String()
 	l.Close()
 	return addr, nil
+}
+
+// quietAddr draws a free port below the ephemeral range that this process
+// has not handed out, and reserves it; "" when none was found.
+func quietAddr() string {
+	lo, _ := ephemeralRange()
+	if lo <= quietPortsFrom+1000 {
+		return ""
+	}
+	handedOut.Lock()
+	defer handedOut.Unlock()
+	if handedOut.ports == nil {
+		handedOut.ports = map[int]bool{}
+	}
+	for range 200 {
+		port := quietPortsFrom + rand.IntN(lo-quietPortsFrom)
+		if handedOut.ports[port] {
+			continue
+		}
+		l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+		if err != nil {
+			continue // in use
+		}
+		addr := l.Addr().String()
+		l.Close()
+		handedOut.ports[port] = true
+		return addr
+	}
+	return ""
+}
+
+// quietPortsFrom is the lowest port freeAddr draws from: above the
+// well-known and most registered services' ports.
+const quietPortsFrom = 20000
+
+// ephemeralRange is the kernel's range of ports for outgoing connections
+// and port-0 listeners (Linux's ip_local_port_range; its default when it
+// cannot be read).
+func ephemeralRange() (lo, hi int) {
+	lo, hi = 32768, 60999
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return lo, hi
+	}
+	f := strings.Fields(string(b))
+	if len(f) != 2 {
+		return lo, hi
+	}
+	l, err1 := strconv.Atoi(f[0])
+	h, err2 := strconv.Atoi(f[1])
+	if err1 != nil || err2 != nil || l <= 0 || h < l {
+		return lo, hi
+	}
+	return l, h
 }
 
 // handedOut is every loopback port this process gave a broker or a proxy.
