@@ -51,6 +51,13 @@ func checkNames(b []byte) error {
 		isName bool
 	}
 	var stack []frame
+	// valueStarts notes, in the object that holds it, that a member's value
+	// began: the object's next string is a name again.
+	valueStarts := func() {
+		if top := len(stack) - 1; top >= 0 && stack[top].names != nil {
+			stack[top].isName = true
+		}
+	}
 	for {
 		tok, err := dec.Token()
 		if errors.Is(err, io.EOF) {
@@ -59,42 +66,31 @@ func checkNames(b []byte) error {
 		if err != nil {
 			return &Error{Offset: dec.InputOffset(), Reason: "not one valid JSON value: " + err.Error()}
 		}
-		top := len(stack) - 1
 		switch t := tok.(type) {
 		case json.Delim:
 			switch t {
 			case '{':
-				if top >= 0 && stack[top].names != nil {
-					stack[top].isName = true // the object is a member's value
-				}
+				valueStarts()
 				stack = append(stack, frame{names: map[string]struct{}{}, isName: true})
 			case '[':
-				if top >= 0 && stack[top].names != nil {
-					stack[top].isName = true
-				}
+				valueStarts()
 				stack = append(stack, frame{})
 			default: // '}' or ']'
-				stack = stack[:top]
-				if top-1 >= 0 && stack[top-1].names != nil {
-					stack[top-1].isName = true
-				}
+				stack = stack[:len(stack)-1]
 			}
 		case string:
-			if top >= 0 && stack[top].names != nil {
-				if stack[top].isName {
-					if _, dup := stack[top].names[t]; dup {
-						return &Error{Offset: dec.InputOffset(), Reason: fmt.Sprintf("the member name %q appears twice in one object", t)}
-					}
-					stack[top].names[t] = struct{}{}
-					stack[top].isName = false
-				} else {
-					stack[top].isName = true
+			top := len(stack) - 1
+			if top >= 0 && stack[top].names != nil && stack[top].isName {
+				if _, dup := stack[top].names[t]; dup {
+					return &Error{Offset: dec.InputOffset(), Reason: fmt.Sprintf("the member name %q appears twice in one object", t)}
 				}
+				stack[top].names[t] = struct{}{}
+				stack[top].isName = false
+				continue
 			}
-		default: // a number, a boolean or null: a member's value
-			if top >= 0 && stack[top].names != nil {
-				stack[top].isName = true
-			}
+			valueStarts()
+		default: // a number, a boolean or null
+			valueStarts()
 		}
 	}
 }
