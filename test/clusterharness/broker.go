@@ -75,9 +75,6 @@ func quietAddr() string {
 	}
 	handedOut.Lock()
 	defer handedOut.Unlock()
-	if handedOut.ports == nil {
-		handedOut.ports = map[int]bool{}
-	}
 	for range 200 {
 		port := quietPortsFrom + rand.IntN(lo-quietPortsFrom)
 		if handedOut.ports[port] {
@@ -121,10 +118,10 @@ func ephemeralRange() (lo, hi int) {
 }
 
 // handedOut is every loopback port this process gave a broker or a proxy.
-var handedOut struct {
+var handedOut = struct {
 	sync.Mutex
 	ports map[int]bool
-}
+}{ports: map[int]bool{}}
 
 // listenFresh listens on a port of 127.0.0.1 that this process never
 // handed out before, and reserves it. A port already handed out is kept
@@ -132,9 +129,6 @@ var handedOut struct {
 func listenFresh() (net.Listener, error) {
 	handedOut.Lock()
 	defer handedOut.Unlock()
-	if handedOut.ports == nil {
-		handedOut.ports = map[int]bool{}
-	}
 	var rejected []net.Listener
 	defer func() {
 		for _, l := range rejected {
