@@ -14,6 +14,12 @@ const (
 	CodeMethodNotAllowed     errs.Code = 0x00_10_03_07
 	CodeNotClustered         errs.Code = 0x00_10_03_08
 	CodeDrainRefused         errs.Code = 0x00_10_03_09
+	CodeAmbiguousFraming     errs.Code = 0x00_10_03_0A
+	CodeHeadersTooLarge      errs.Code = 0x00_10_03_0B
+	CodeURITooLong           errs.Code = 0x00_10_03_0C
+	CodeMalformedHeader      errs.Code = 0x00_10_03_0D
+	CodeMalformedQuery       errs.Code = 0x00_10_03_0E
+	CodeRequestTimeout       errs.Code = 0x00_10_03_0F
 )
 
 var (
@@ -80,4 +86,49 @@ var (
 		"The drain was refused",
 		"broker/httpapi: draining this broker now would leave too few members; the fields say why",
 		409, 75)
+
+	// AmbiguousFraming refuses a request head whose body length could be
+	// read two ways (RFC 9112 §6.3): Content-Length with Transfer-Encoding,
+	// differing Content-Length values, or a Transfer-Encoding other than
+	// chunked. The connection is closed after the answer, since where the
+	// next request starts is unknown. Nothing was written.
+	AmbiguousFraming = errs.Static(CodeAmbiguousFraming, "AMBIGUOUS_FRAMING",
+		"The request's message framing is ambiguous",
+		"broker/framing: the head carries both Content-Length and Transfer-Encoding, several Content-Length values, or a transfer coding other than chunked; the fields say which",
+		400, 65)
+
+	// HeadersTooLarge refuses a request head above the server's limits on
+	// its bytes (--max-header-bytes) or its header lines (--max-headers).
+	HeadersTooLarge = errs.Static(CodeHeadersTooLarge, "HEADERS_TOO_LARGE",
+		"The request's header fields are too large",
+		"broker/framing: the head holds more header lines or bytes than the server accepts; the fields carry the limit",
+		431, 65)
+
+	// URITooLong refuses a request target longer than --max-url-bytes.
+	URITooLong = errs.Static(CodeURITooLong, "URI_TOO_LONG",
+		"The request URI is too long",
+		"broker/httpapi: the request target is longer than the server accepts; the fields carry the limit",
+		414, 65)
+
+	// MalformedHeader refuses a protocol header that is present but empty,
+	// repeated, or not of its syntax: a header the protocol defines is
+	// validated whenever it is present. Nothing was written.
+	MalformedHeader = errs.Static(CodeMalformedHeader, "MALFORMED_HEADER",
+		"A request header is malformed",
+		"broker/httpapi: a protocol header is empty, repeated or does not parse; the fields name it",
+		400, 65)
+
+	// MalformedQuery refuses a query parameter that is empty, repeated or
+	// does not parse. Nothing was written.
+	MalformedQuery = errs.Static(CodeMalformedQuery, "MALFORMED_QUERY",
+		"A query parameter is malformed",
+		"broker/httpapi: a query parameter is empty, repeated or does not parse; the fields name it",
+		400, 65)
+
+	// RequestTimeout answers a client that did not send its request (head
+	// or body) within the server's read deadline; the connection is closed.
+	RequestTimeout = errs.Static(CodeRequestTimeout, "REQUEST_TIMEOUT",
+		"The request was not received in time",
+		"broker/httpapi: the head or body arrived slower than the server's read deadline allows; the fields carry the deadline",
+		408, 75)
 )
