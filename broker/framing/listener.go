@@ -1,0 +1,185 @@
+package framing
+
+import (
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/picomq/picomq/broker/errs"
+)
+
+// Listen wraps ln: every connection it accepts has its request heads
+// checked before the server reads them. It sees what the server would read,
+// so over TLS it wraps the TLS listener (decrypted bytes); the TLS listener
+// must not offer HTTP/2 by ALPN, since the connections it hands net/http
+// are no longer *tls.Conn and are served as HTTP/1.1.
+func Listen(ln net.Listener, lim Limits) net.Listener {
+	return &listener{Listener: ln, lim: lim.WithDefaults()}
+}
+
+type listener struct {
+	net.Listener
+	lim Limits
+}
+
+func (l *listener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return newConn(c, l.lim), nil
+}
+
+// conn holds each head back until the scanner has seen all of it. A refused
+// head ends the stream for net/http (io.EOF: it finishes answering what it
+// already read, then closes), and Close answers the refusal before it
+// closes, so the refusal never interleaves with another response.
+type conn struct {
+	net.Conn
+	s    *Scanner
+	rbuf []byte // bytes read from Conn
+	in   []byte // read, not scanned yet
+	hold []byte // the head being held back
+	out  []byte // scanned, for net/http
+	err  error  // sticky: what Read answers once out is drained
+	rerr error  // the underlying Read's error, once in is scanned
+
+	closeOnce sync.Once
+	refusal   atomic.Pointer[errs.Error] // set by Read, answered by Close (Shutdown closes idle conns from another goroutine)
+	closeErr  error
+}
+
+func newConn(c net.Conn, lim Limits) *conn {
+	return &conn{Conn: c, s: NewScanner(lim)}
+}
+
+func (c *conn) Read(p []byte) (int, error) {
+	for {
+		switch {
+		case len(c.out) > 0:
+			n := copy(p, c.out)
+			c.out = c.out[n:]
+			return n, nil
+		case c.err != nil:
+			return 0, c.err
+		case len(c.in) > 0:
+			c.scan()
+			continue
+		case c.rerr != nil && isTimeout(c.rerr):
+			// A deadline (net/http's own, or its abort of a background
+			// read): said once, the connection goes on.
+			err := c.rerr
+			c.rerr = nil
+			return 0, err
+		case c.rerr != nil:
+			// The stream ended: a head cut short is dropped, net/http
+			// sees the end as it would between requests.
+			c.err, c.hold = c.rerr, nil
+			continue
+		case len(p) == 0:
+			return 0, nil
+		case !c.s.InHead():
+			// Body bytes: read straight into p, give what belongs to the
+			// body, keep a head that starts after it.
+			n, err := c.Conn.Read(p)
+			c.rerr = err
+			k, _, serr := c.s.Scan(p[:n])
+			if serr != nil {
+				c.stop(serr)
+			} else if k < n {
+				c.rbuf = append(c.rbuf[:0], p[k:n]...)
+				c.in = c.rbuf
+			}
+			if k > 0 {
+				return k, nil
+			}
+			continue
+		}
+		if cap(c.rbuf) < 4096 {
+			c.rbuf = make([]byte, 4096)
+		}
+		n, err := c.Conn.Read(c.rbuf[:cap(c.rbuf)])
+		c.in, c.rerr = c.rbuf[:n], err
+	}
+}
+
+// scan runs the scanner over in and moves what it took to hold or out.
+func (c *conn) scan() {
+	head, in := c.s.InHead(), c.in
+	k, headEnd, err := c.s.Scan(in)
+	c.in = in[k:]
+	switch {
+	case err != nil:
+		c.stop(err)
+		if !head {
+			c.out = in[:k] // the body bytes before the fault
+		}
+	case head:
+		c.hold = append(c.hold, in[:k]...)
+		if headEnd {
+			c.out, c.hold = c.hold, c.hold[:0]
+		}
+	default:
+		c.out = in[:k]
+	}
+}
+
+// stop ends the stream for net/http: a refused head is answered at Close,
+// a cut is not.
+func (c *conn) stop(err error) {
+	refusal := Refusal(err)
+	c.refusal.Store(refusal)
+	c.err = io.EOF
+	if refusal == nil {
+		c.err = io.ErrUnexpectedEOF
+	}
+	c.in, c.hold = nil, nil
+}
+
+// Close answers a refused head, then closes. The answer is followed by a
+// half-close and a short drain, so the client reads it rather than a reset
+// caused by the bytes it sent after the head.
+func (c *conn) Close() error {
+	c.closeOnce.Do(func() {
+		if refusal := c.refusal.Load(); refusal != nil {
+			_ = c.Conn.SetWriteDeadline(time.Now().Add(2 * time.Second))
+			if _, err := c.Conn.Write(Response(refusal)); err == nil {
+				if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok && cw.CloseWrite() == nil {
+					_ = c.Conn.SetReadDeadline(time.Now().Add(500 * time.Millisecond))
+					_, _ = io.CopyN(io.Discard, c.Conn, 256<<10)
+				}
+			}
+		}
+		c.closeErr = c.Conn.Close()
+	})
+	return c.closeErr
+}
+
+// Response is the whole HTTP/1.1 response refusing a head: the coded
+// problem, and Connection: close.
+func Response(coded *errs.Error) []byte {
+	status := errs.HTTPStatus(coded)
+	body, err := errs.Marshal(coded)
+	if err != nil {
+		body = []byte(coded.Error())
+	}
+	b := make([]byte, 0, 256+len(body))
+	b = append(b, "HTTP/1.1 "...)
+	b = strconv.AppendInt(b, int64(status), 10)
+	b = append(b, ' ')
+	b = append(b, http.StatusText(status)...)
+	b = append(b, "\r\nContent-Type: application/problem+json\r\nCache-Control: no-store\r\nX-Content-Type-Options: nosniff\r\nConnection: close\r\nContent-Length: "...)
+	b = strconv.AppendInt(b, int64(len(body)), 10)
+	b = append(b, "\r\n\r\n"...)
+	return append(b, body...)
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
