@@ -25,6 +25,7 @@ import (
 
 	"github.com/picomq/picomq/broker/errs"
 	"github.com/picomq/picomq/broker/frontend"
+	"github.com/picomq/picomq/broker/httpapi/wire"
 	"github.com/picomq/picomq/broker/node"
 	"github.com/picomq/picomq/broker/stream"
 )
@@ -113,6 +114,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, err)
 		return
 	}
+	if err := checkRequest(r.Header, r.URL.RawQuery); err != nil {
+		h.fail(w, r, err)
+		return
+	}
 	for _, seg := range strings.Split(name, "/") {
 		if seg == "__ds" {
 			// Reserved for the protocol's own resources, which this
@@ -180,6 +185,9 @@ func (h *Handler) readBody(r *http.Request) ([]byte, error) {
 	var bb bytes.Buffer
 	bb.Grow(int(n) + bytes.MinRead)
 	if _, err := bb.ReadFrom(io.LimitReader(r.Body, limit+1)); err != nil {
+		if errors.Is(err, wire.RequestTimeout) {
+			return nil, err // 408: the client was too slow
+		}
 		return nil, BadRequest.Wrap(err, "reason", "cannot read the body")
 	}
 	buf := bb.Bytes()

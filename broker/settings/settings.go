@@ -38,10 +38,12 @@ type Settings struct {
 	LongPollTimeout time.Duration
 	MaxBodyBytes    int64
 	ShutdownTimeout time.Duration
-	LogLevel        slog.Level
-	LogFormat       string
-	TestClock       bool
-	Pprof           bool
+	// Limits bounds what a client may send and how slowly (issue 22).
+	Limits    Limits
+	LogLevel  slog.Level
+	LogFormat string
+	TestClock bool
+	Pprof     bool
 	// DefaultStreamPolicy is the policy of a stream created without one
 	// (nil: the SDK's defaults).
 	DefaultStreamPolicy *stream.PolicyValue
@@ -90,6 +92,29 @@ type Cluster struct {
 	RepairDownGrace time.Duration
 }
 
+// Limits bound a request on the client port: each refusal has its own
+// status and code, so a client can tell which bound it met.
+type Limits struct {
+	MaxHeaderBytes    int64         // request head bytes (431)
+	MaxHeaders        int           // header lines (431)
+	MaxURLBytes       int64         // request target bytes (414)
+	ReadHeaderTimeout time.Duration // to read a request head
+	BodyReadTimeout   time.Duration // to read a body, plus 1 s per 4 KiB (408)
+	WriteTimeout      time.Duration // to write a response, from the end of its head (0: none)
+	IdleTimeout       time.Duration // a kept-alive connection waiting for its next request
+}
+
+// Defaults of Limits.
+const (
+	DefaultMaxHeaderBytes    = 64 << 10
+	DefaultMaxHeaders        = 100
+	DefaultMaxURLBytes       = 8 << 10
+	DefaultReadHeaderTimeout = 10 * time.Second
+	DefaultBodyReadTimeout   = 20 * time.Second
+	DefaultWriteTimeout      = 2 * time.Minute
+	DefaultIdleTimeout       = 2 * time.Minute
+)
+
 // Peer is one node of a static peer list.
 type Peer struct {
 	Name       string
@@ -134,8 +159,13 @@ func Parse(args []string, getenv func(string) string, out io.Writer) (Settings, 
 		LongPollTimeout: time.Second,
 		MaxBodyBytes:    16 << 20,
 		ShutdownTimeout: 20 * time.Second,
-		LogLevel:        slog.LevelInfo,
-		LogFormat:       "json",
+		Limits: Limits{
+			MaxHeaderBytes: DefaultMaxHeaderBytes, MaxHeaders: DefaultMaxHeaders, MaxURLBytes: DefaultMaxURLBytes,
+			ReadHeaderTimeout: DefaultReadHeaderTimeout, BodyReadTimeout: DefaultBodyReadTimeout,
+			WriteTimeout: DefaultWriteTimeout, IdleTimeout: DefaultIdleTimeout,
+		},
+		LogLevel:  slog.LevelInfo,
+		LogFormat: "json",
 		Cluster: Cluster{
 			Slots: DefaultSlots, LeaseDuration: DefaultLeaseDuration,
 			RenewDeadline: DefaultRenewDeadline, RetryPeriod: DefaultRetryPeriod,
@@ -170,6 +200,13 @@ func Parse(args []string, getenv func(string) string, out io.Writer) (Settings, 
 	fs.Var((*byteSize)(&s.PageCacheBytes), "page-cache-bytes", "how many bytes of the objects it wrote last the broker leaves in the kernel's page cache; older objects' pages are dropped once on disk, so that new writes reuse them and the page cache does not fill the pod's memory (0: leave them all to the kernel)")
 	fs.DurationVar(&s.LongPollTimeout, "long-poll-timeout", s.LongPollTimeout, "longest a read with wait= waits for an append (positive)")
 	fs.Var((*byteSize)(&s.MaxBodyBytes), "max-body-bytes", "largest request body accepted, in bytes (suffixes KiB, MiB, GiB)")
+	fs.Var((*byteSize)(&s.Limits.MaxHeaderBytes), "max-header-bytes", "largest request head (request line and header lines) accepted, in bytes; above it 431 HEADERS_TOO_LARGE")
+	fs.IntVar(&s.Limits.MaxHeaders, "max-headers", s.Limits.MaxHeaders, "most header lines a request may carry; above it 431 HEADERS_TOO_LARGE")
+	fs.Var((*byteSize)(&s.Limits.MaxURLBytes), "max-url-bytes", "longest request target (path and query) accepted, in bytes; above it 414 URI_TOO_LONG")
+	fs.DurationVar(&s.Limits.ReadHeaderTimeout, "read-header-timeout", s.Limits.ReadHeaderTimeout, "how long a client may take to send a request head; a slower one has its connection closed")
+	fs.DurationVar(&s.Limits.BodyReadTimeout, "body-read-timeout", s.Limits.BodyReadTimeout, "how long a client may take to send a request body, plus 1s per 4KiB of it (per 4KiB received for a chunked one); a slower one gets 408 REQUEST_TIMEOUT and its connection closed")
+	fs.DurationVar(&s.Limits.WriteTimeout, "write-timeout", s.Limits.WriteTimeout, "longest a response may take to write, from the end of its request head (0: no bound; keep it above 60s, the longest SSE response)")
+	fs.DurationVar(&s.Limits.IdleTimeout, "idle-timeout", s.Limits.IdleTimeout, "how long a kept-alive connection may wait for its next request before it is closed")
 	fs.DurationVar(&s.ShutdownTimeout, "shutdown-timeout", s.ShutdownTimeout, "how long a SIGTERM waits for requests in flight before closing their connections")
 	fs.TextVar(&s.LogLevel, "log-level", s.LogLevel, "debug, info, warn or error (debug also shows the metadata log's own logs)")
 	fs.StringVar(&s.LogFormat, "log-format", s.LogFormat, "json or text")
@@ -259,6 +296,16 @@ func (s Settings) check() error {
 		return bad("--max-batch-bytes %d: byte sizes must be positive", s.MaxBatchBytes)
 	case s.MaxBodyBytes <= 0:
 		return bad("--max-body-bytes %d: byte sizes must be positive", s.MaxBodyBytes)
+	case s.Limits.MaxHeaderBytes < 1<<10 || s.Limits.MaxHeaderBytes > 1<<20:
+		return bad("--max-header-bytes %d: want 1KiB to 1MiB", s.Limits.MaxHeaderBytes)
+	case s.Limits.MaxHeaders < 8:
+		return bad("--max-headers %d: want at least 8", s.Limits.MaxHeaders)
+	case s.Limits.MaxURLBytes < 256 || s.Limits.MaxURLBytes >= s.Limits.MaxHeaderBytes:
+		return bad("--max-url-bytes %d: want at least 256, below --max-header-bytes", s.Limits.MaxURLBytes)
+	case s.Limits.ReadHeaderTimeout <= 0 || s.Limits.BodyReadTimeout <= 0 || s.Limits.IdleTimeout <= 0:
+		return bad("--read-header-timeout, --body-read-timeout and --idle-timeout must be positive")
+	case s.Limits.WriteTimeout < 0:
+		return bad("--write-timeout %v: must not be negative (0: no bound)", s.Limits.WriteTimeout)
 	case s.InlineBytes < 0 || s.InlineBytes > core.MaxInlineBytes:
 		return bad("--inline-bytes %d: want 0 to %d", s.InlineBytes, core.MaxInlineBytes)
 	}

@@ -32,6 +32,7 @@ import (
 	"github.com/picomq/picomq/broker/core"
 	"github.com/picomq/picomq/broker/dsapi"
 	"github.com/picomq/picomq/broker/errs"
+	"github.com/picomq/picomq/broker/framing"
 	"github.com/picomq/picomq/broker/frontend"
 	"github.com/picomq/picomq/broker/httpapi"
 	"github.com/picomq/picomq/broker/membership"
@@ -224,11 +225,16 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		}
 		return exitUnavailable
 	}
+	ln = guardClientPort(ln, cfg.Limits)
 	srv := &http.Server{
-		Handler:           handler,
-		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       2 * time.Minute,
-		ErrorLog:          log.New(&slogWriter{logger}, "", 0),
+		Handler:           framing.BodyDeadline(handler, cfg.Limits.BodyReadTimeout),
+		ReadHeaderTimeout: cfg.Limits.ReadHeaderTimeout,
+		WriteTimeout:      cfg.Limits.WriteTimeout,
+		IdleTimeout:       cfg.Limits.IdleTimeout,
+		// framing refuses a larger head first, with a coded 431; this is
+		// net/http's own bound behind it.
+		MaxHeaderBytes: int(cfg.Limits.MaxHeaderBytes),
+		ErrorLog:       log.New(&slogWriter{logger}, "", 0),
 	}
 	logger.Info("listening", "addr", ln.Addr().String(), "node", cfg.NodeID, "dataDir", cfg.DataDir)
 	if started != nil {
@@ -277,6 +283,14 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	}
 	logger.Info("stopped")
 	return code
+}
+
+// guardClientPort wraps the listener the API is served on so that every
+// request head is checked before net/http reads it (ambiguous framing,
+// header count, head and URL size). Over TLS it wraps the TLS listener:
+// framing(tls(tcp)), since it must see the decrypted bytes.
+func guardClientPort(ln net.Listener, l settings.Limits) net.Listener {
+	return framing.Listen(ln, framing.Limits{MaxHeaderBytes: int(l.MaxHeaderBytes), MaxHeaders: l.MaxHeaders, MaxURLBytes: int(l.MaxURLBytes)})
 }
 
 func newLogger(cfg settings.Settings, w io.Writer) *slog.Logger {
