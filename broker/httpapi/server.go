@@ -154,6 +154,12 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // it.
 func (s *Server) dispatch(w http.ResponseWriter, r *http.Request) string {
 	path := r.URL.Path
+	if strings.HasPrefix(path, wire.LogPrefix) || strings.HasPrefix(path, "/v1/admin/") || path == wire.AppendsPath {
+		if err := checkRequest(r); err != nil {
+			s.fail(w, r, err)
+			return "malformed"
+		}
+	}
 	switch {
 	case strings.HasPrefix(path, wire.LogPrefix):
 		name, op, err := s.name(r, wire.LogPrefix, true)
