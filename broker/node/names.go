@@ -6,11 +6,15 @@ import (
 	"github.com/picomq/picomq/broker/stream"
 )
 
-// MaxNameLength bounds a stream's path name.
-const MaxNameLength = 255
+// MaxNameLength bounds a stream's path name; MaxNameDepth its segments, so
+// a prefix listing or a directory walk over names stays shallow.
+const (
+	MaxNameLength = 255
+	MaxNameDepth  = 16
+)
 
 // ValidateName refuses a name that cannot name a stream: empty, longer than
-// 255 bytes, or with a segment that is empty, "." or "..", or holds anything
+// 255 bytes or 16 segments, or with a segment that is empty, "." or "..", or holds anything
 // but letters, digits, '.', '_' and '-' — so a name can never climb out of a
 // path or smuggle a separator. The refusal is STREAM_MISCONFIGURED with
 // field "name".
@@ -23,6 +27,9 @@ func ValidateName(name string) error {
 	}
 	if len(name) > MaxNameLength {
 		return bad("longer than 255 bytes")
+	}
+	if strings.Count(name, "/") >= MaxNameDepth {
+		return bad("more than 16 segments")
 	}
 	for seg := range strings.SplitSeq(name, "/") {
 		switch seg {

@@ -12,12 +12,12 @@ import (
 
 func TestValidateName(t *testing.T) {
 	t.Parallel()
-	for _, ok := range []string{"a", "shop/orders", "logs/api/prod", "A-b_c.d", strings.Repeat("x", MaxNameLength)} {
+	for _, ok := range []string{"a", "shop/orders", "logs/api/prod", "A-b_c.d", strings.Repeat("x", MaxNameLength), strings.Repeat("a/", MaxNameDepth-1) + "a"} {
 		if err := ValidateName(ok); err != nil {
 			t.Errorf("ValidateName(%q) = %v, want nil", ok, err)
 		}
 	}
-	for _, bad := range []string{"", "/a", "a/", "a//b", "a/../b", "..", ".", "a/./b", "a b", "a%2Fb", "a\x00b", "é", strings.Repeat("x", MaxNameLength+1)} {
+	for _, bad := range []string{"", "/a", "a/", "a//b", "a/../b", "..", ".", "a/./b", "a b", "a%2Fb", "a\x00b", "é", strings.Repeat("x", MaxNameLength+1), strings.Repeat("a/", MaxNameDepth) + "a"} {
 		err := ValidateName(bad)
 		if !errors.Is(err, stream.StreamMisconfigured) {
 			t.Errorf("ValidateName(%q) = %v, want STREAM_MISCONFIGURED", bad, err)
