@@ -114,7 +114,7 @@ func TestMalformedRequestsWriteNothing(t *testing.T) {
 		{"TE not chunked", "POST /v1/log/s HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip, chunked\r\n\r\n" + chunked, 400, "AMBIGUOUS_FRAMING"},
 		{"101 header lines", post("/v1/log/s", strings.Repeat("X-Pad: y\r\n", 100)), 431, "HEADERS_TOO_LARGE"},
 		{"head over 64 KiB", post("/v1/log/s", "X-Pad: "+strings.Repeat("y", 64<<10)+"\r\n"), 431, "HEADERS_TOO_LARGE"},
-		{"URL over 8 KiB", post("/v1/log/s?key="+strings.Repeat("k", 8<<10)), 414, "URI_TOO_LONG"},
+		{"URL over 8 KiB", post("/v1/log/s?key=" + strings.Repeat("k", 8<<10)), 414, "URI_TOO_LONG"},
 		{"empty Producer-Id", post("/v1/log/s", "Producer-Id: \r\nProducer-Epoch: 0\r\nProducer-Seq: 1\r\n"), 400, "MALFORMED_HEADER"},
 		{"repeated Producer-Seq", post("/v1/log/s", "Producer-Id: p\r\nProducer-Epoch: 0\r\nProducer-Seq: 1\r\nProducer-Seq: 2\r\n"), 400, "MALFORMED_HEADER"},
 		{"empty Stream-Seq", post("/v1/log/s", "Stream-Seq:\r\n"), 400, "MALFORMED_HEADER"},
