@@ -84,10 +84,11 @@ type Scanner struct {
 	headers int    // header lines of the current head
 	first   bool   // the next head line is the request line
 	http10  bool
-	cl      string // Content-Length as sent (trimmed), "" when absent
+	cl      [18]byte // Content-Length as sent (trimmed): cl[:clLen]
+	clLen   int
 	hasCL   bool
-	te      int // Transfer-Encoding lines
-	teValue string
+	te      int  // Transfer-Encoding lines
+	chunked bool // the last Transfer-Encoding is exactly chunked
 }
 
 // NewScanner returns a scanner at the start of a connection.
@@ -219,7 +220,7 @@ func (s *Scanner) fail(err error) error {
 func (s *Scanner) startHead() {
 	s.state = inHead
 	s.head, s.headers, s.first = 0, 0, true
-	s.http10, s.cl, s.hasCL, s.te, s.teValue = false, "", false, 0, ""
+	s.http10, s.clLen, s.hasCL, s.te, s.chunked = false, 0, false, 0, false
 }
 
 // headLine takes one head line without its LF; done at the empty line
@@ -257,20 +258,20 @@ func (s *Scanner) headLine(line []byte) (done bool, err error) {
 	}
 	switch {
 	case len(name) == 14 && asciiEqualFold(name, "content-length"):
-		v := string(trimOWS(line[colon+1:]))
-		if strings.IndexByte(v, ',') >= 0 {
+		v := trimOWS(line[colon+1:])
+		if bytes.IndexByte(v, ',') >= 0 {
 			return false, wire.AmbiguousFraming.With("reason", "a Content-Length list")
 		}
-		if v == "" || !allDigits(v) || len(v) > 18 {
+		if len(v) == 0 || !allDigits(v) || len(v) > len(s.cl) {
 			return false, wire.MalformedHeader.With("header", "Content-Length", "reason", "not a decimal length")
 		}
-		if s.hasCL && v != s.cl {
+		if s.hasCL && !bytes.Equal(v, s.cl[:s.clLen]) {
 			return false, wire.AmbiguousFraming.With("reason", "several differing Content-Length values")
 		}
-		s.cl, s.hasCL = v, true
+		s.clLen, s.hasCL = copy(s.cl[:], v), true
 	case len(name) == 17 && asciiEqualFold(name, "transfer-encoding"):
 		s.te++
-		s.teValue = string(trimOWS(line[colon+1:]))
+		s.chunked = asciiEqualFold(trimOWS(line[colon+1:]), "chunked")
 	}
 	return false, nil
 }
@@ -315,12 +316,12 @@ func (s *Scanner) framing() error {
 		return wire.AmbiguousFraming.With("reason", "several Transfer-Encoding lines")
 	case s.te == 1 && s.http10:
 		return wire.AmbiguousFraming.With("reason", "Transfer-Encoding in an HTTP/1.0 request")
-	case s.te == 1 && !asciiEqualFold([]byte(s.teValue), "chunked"):
+	case s.te == 1 && !s.chunked:
 		return wire.AmbiguousFraming.With("reason", "a Transfer-Encoding other than chunked")
 	case s.te == 1:
 		s.state = inChunkSize
 	case s.hasCL:
-		n, err := strconv.ParseUint(s.cl, 10, 63)
+		n, err := strconv.ParseUint(string(s.cl[:s.clLen]), 10, 63)
 		if err != nil {
 			return wire.MalformedHeader.With("header", "Content-Length", "reason", "not a decimal length")
 		}
@@ -407,7 +408,7 @@ func hexDigit(c byte) (byte, bool) {
 	return 0, false
 }
 
-func allDigits(s string) bool {
+func allDigits(s []byte) bool {
 	for i := 0; i < len(s); i++ {
 		if s[i] < '0' || s[i] > '9' {
 			return false

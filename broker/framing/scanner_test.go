@@ -3,7 +3,6 @@ package framing
 import (
 	"bufio"
 	"bytes"
-	"errors"
 	"io"
 	"net/http/httputil"
 	"net/textproto"
@@ -200,13 +199,4 @@ var fuzzSeeds = []string{
 	"POST /a HTTP/1.1\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\n",
 	"POST /a HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n",
 	"GET / HTTP/1.1\nX: a\n b\n\n",
-}
-
-// errsOf is the refusal code of err, for messages.
-func errsOf(err error) string {
-	var e *errs.Error
-	if errors.As(err, &e) {
-		return e.Code().Hex()
-	}
-	return "none"
 }
