@@ -72,7 +72,9 @@ func serveRemoved(ctx context.Context, cfg settings.Settings, logger *slog.Logge
 		logger.Error("cannot listen", "addr", cfg.Listen, "err", err)
 		return exitUnavailable
 	}
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	ln = guardClientPort(ln, cfg.Limits)
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: cfg.Limits.ReadHeaderTimeout, IdleTimeout: cfg.Limits.IdleTimeout,
+		WriteTimeout: cfg.Limits.WriteTimeout, MaxHeaderBytes: int(cfg.Limits.MaxHeaderBytes)}
 	logger.Info("listening", "addr", ln.Addr().String(), "node", cfg.NodeID, "dataDir", cfg.DataDir, "removed", true)
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()
