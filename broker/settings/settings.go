@@ -205,7 +205,7 @@ func Parse(args []string, getenv func(string) string, out io.Writer) (Settings, 
 	fs.Var((*byteSize)(&s.Limits.MaxURLBytes), "max-url-bytes", "longest request target (path and query) accepted, in bytes; above it 414 URI_TOO_LONG")
 	fs.DurationVar(&s.Limits.ReadHeaderTimeout, "read-header-timeout", s.Limits.ReadHeaderTimeout, "how long a client may take to send a request head; a slower one has its connection closed")
 	fs.DurationVar(&s.Limits.BodyReadTimeout, "body-read-timeout", s.Limits.BodyReadTimeout, "how long a client may take to send a request body, plus 1s per 4KiB of it (per 4KiB received for a chunked one); a slower one gets 408 REQUEST_TIMEOUT and its connection closed")
-	fs.DurationVar(&s.Limits.WriteTimeout, "write-timeout", s.Limits.WriteTimeout, "longest a response may take to write, from the end of its request head (0: no bound; keep it above 60s, the longest SSE response)")
+	fs.DurationVar(&s.Limits.WriteTimeout, "write-timeout", s.Limits.WriteTimeout, "longest a response may take to write, from the end of its request head (0: no bound; raised to 30s above --long-poll-timeout and the longest SSE response, 60s, when below)")
 	fs.DurationVar(&s.Limits.IdleTimeout, "idle-timeout", s.Limits.IdleTimeout, "how long a kept-alive connection may wait for its next request before it is closed")
 	fs.DurationVar(&s.ShutdownTimeout, "shutdown-timeout", s.ShutdownTimeout, "how long a SIGTERM waits for requests in flight before closing their connections")
 	fs.TextVar(&s.LogLevel, "log-level", s.LogLevel, "debug, info, warn or error (debug also shows the metadata log's own logs)")

@@ -229,7 +229,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	srv := &http.Server{
 		Handler:           framing.BodyDeadline(handler, cfg.Limits.BodyReadTimeout),
 		ReadHeaderTimeout: cfg.Limits.ReadHeaderTimeout,
-		WriteTimeout:      cfg.Limits.WriteTimeout,
+		WriteTimeout:      writeTimeout(cfg),
 		IdleTimeout:       cfg.Limits.IdleTimeout,
 		// framing refuses a larger head first, with a coded 431; this is
 		// net/http's own bound behind it.
@@ -283,6 +283,17 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	}
 	logger.Info("stopped")
 	return code
+}
+
+// writeTimeout is --write-timeout, raised when needed above the longest
+// answer the broker gives on purpose — a long-poll (--long-poll-timeout) or
+// an SSE response (60 s) — so that the bound never cuts one mid-answer.
+func writeTimeout(cfg settings.Settings) time.Duration {
+	w := cfg.Limits.WriteTimeout
+	if w == 0 {
+		return 0
+	}
+	return max(w, cfg.LongPollTimeout+30*time.Second, dsapi.DefaultSSEMaxDuration+30*time.Second)
 }
 
 // guardClientPort wraps the listener the API is served on so that every
