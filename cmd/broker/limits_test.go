@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/picomq/picomq/broker/settings"
 )
 
 // dialBroker opens a raw connection to the broker at base (http://addr).
@@ -118,4 +120,21 @@ func TestSlowClientsAreCutOff(t *testing.T) {
 		t.Fatalf("a well-behaved request after them: %v %v", resp, err)
 	}
 	resp.Body.Close()
+}
+
+// TestWriteTimeoutCoversLongAnswers: --write-timeout never cuts a long-poll
+// or an SSE response mid-answer; 0 stays "no bound".
+func TestWriteTimeoutCoversLongAnswers(t *testing.T) {
+	for _, tc := range []struct{ write, poll, want time.Duration }{
+		{2 * time.Minute, time.Second, 2 * time.Minute},
+		{2 * time.Minute, 5 * time.Minute, 5*time.Minute + 30*time.Second},
+		{10 * time.Second, time.Second, 90 * time.Second},
+		{0, 5 * time.Minute, 0},
+	} {
+		var cfg settings.Settings
+		cfg.Limits.WriteTimeout, cfg.LongPollTimeout = tc.write, tc.poll
+		if got := writeTimeout(cfg); got != tc.want {
+			t.Errorf("--write-timeout %v, --long-poll-timeout %v: %v, want %v", tc.write, tc.poll, got, tc.want)
+		}
+	}
 }
