@@ -37,6 +37,8 @@ type Settings struct {
 	PageCacheBytes  int64
 	LongPollTimeout time.Duration
 	MaxBodyBytes    int64
+	// MaxBatchRecords bounds the records of one append (413 above it).
+	MaxBatchRecords int
 	ShutdownTimeout time.Duration
 	// Limits bounds what a client may send and how slowly (issue 22).
 	Limits    Limits
@@ -158,6 +160,7 @@ func Parse(args []string, getenv func(string) string, out io.Writer) (Settings, 
 		SyncLinger:      core.DefaultSyncLinger,
 		LongPollTimeout: time.Second,
 		MaxBodyBytes:    16 << 20,
+		MaxBatchRecords: 100_000,
 		ShutdownTimeout: 20 * time.Second,
 		Limits: Limits{
 			MaxHeaderBytes: DefaultMaxHeaderBytes, MaxHeaders: DefaultMaxHeaders, MaxURLBytes: DefaultMaxURLBytes,
@@ -200,6 +203,7 @@ func Parse(args []string, getenv func(string) string, out io.Writer) (Settings, 
 	fs.Var((*byteSize)(&s.PageCacheBytes), "page-cache-bytes", "how many bytes of the objects it wrote last the broker leaves in the kernel's page cache; older objects' pages are dropped once on disk, so that new writes reuse them and the page cache does not fill the pod's memory (0: leave them all to the kernel)")
 	fs.DurationVar(&s.LongPollTimeout, "long-poll-timeout", s.LongPollTimeout, "longest a read with wait= waits for an append (positive)")
 	fs.Var((*byteSize)(&s.MaxBodyBytes), "max-body-bytes", "largest request body accepted, in bytes (suffixes KiB, MiB, GiB)")
+	fs.IntVar(&s.MaxBatchRecords, "max-batch-records", s.MaxBatchRecords, "most records one append may carry; above it 413 BODY_TOO_LARGE")
 	fs.Var((*byteSize)(&s.Limits.MaxHeaderBytes), "max-header-bytes", "largest request head (request line and header lines) accepted, in bytes; above it 431 HEADERS_TOO_LARGE")
 	fs.IntVar(&s.Limits.MaxHeaders, "max-headers", s.Limits.MaxHeaders, "most header lines a request may carry; above it 431 HEADERS_TOO_LARGE")
 	fs.Var((*byteSize)(&s.Limits.MaxURLBytes), "max-url-bytes", "longest request target (path and query) accepted, in bytes; above it 414 URI_TOO_LONG")
@@ -298,6 +302,8 @@ func (s Settings) check() error {
 		return bad("--max-body-bytes %d: byte sizes must be positive", s.MaxBodyBytes)
 	case s.Limits.MaxHeaderBytes < 1<<10 || s.Limits.MaxHeaderBytes > 1<<20:
 		return bad("--max-header-bytes %d: want 1KiB to 1MiB", s.Limits.MaxHeaderBytes)
+	case s.MaxBatchRecords <= 0:
+		return bad("--max-batch-records %d: must be positive", s.MaxBatchRecords)
 	case s.Limits.MaxHeaders < 8:
 		return bad("--max-headers %d: want at least 8", s.Limits.MaxHeaders)
 	case s.Limits.MaxURLBytes < 256 || s.Limits.MaxURLBytes >= s.Limits.MaxHeaderBytes:

@@ -32,7 +32,7 @@ func TestParseConfig(t *testing.T) {
 	defLimits := Limits{MaxHeaderBytes: 64 << 10, MaxHeaders: 100, MaxURLBytes: 8 << 10, ReadHeaderTimeout: 10 * time.Second,
 		BodyReadTimeout: 20 * time.Second, WriteTimeout: 2 * time.Minute, IdleTimeout: 2 * time.Minute}
 	want := Settings{DataDir: "/d", Listen: ":4437", NodeID: host, MaxBatchBytes: 8 << 20, InlineBytes: core.DefaultInlineBytes, PageCacheBytes: core.DefaultPageCacheBytes, SyncLinger: core.DefaultSyncLinger, LongPollTimeout: time.Second,
-		MaxBodyBytes: 16 << 20, ShutdownTimeout: 20 * time.Second, LogLevel: slog.LevelInfo, LogFormat: "json", Cluster: defCluster, Limits: defLimits}
+		MaxBodyBytes: 16 << 20, MaxBatchRecords: 100_000, ShutdownTimeout: 20 * time.Second, LogLevel: slog.LevelInfo, LogFormat: "json", Cluster: defCluster, Limits: defLimits}
 	if !reflect.DeepEqual(c, want) {
 		t.Fatalf("defaults = %+v, want %+v", c, want)
 	}
@@ -43,14 +43,14 @@ func TestParseConfig(t *testing.T) {
 		"PICOMQ_FLUSH_LINGER": "2ms", "PICOMQ_MAX_BATCH_BYTES": "4MiB", "PICOMQ_LONG_POLL_TIMEOUT": "30s",
 		"PICOMQ_LOG_LEVEL": "debug", "PICOMQ_LOG_FORMAT": "text", "PICOMQ_MAX_BODY_BYTES": "1024",
 		"PICOMQ_INLINE_BYTES": "0", "PICOMQ_SYNC_LINGER": "0", "PICOMQ_PAGE_CACHE_BYTES": "64MiB",
-		"PICOMQ_MAX_HEADER_BYTES": "32KiB", "PICOMQ_MAX_HEADERS": "50", "PICOMQ_MAX_URL_BYTES": "4KiB",
+		"PICOMQ_MAX_HEADER_BYTES": "32KiB", "PICOMQ_MAX_BATCH_RECORDS": "500", "PICOMQ_MAX_HEADERS": "50", "PICOMQ_MAX_URL_BYTES": "4KiB",
 		"PICOMQ_READ_HEADER_TIMEOUT": "5s", "PICOMQ_BODY_READ_TIMEOUT": "30s", "PICOMQ_WRITE_TIMEOUT": "0s", "PICOMQ_IDLE_TIMEOUT": "1m",
 	}), io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
 	want = Settings{DataDir: "/env", Listen: "127.0.0.1:9000", NodeID: "b-1", FlushLinger: 2 * time.Millisecond, MaxBatchBytes: 4 << 20,
-		PageCacheBytes: 64 << 20, LongPollTimeout: 30 * time.Second, MaxBodyBytes: 1024, ShutdownTimeout: 20 * time.Second, LogLevel: slog.LevelDebug, LogFormat: "text", Cluster: defCluster,
+		PageCacheBytes: 64 << 20, LongPollTimeout: 30 * time.Second, MaxBodyBytes: 1024, MaxBatchRecords: 500, ShutdownTimeout: 20 * time.Second, LogLevel: slog.LevelDebug, LogFormat: "text", Cluster: defCluster,
 		Limits: Limits{MaxHeaderBytes: 32 << 10, MaxHeaders: 50, MaxURLBytes: 4 << 10, ReadHeaderTimeout: 5 * time.Second, BodyReadTimeout: 30 * time.Second, IdleTimeout: time.Minute}}
 	if !reflect.DeepEqual(c, want) {
 		t.Fatalf("from env = %+v, want %+v", c, want)
@@ -86,6 +86,7 @@ func TestParseConfig(t *testing.T) {
 		{[]string{"--nope"}, nil, "nope"},
 		{[]string{"--data-dir", "/d", "--max-header-bytes", "512"}, nil, "--max-header-bytes"},
 		{[]string{"--data-dir", "/d", "--max-headers", "0"}, nil, "--max-headers"},
+		{[]string{"--data-dir", "/d", "--max-batch-records", "0"}, nil, "--max-batch-records"},
 		{[]string{"--data-dir", "/d", "--max-url-bytes", "64KiB"}, nil, "--max-url-bytes"},
 		{[]string{"--data-dir", "/d", "--read-header-timeout", "0s"}, nil, "--read-header-timeout"},
 		{[]string{"--data-dir", "/d", "--idle-timeout", "-1s"}, nil, "--idle-timeout"},

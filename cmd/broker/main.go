@@ -186,7 +186,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		}
 	}
 	front := frontend.Options{LongPollTimeout: cfg.LongPollTimeout, MaxBodyBytes: cfg.MaxBodyBytes, Logger: logger}
-	apiOpts := httpapi.Options{Options: front, Registerer: reg, TestClock: testClock, DefaultPolicy: cfg.DefaultStreamPolicy}
+	apiOpts := httpapi.Options{Options: front, MaxBatchRecords: cfg.MaxBatchRecords, Registerer: reg, TestClock: testClock, DefaultPolicy: cfg.DefaultStreamPolicy}
 	if cl != nil {
 		apiOpts.Cluster, apiOpts.Drain = cl.nodeInfo, cl
 	}
