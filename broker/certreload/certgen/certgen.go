@@ -127,4 +127,6 @@ func writeAtomic(path string, b []byte) error {
 }
 
 // KeyPair parses a PEM pair into a tls.Certificate.
-func KeyPair(certPEM, keyPEM []byte) (tls.Certificate, error) { return tls.X509KeyPair(certPEM, keyPEM) }
+func KeyPair(certPEM, keyPEM []byte) (tls.Certificate, error) {
+	return tls.X509KeyPair(certPEM, keyPEM)
+}
