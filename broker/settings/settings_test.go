@@ -30,7 +30,7 @@ func TestParseConfig(t *testing.T) {
 	defCluster := Cluster{Slots: DefaultSlots, LeaseDuration: DefaultLeaseDuration, RenewDeadline: DefaultRenewDeadline, RetryPeriod: DefaultRetryPeriod,
 		RepairDownGrace: repair.DefaultDownGrace}
 	want := Settings{DataDir: "/d", Listen: ":4437", NodeID: host, MaxBatchBytes: 8 << 20, InlineBytes: core.DefaultInlineBytes, PageCacheBytes: core.DefaultPageCacheBytes, SyncLinger: core.DefaultSyncLinger, LongPollTimeout: time.Second,
-		MaxBodyBytes: 16 << 20, ShutdownTimeout: 20 * time.Second, LogLevel: slog.LevelInfo, LogFormat: "json", Cluster: defCluster}
+		MaxBodyBytes: 16 << 20, ShutdownTimeout: 20 * time.Second, LogLevel: slog.LevelInfo, LogFormat: "json", MetricsAuth: "open", Cluster: defCluster}
 	if !reflect.DeepEqual(c, want) {
 		t.Fatalf("defaults = %+v, want %+v", c, want)
 	}
@@ -41,12 +41,16 @@ func TestParseConfig(t *testing.T) {
 		"PICOMQ_FLUSH_LINGER": "2ms", "PICOMQ_MAX_BATCH_BYTES": "4MiB", "PICOMQ_LONG_POLL_TIMEOUT": "30s",
 		"PICOMQ_LOG_LEVEL": "debug", "PICOMQ_LOG_FORMAT": "text", "PICOMQ_MAX_BODY_BYTES": "1024",
 		"PICOMQ_INLINE_BYTES": "0", "PICOMQ_SYNC_LINGER": "0", "PICOMQ_PAGE_CACHE_BYTES": "64MiB",
+		"PICOMQ_TLS_CERT_FILE": "/etc/picomq/tls/tls.crt", "PICOMQ_TLS_KEY_FILE": "/etc/picomq/tls/tls.key",
+		"PICOMQ_TLS_CA_FILE": "/etc/picomq/tls/ca.crt", "PICOMQ_AUTH_TOKENS_DIR": "/etc/picomq/auth", "PICOMQ_METRICS_AUTH": "token",
 	}), io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
 	want = Settings{DataDir: "/env", Listen: "127.0.0.1:9000", NodeID: "b-1", FlushLinger: 2 * time.Millisecond, MaxBatchBytes: 4 << 20,
-		PageCacheBytes: 64 << 20, LongPollTimeout: 30 * time.Second, MaxBodyBytes: 1024, ShutdownTimeout: 20 * time.Second, LogLevel: slog.LevelDebug, LogFormat: "text", Cluster: defCluster}
+		PageCacheBytes: 64 << 20, LongPollTimeout: 30 * time.Second, MaxBodyBytes: 1024, ShutdownTimeout: 20 * time.Second, LogLevel: slog.LevelDebug, LogFormat: "text", Cluster: defCluster,
+		TLS:           TLS{CertFile: "/etc/picomq/tls/tls.crt", KeyFile: "/etc/picomq/tls/tls.key", CAFile: "/etc/picomq/tls/ca.crt"},
+		AuthTokensDir: "/etc/picomq/auth", MetricsAuth: "token"}
 	if !reflect.DeepEqual(c, want) {
 		t.Fatalf("from env = %+v, want %+v", c, want)
 	}
@@ -76,8 +80,11 @@ func TestParseConfig(t *testing.T) {
 		{[]string{"--data-dir", "/d", "--max-body-bytes", "0"}, nil, "byte sizes"},
 		{[]string{"--data-dir", "/d", "--default-stream-policy", `{"partitions":-1}`}, nil, "--default-stream-policy"},
 		{[]string{"--data-dir", "/d", "--default-stream-policy", `{"partitions":2,"colour":"red"}`}, nil, "--default-stream-policy"},
-		{[]string{"--data-dir", "/d", "--tls-cert-file", "/c"}, nil, "not served yet"},
-		{[]string{"--data-dir", "/d"}, map[string]string{"PICOMQ_AUTH_TOKENS_DIR": "/t"}, "--auth-tokens-dir"},
+		{[]string{"--data-dir", "/d", "--tls-cert-file", "/c"}, nil, "go together"},
+		{[]string{"--data-dir", "/d"}, map[string]string{"PICOMQ_TLS_KEY_FILE": "/k"}, "go together"},
+		{[]string{"--data-dir", "/d", "--tls-ca-file", "/ca"}, nil, "--tls-ca-file needs"},
+		{[]string{"--data-dir", "/d", "--metrics-auth", "closed"}, nil, "--metrics-auth"},
+		{[]string{"--data-dir", "/d", "--metrics-auth", "token"}, nil, "needs --auth-tokens-dir"},
 		{[]string{"--nope"}, nil, "nope"},
 	} {
 		_, err := Parse(bad.args, env(bad.env), io.Discard)
