@@ -18,7 +18,6 @@ import (
 	"io"
 	"log"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/http/pprof"
 	"os"
@@ -99,6 +98,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		return 0
 	}
 	logger := newLogger(cfg, stderr)
+	sec, err := loadSecurity(cfg, logger)
+	if err != nil {
+		logger.Error("cannot load the TLS or token settings", "err", err)
+		terminationMessage(cfg.TerminationLog, err)
+		return exitUsage
+	}
+	sec.run(ctx)
 	gcAttrs, undoGC := applyGCSettings(getenv, os.ReadFile)
 	defer undoGC()
 	logger.Info("garbage collector", gcAttrs...)
@@ -119,7 +125,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 
 	var cl *cluster
 	if cfg.Cluster.Name != "" {
-		cl, err = prepareCluster(ctx, cfg, logger, reg)
+		cl, err = prepareCluster(ctx, cfg, logger, reg, sec)
 		if errors.Is(err, node.MemberRemoved) && drainedHere(cfg.DataDir) {
 			// A drained member's directory (a claim kept after a scale
 			// down, handed to a later scale up): it holds nothing the
@@ -143,7 +149,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		}
 		if err != nil {
 			if errors.Is(err, node.MemberRemoved) {
-				return serveRemoved(ctx, cfg, logger, reg, err)
+				return serveRemoved(ctx, cfg, logger, reg, sec, err)
 			}
 			logger.Error("cannot take this broker's place in its cluster", "err", err)
 			terminationMessage(cfg.TerminationLog, fmt.Errorf("cannot take this broker's place in its cluster: %w", err))
@@ -212,7 +218,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		r := cl.router(api, cfg.MaxBodyBytes, reg)
 		handler, router = cl.refuseOnceDrained(r, logger), r
 	}
-	ln, err := net.Listen("tcp", cfg.Listen)
+	handler = sec.wrap(handler)
+	ln, err := listenClient(cfg.Listen, sec.serverTLS())
 	if err != nil {
 		logger.Error("cannot listen", "addr", cfg.Listen, "err", err)
 		terminationMessage(cfg.TerminationLog, fmt.Errorf("cannot listen on %s: %w", cfg.Listen, err))
@@ -230,7 +237,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          log.New(&slogWriter{logger}, "", 0),
 	}
-	logger.Info("listening", "addr", ln.Addr().String(), "node", cfg.NodeID, "dataDir", cfg.DataDir)
+	logger.Info("listening", "addr", ln.Addr().String(), "node", cfg.NodeID, "dataDir", cfg.DataDir, "tls", sec.cert != nil, "tokens", sec.tokens != nil)
 	if started != nil {
 		started(ln.Addr().String())
 	}
