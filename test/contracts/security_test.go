@@ -114,6 +114,7 @@ func TestSecurityLoneBroker(t *testing.T) {
 	if _, err := s.Append(ctx, []stream.RecordValue{{Payload: []byte("first")}}); err != nil {
 		t.Fatal(err)
 	}
+	creates := 0
 	ops := []struct {
 		name string
 		need string
@@ -131,7 +132,8 @@ func TestSecurityLoneBroker(t *testing.T) {
 			return raw(ctx, c, tok, "POST", "/v1/log/sec/s:commit?group=g&partition=0&next=1", "")
 		}},
 		{"create", "admin", func(tok string) error {
-			_, _, err := clientOf(t, c, 0, tok).CreateStream(ctx, "sec/created-by-"+tok[9:13], client.StreamConfig{})
+			creates++
+			_, _, err := clientOf(t, c, 0, tok).CreateStream(ctx, fmt.Sprintf("sec/created-%d", creates), client.StreamConfig{})
 			return err
 		}},
 		{"trim", "admin", func(tok string) error {
