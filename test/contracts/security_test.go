@@ -224,6 +224,15 @@ func TestSecurityCertRotationUnderLoad(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	serial := func() string {
+		conn, err := tls.Dial("tcp", strings.TrimPrefix(c.URL(0), "https://"), c.TLSConfig())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		return conn.ConnectionState().PeerCertificates[0].SerialNumber.String()
+	}
+	first := serial()
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	var mu sync.Mutex
@@ -260,6 +269,14 @@ func TestSecurityCertRotationUnderLoad(t *testing.T) {
 	for range 3 {
 		time.Sleep(1500 * time.Millisecond)
 		c.RotateCert(0)
+	}
+	// The broker serves the last certificate (looked at every second).
+	deadline := time.Now().Add(20 * time.Second)
+	for serial() == first {
+		if time.Now().After(deadline) {
+			t.Fatal("the rotated certificate was not taken up within 20s")
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
 	time.Sleep(1500 * time.Millisecond)
 	close(stop)
