@@ -11,6 +11,7 @@ import (
 	"sync"
 
 	"github.com/picomq/picomq/broker/certreload/certgen"
+	"github.com/picomq/picomq/broker/client"
 )
 
 // Security runs the brokers with TLS and bearer tokens.
@@ -234,4 +235,20 @@ func randomHex(n int) string {
 		panic(fmt.Sprintf("clusterharness: random: %v", err))
 	}
 	return fmt.Sprintf("%x", b)
+}
+
+// ClientOptions are what a client of the cluster's brokers needs: its CA,
+// and the harness's admin token.
+func (c *Cluster) ClientOptions() []client.Option {
+	if c.sec == nil {
+		return nil
+	}
+	var opts []client.Option
+	if conf := c.TLSConfig(); conf != nil {
+		opts = append(opts, client.WithTLSConfig(conf))
+	}
+	if c.sec.token != "" {
+		opts = append(opts, client.WithToken(c.sec.token))
+	}
+	return opts
 }
