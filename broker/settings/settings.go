@@ -105,10 +105,10 @@ type TLS struct {
 	// change.
 	CertFile, KeyFile string
 	// CAFile, when set, is the CA bundle a peer's certificate must chain
-	// to: the peer port then requires a client certificate (mutual TLS),
-	// and a broker dialling a peer or proxying to another's client port
-	// verifies the server against it. Unset: the system's roots verify
-	// servers, and the peer port asks no client certificate.
+	// to: the peer port requires a client certificate it signed (mutual
+	// TLS), and a broker dialling a peer or proxying to another's client
+	// port verifies the server against it. Unset: the system's roots
+	// verify both.
 	CAFile string
 }
 
@@ -219,7 +219,7 @@ func Parse(args []string, getenv func(string) string, out io.Writer) (Settings, 
 	fs.DurationVar(&s.Cluster.RepairDownGrace, "repair-down-grace", s.Cluster.RepairDownGrace, "cluster mode: how long a broker may be down before the copies it holds are made again on the others (a removed or draining broker's are moved at once)")
 	fs.StringVar(&s.TLS.CertFile, "tls-cert-file", "", "certificate (PEM) of this broker: with --tls-key-file the client port serves HTTPS and the peer port TLS; re-read within a second when the file changes")
 	fs.StringVar(&s.TLS.KeyFile, "tls-key-file", "", "private key (PEM) of --tls-cert-file")
-	fs.StringVar(&s.TLS.CAFile, "tls-ca-file", "", "CA bundle (PEM) peers' certificates chain to: the peer port then requires client certificates (mutual TLS), and brokers verify each other against it (unset: the system's roots, no client certificates)")
+	fs.StringVar(&s.TLS.CAFile, "tls-ca-file", "", "CA bundle (PEM) peers' certificates chain to: the peer port requires client certificates it signed (mutual TLS), and brokers verify each other against it (unset: the system's roots)")
 	fs.StringVar(&s.AuthTokensDir, "auth-tokens-dir", "", `directory of bearer tokens, one file per token named after it, holding "<scopes>:<token>" (scopes: a comma list of read, write, admin); every request but /healthz and /readyz then needs one; files added or removed take effect within seconds`)
 	fs.StringVar(&s.MetricsAuth, "metrics-auth", s.MetricsAuth, "open: /metrics needs no token; token: a token of any scope (with --auth-tokens-dir)")
 

@@ -84,11 +84,14 @@ func (s *security) serverTLS() *tls.Config {
 }
 
 // peerServerTLS is the peer port's TLS (nil: plain; then only a
-// NetworkPolicy admitting the cluster's own pods protects it). With a CA
-// every peer must present a certificate it signed.
+// NetworkPolicy admitting the cluster's own pods protects it). Every peer
+// must present a certificate, verified against the CA (without
+// --tls-ca-file, the system's roots): the peer API takes metadata commands
+// and object copies, and checks no token, so a connection is a peer's only
+// when its certificate says so.
 func (s *security) peerServerTLS() *tls.Config {
 	c := s.serverTLS()
-	if c != nil && s.ca != nil {
+	if c != nil {
 		c.ClientCAs, c.ClientAuth = s.ca, tls.RequireAndVerifyClientCert
 	}
 	return c
