@@ -21,12 +21,16 @@ package client
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/url"
+	"os"
 	"strings"
 	"sync"
 	"time"
@@ -42,6 +46,8 @@ type Client struct {
 	base      string
 	hc        *http.Client
 	userAgent string
+	authz     string      // "Bearer <token>", or ""
+	tls       *tls.Config // for https:// brokers (nil: the system's roots)
 
 	appendsInFlight int
 	coalesce        *coalescer // nil: every append is its own request
@@ -54,6 +60,37 @@ type Option func(*Client)
 // one made by NewHTTPClient.
 func WithHTTPClient(hc *http.Client) Option { return func(c *Client) { c.hc = hc } }
 
+// WithToken sends token as the bearer token of every request
+// (Authorization: Bearer), for a broker started with --auth-tokens-dir.
+func WithToken(token string) Option {
+	return func(c *Client) {
+		c.authz = ""
+		if token != "" {
+			c.authz = "Bearer " + token
+		}
+	}
+}
+
+// WithTLSConfig verifies an https:// broker with conf (its RootCAs: the
+// CA that signed the broker's certificate; TLSConfigFromCAFile makes one).
+// It applies to the client New makes; one given by WithHTTPClient brings
+// its own.
+func WithTLSConfig(conf *tls.Config) Option { return func(c *Client) { c.tls = conf } }
+
+// TLSConfigFromCAFile is a TLS configuration trusting the CA certificates
+// of a PEM file (a cluster's ca.crt), beside none other.
+func TLSConfigFromCAFile(path string) (*tls.Config, error) {
+	pem, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("%s: no PEM certificate in it", path)
+	}
+	return &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}, nil
+}
+
 // WithUserAgent sets the User-Agent of every request.
 func WithUserAgent(ua string) Option { return func(c *Client) { c.userAgent = ua } }
 
@@ -62,7 +99,9 @@ func WithUserAgent(ua string) Option { return func(c *Client) { c.userAgent = ua
 // overall timeout — an append may legitimately wait BlockTimeout for room,
 // so deadlines come from the ctx of each call. HTTPS and proxied requests
 // (HTTP_PROXY and the like) go through net/http's Transport.
-func NewHTTPClient() *http.Client {
+func NewHTTPClient() *http.Client { return newHTTPClient(nil) }
+
+func newHTTPClient(conf *tls.Config) *http.Client {
 	dialer := &net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}
 	return &http.Client{Transport: &Transport{
 		Proxy:          http.ProxyFromEnvironment,
@@ -77,6 +116,8 @@ func NewHTTPClient() *http.Client {
 			IdleConnTimeout:       90 * time.Second,
 			TLSHandshakeTimeout:   10 * time.Second,
 			ExpectContinueTimeout: time.Second,
+			TLSClientConfig:       conf,
+			ForceAttemptHTTP2:     conf != nil, // as with no configuration given
 		},
 	}}
 }
@@ -92,7 +133,7 @@ func New(baseURL string, opts ...Option) (*Client, error) {
 		o(c)
 	}
 	if c.hc == nil {
-		c.hc = NewHTTPClient()
+		c.hc = newHTTPClient(c.tls)
 	}
 	if c.appendsInFlight > 0 {
 		c.coalesce = &coalescer{c: c, max: c.appendsInFlight}
@@ -214,6 +255,9 @@ func (c *Client) do(ctx context.Context, r request) (*response, error) {
 		req.Header.Set("Accept", wire.JSONContentType+", "+wire.ProblemContentType)
 	}
 	req.Header.Set("User-Agent", c.userAgent)
+	if c.authz != "" {
+		req.Header.Set("Authorization", c.authz)
+	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
 		if ctx.Err() != nil {

@@ -13,6 +13,7 @@ package peer
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -35,10 +36,19 @@ type Mux struct {
 }
 
 // Listen opens the peer port on addr.
-func Listen(addr string) (*Mux, error) {
+func Listen(addr string) (*Mux, error) { return ListenTLS(addr, nil) }
+
+// ListenTLS opens the peer port on addr, serving TLS with conf when it is
+// set (conf.ClientAuth decides whether peers must present a certificate).
+// Both protocols then run inside TLS: the raft tag is the first byte after
+// the handshake, which happens within the sniff timeout.
+func ListenTLS(addr string, conf *tls.Config) (*Mux, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("peer: listen on %s: %w", addr, err)
+	}
+	if conf != nil {
+		ln = tls.NewListener(ln, conf)
 	}
 	m := &Mux{ln: ln, raft: newChanListener(ln.Addr()), http: newChanListener(ln.Addr())}
 	go m.accept()
@@ -213,6 +223,11 @@ type Dialer struct {
 	Addresses Addresses
 	// Timeout bounds a dial (default 5s).
 	Timeout time.Duration
+	// TLS, when set, is the client side of the peer port's TLS: the
+	// connection is handshaken before it is returned, the server verified
+	// against TLS.RootCAs (the cluster's CA) under the host it was dialled
+	// at, unless TLS.ServerName says otherwise.
+	TLS *tls.Config
 }
 
 // Dial connects to the peer port of the node at addr.
@@ -226,7 +241,26 @@ func (d Dialer) Dial(ctx context.Context, addr string) (net.Conn, error) {
 		timeout = 5 * time.Second
 	}
 	nd := net.Dialer{Timeout: timeout, KeepAlive: 15 * time.Second}
-	return nd.DialContext(ctx, "tcp", real)
+	c, err := nd.DialContext(ctx, "tcp", real)
+	if err != nil || d.TLS == nil {
+		return c, err
+	}
+	conf := d.TLS.Clone()
+	if conf.ServerName == "" {
+		host, _, err := net.SplitHostPort(real)
+		if err != nil {
+			host = real
+		}
+		conf.ServerName = host
+	}
+	tc := tls.Client(c, conf)
+	hctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	if err := tc.HandshakeContext(hctx); err != nil {
+		c.Close()
+		return nil, fmt.Errorf("peer: TLS handshake with %s: %w", real, err)
+	}
+	return tc, nil
 }
 
 // DialRaft connects to the raft of the node at addr.

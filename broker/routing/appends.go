@@ -143,12 +143,15 @@ func (rt *Router) sendGroup(r *http.Request, g *group) ([]wire.AppendsItemResult
 		rt.cfg.Local.ServeHTTP(rec, sub)
 		status, raw = rec.status, rec.body.Bytes()
 	} else {
-		req, err := http.NewRequestWithContext(r.Context(), http.MethodPost, "http://"+g.addr+wire.AppendsPath, bytes.NewReader(g.body))
+		req, err := http.NewRequestWithContext(r.Context(), http.MethodPost, rt.scheme+"://"+g.addr+wire.AppendsPath, bytes.NewReader(g.body))
 		if err != nil {
 			return nil, errNotDelivered
 		}
 		req.Header.Set("Content-Type", wire.AppendsContentType)
 		req.Header.Set(RouteHeader, g.member+";-1")
+		if a := r.Header.Get("Authorization"); a != "" {
+			req.Header.Set("Authorization", a) // the owner checks the token again (see Config.TLS)
+		}
 		resp, err := rt.rt.RoundTrip(req)
 		if err != nil {
 			if notSent(err) {

@@ -62,7 +62,7 @@ func (rt *Router) forward(w http.ResponseWriter, r *http.Request, id uint64, bod
 	}
 	rp := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
-			pr.Out.URL.Scheme = "http"
+			pr.Out.URL.Scheme = rt.scheme
 			pr.Out.URL.Host = t.addr
 			pr.Out.Host = r.Host
 			pr.Out.Header.Set(RouteHeader, t.member+";"+strconv.Itoa(t.slot))

@@ -14,6 +14,7 @@ package routing
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"log/slog"
 	"net/http"
@@ -83,8 +84,19 @@ type Config struct {
 	MaxBodyBytes int64
 	// Transport sends proxied requests (default: a transport of its own).
 	Transport http.RoundTripper
-	Logger    *slog.Logger
-	Metrics   prometheus.Registerer
+	// TLS, when set, is how this broker reaches the other brokers' client
+	// ports, which then serve HTTPS: proxied requests go as https, the
+	// owner verified against TLS.RootCAs (the default transport's; a
+	// Transport given is used as it is).
+	//
+	// A proxied request carries the client's Authorization header, and the
+	// owner checks the token again: the owner trusts no broker to have
+	// authenticated for it, so a request reaching a client port straight
+	// (or through a broker that serves no token check) is refused exactly
+	// as it would be here. Every broker mounts the same tokens.
+	TLS     *tls.Config
+	Logger  *slog.Logger
+	Metrics prometheus.Registerer
 }
 
 // Router is the routing front of one broker. It is an http.Handler.
@@ -92,6 +104,7 @@ type Router struct {
 	cfg     Config
 	log     *slog.Logger
 	rt      http.RoundTripper
+	scheme  string // of other brokers' client ports: http, or https with TLS
 	metrics *metrics
 
 	rrMu sync.Mutex
@@ -117,10 +130,15 @@ func New(cfg Config) *Router {
 			MaxIdleConnsPerHost:   64,
 			IdleConnTimeout:       time.Minute,
 			ResponseHeaderTimeout: 0, // long-polls and SSE answer late
+			TLSClientConfig:       cfg.TLS,
 		}
 	}
+	scheme := "http"
+	if cfg.TLS != nil {
+		scheme = "https"
+	}
 	draining, drain := context.WithCancel(context.Background())
-	return &Router{cfg: cfg, log: cfg.Logger, rt: rt, metrics: newMetrics(cfg.Metrics), rr: map[string]*atomicCounter{}, draining: draining, drain: drain}
+	return &Router{cfg: cfg, log: cfg.Logger, rt: rt, scheme: scheme, metrics: newMetrics(cfg.Metrics), rr: map[string]*atomicCounter{}, draining: draining, drain: drain}
 }
 
 // Drain ends every proxied request still in flight (a shutdown): a long-poll

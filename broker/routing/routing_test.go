@@ -3,6 +3,8 @@ package routing
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -41,10 +43,20 @@ type world struct {
 	servers map[string]*httptest.Server
 	routers map[string]*Router
 	served  map[string][]string // member -> "METHOD path?query" served locally
+	authz   map[string][]string // member -> Authorization of each request served locally
 }
 
-func newWorld(t *testing.T) *world {
-	w := &world{owner: map[int]string{}, servers: map[string]*httptest.Server{}, routers: map[string]*Router{}, served: map[string][]string{}}
+func newWorld(t *testing.T) *world { return newWorldTLS(t, false) }
+
+// newWorldTLS is newWorld whose brokers serve HTTPS (withTLS), each router
+// reaching the others' client ports with Config.TLS.
+func newWorldTLS(t *testing.T, withTLS bool) *world {
+	w := &world{owner: map[int]string{}, servers: map[string]*httptest.Server{}, routers: map[string]*Router{}, served: map[string][]string{}, authz: map[string][]string{}}
+	var clientTLS *tls.Config
+	pool := x509.NewCertPool()
+	if withTLS {
+		clientTLS = &tls.Config{RootCAs: pool}
+	}
 	reg := fakeRegistry{entries: map[string]*node.Entry{
 		"one":  {Name: "one", Partitions: []uint64{10}},                   // slot 10%4 = 2
 		"four": {Name: "four", Partitions: []uint64{20, 21, 22, 23}},      // slots 0, 1, 2, 3
@@ -54,6 +66,7 @@ func newWorld(t *testing.T) *world {
 		local := http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
 			w.mu.Lock()
 			w.served[m] = append(w.served[m], r.Method+" "+r.URL.Path+"?"+r.URL.RawQuery)
+			w.authz[m] = append(w.authz[m], r.Header.Get("Authorization"))
 			w.mu.Unlock()
 			switch {
 			case r.URL.Path == wire.AppendsPath:
@@ -109,9 +122,17 @@ func newWorld(t *testing.T) *world {
 				u, _ := url.Parse(s.URL)
 				return u.Host, true
 			},
+			TLS: clientTLS,
 		})
 		w.routers[m] = rt
-		w.servers[m] = httptest.NewServer(rt)
+		srv := httptest.NewUnstartedServer(rt)
+		if withTLS {
+			srv.StartTLS()
+			pool.AddCert(srv.Certificate())
+		} else {
+			srv.Start()
+		}
+		w.servers[m] = srv
 		t.Cleanup(w.servers[m].Close)
 	}
 	return w
@@ -414,5 +435,47 @@ func TestAdminGetCatchesUpOnNotFound(t *testing.T) {
 	}
 	if code, _, _ := get(t, a, "/v1/admin/streams/not-yet-here"); code != 200 || caught.Load() != 1 {
 		t.Fatalf("a stream not found here: %d, %d catch-ups; want one before the local answer", code, caught.Load())
+	}
+}
+
+// TestRouterProxiesOverTLSWithTheToken: with TLS, a read and the items of
+// an appends request reach their owner over HTTPS, verified against the
+// CA, carrying the client's Authorization for the owner to check again.
+func TestRouterProxiesOverTLSWithTheToken(t *testing.T) {
+	t.Parallel()
+	w := newWorldTLS(t, true)
+	for s := range 4 {
+		w.set(s, "b")
+	}
+	hc := w.servers["a"].Client()
+	req, _ := http.NewRequest("GET", w.servers["a"].URL+"/v1/log/one?from=0", nil)
+	req.Header.Set("Authorization", "Bearer tok-0123456789abcdef")
+	resp, err := hc.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || string(body) != "b" {
+		t.Fatalf("read through a: %d %q, want b's answer", resp.StatusCode, body)
+	}
+	items := wire.AppendItemTo(nil, "four", 1, []byte("x"))
+	req, _ = http.NewRequest("POST", w.servers["a"].URL+wire.AppendsPath, strings.NewReader(string(items)))
+	req.Header.Set("Content-Type", wire.AppendsContentType)
+	req.Header.Set("Authorization", "Bearer tok-0123456789abcdef")
+	resp, err = hc.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if len(w.authz["b"]) != 2 {
+		t.Fatalf("b served %v, want the read and the appends", w.served["b"])
+	}
+	for i, a := range w.authz["b"] {
+		if a != "Bearer tok-0123456789abcdef" {
+			t.Errorf("request %d (%s) reached b with Authorization %q", i, w.served["b"][i], a)
+		}
 	}
 }

@@ -55,6 +55,15 @@ type Settings struct {
 	TerminationLog string
 	// CheckConfig: check the configuration, report, and exit.
 	CheckConfig bool
+	// TLS, when its CertFile and KeyFile are set, serves HTTPS on the
+	// client port and TLS on the peer port.
+	TLS TLS
+	// AuthTokensDir, when set, is the directory of bearer tokens every
+	// request but the probes must present (broker/auth).
+	AuthTokensDir string
+	// MetricsAuth is "open" (/metrics needs no token) or "token" (a token
+	// of any scope).
+	MetricsAuth string
 	// Cluster is cluster mode's configuration; a zero Name runs a lone
 	// broker.
 	Cluster Cluster
@@ -117,6 +126,22 @@ const (
 	DefaultIdleTimeout       = 2 * time.Minute
 )
 
+// TLS is the broker's certificate and the CA it verifies peers with.
+type TLS struct {
+	// CertFile and KeyFile are the broker's pair (PEM), re-read when they
+	// change.
+	CertFile, KeyFile string
+	// CAFile, when set, is the CA bundle a peer's certificate must chain
+	// to: the peer port requires a client certificate it signed (mutual
+	// TLS), and a broker dialling a peer or proxying to another's client
+	// port verifies the server against it. Unset: the system's roots
+	// verify both.
+	CAFile string
+}
+
+// Enabled reports whether the broker serves TLS.
+func (t TLS) Enabled() bool { return t.CertFile != "" }
+
 // Peer is one node of a static peer list.
 type Peer struct {
 	Name       string
@@ -167,8 +192,9 @@ func Parse(args []string, getenv func(string) string, out io.Writer) (Settings, 
 			ReadHeaderTimeout: DefaultReadHeaderTimeout, BodyReadTimeout: DefaultBodyReadTimeout,
 			WriteTimeout: DefaultWriteTimeout, IdleTimeout: DefaultIdleTimeout,
 		},
-		LogLevel:  slog.LevelInfo,
-		LogFormat: "json",
+		LogLevel:    slog.LevelInfo,
+		LogFormat:   "json",
+		MetricsAuth: "open",
 		Cluster: Cluster{
 			Slots: DefaultSlots, LeaseDuration: DefaultLeaseDuration,
 			RenewDeadline: DefaultRenewDeadline, RetryPeriod: DefaultRetryPeriod,
@@ -192,7 +218,7 @@ func Parse(args []string, getenv func(string) string, out io.Writer) (Settings, 
 			fmt.Fprintln(out)
 		})
 	}
-	var policy, peers, tlsCert, tlsKey, tokens string
+	var policy, peers string
 	fs.StringVar(&s.DataDir, "data-dir", "", "directory holding the metadata log and the objects (required; created 0700 if absent)")
 	fs.StringVar(&s.Listen, "listen", s.Listen, "address the HTTP API listens on")
 	fs.StringVar(&s.NodeID, "node-id", s.NodeID, "this broker's node name (in a cluster its pod name, broker-<ordinal>), the host name unless set")
@@ -232,9 +258,11 @@ func Parse(args []string, getenv func(string) string, out io.Writer) (Settings, 
 	fs.DurationVar(&s.Cluster.RetryPeriod, "lease-retry-period", s.Cluster.RetryPeriod, "cluster mode: how often Leases are renewed and taken (below --lease-renew-deadline)")
 	fs.IntVar(&s.Cluster.ReplicationFactor, "replication-factor", 0, "cluster mode: how many brokers hold each object (0: min(3, brokers))")
 	fs.DurationVar(&s.Cluster.RepairDownGrace, "repair-down-grace", s.Cluster.RepairDownGrace, "cluster mode: how long a broker may be down before the copies it holds are made again on the others (a removed or draining broker's are moved at once)")
-	fs.StringVar(&tlsCert, "tls-cert-file", "", "not served yet: refused when set")
-	fs.StringVar(&tlsKey, "tls-key-file", "", "not served yet: refused when set")
-	fs.StringVar(&tokens, "auth-tokens-dir", "", "not served yet: refused when set")
+	fs.StringVar(&s.TLS.CertFile, "tls-cert-file", "", "certificate (PEM) of this broker: with --tls-key-file the client port serves HTTPS and the peer port TLS; re-read within a second when the file changes")
+	fs.StringVar(&s.TLS.KeyFile, "tls-key-file", "", "private key (PEM) of --tls-cert-file")
+	fs.StringVar(&s.TLS.CAFile, "tls-ca-file", "", "CA bundle (PEM) peers' certificates chain to: the peer port requires client certificates it signed (mutual TLS), and brokers verify each other against it (unset: the system's roots)")
+	fs.StringVar(&s.AuthTokensDir, "auth-tokens-dir", "", `directory of bearer tokens, one file per token named after it, holding "<scopes>:<token>" (scopes: a comma list of read, write, admin); every request but /healthz and /readyz then needs one; files added or removed take effect within seconds`)
+	fs.StringVar(&s.MetricsAuth, "metrics-auth", s.MetricsAuth, "open: /metrics needs no token; token: a token of any scope (with --auth-tokens-dir)")
 
 	var envErr error
 	fs.VisitAll(func(f *flag.Flag) {
@@ -269,11 +297,6 @@ func Parse(args []string, getenv func(string) string, out io.Writer) (Settings, 
 			return s, fmt.Errorf("%w: --peers: %v", ErrUsage, err)
 		}
 		s.Cluster.Peers = ps
-	}
-	for name, v := range map[string]string{"tls-cert-file": tlsCert, "tls-key-file": tlsKey, "auth-tokens-dir": tokens} {
-		if v != "" {
-			return s, fmt.Errorf("%w: --%s: TLS and token authentication are not served yet", ErrUsage, name)
-		}
 	}
 	return s, s.check()
 }
@@ -314,6 +337,14 @@ func (s Settings) check() error {
 		return bad("--write-timeout %v: must not be negative (0: no bound)", s.Limits.WriteTimeout)
 	case s.InlineBytes < 0 || s.InlineBytes > core.MaxInlineBytes:
 		return bad("--inline-bytes %d: want 0 to %d", s.InlineBytes, core.MaxInlineBytes)
+	case (s.TLS.CertFile == "") != (s.TLS.KeyFile == ""):
+		return bad("--tls-cert-file and --tls-key-file go together")
+	case s.TLS.CAFile != "" && s.TLS.CertFile == "":
+		return bad("--tls-ca-file needs --tls-cert-file and --tls-key-file")
+	case s.MetricsAuth != "open" && s.MetricsAuth != "token":
+		return bad("--metrics-auth %q: want open or token", s.MetricsAuth)
+	case s.MetricsAuth == "token" && s.AuthTokensDir == "":
+		return bad("--metrics-auth token needs --auth-tokens-dir")
 	}
 	if s.Cluster.Name == "" {
 		return nil

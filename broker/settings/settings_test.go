@@ -32,7 +32,7 @@ func TestParseConfig(t *testing.T) {
 	defLimits := Limits{MaxHeaderBytes: 64 << 10, MaxHeaders: 100, MaxURLBytes: 8 << 10, ReadHeaderTimeout: 10 * time.Second,
 		BodyReadTimeout: 20 * time.Second, WriteTimeout: 2 * time.Minute, IdleTimeout: 2 * time.Minute}
 	want := Settings{DataDir: "/d", Listen: ":4437", NodeID: host, MaxBatchBytes: 8 << 20, InlineBytes: core.DefaultInlineBytes, PageCacheBytes: core.DefaultPageCacheBytes, SyncLinger: core.DefaultSyncLinger, LongPollTimeout: time.Second,
-		MaxBodyBytes: 16 << 20, MaxBatchRecords: 100_000, ShutdownTimeout: 20 * time.Second, LogLevel: slog.LevelInfo, LogFormat: "json", Cluster: defCluster, Limits: defLimits}
+		MaxBodyBytes: 16 << 20, MaxBatchRecords: 100_000, ShutdownTimeout: 20 * time.Second, LogLevel: slog.LevelInfo, LogFormat: "json", MetricsAuth: "open", Cluster: defCluster, Limits: defLimits}
 	if !reflect.DeepEqual(c, want) {
 		t.Fatalf("defaults = %+v, want %+v", c, want)
 	}
@@ -45,13 +45,17 @@ func TestParseConfig(t *testing.T) {
 		"PICOMQ_INLINE_BYTES": "0", "PICOMQ_SYNC_LINGER": "0", "PICOMQ_PAGE_CACHE_BYTES": "64MiB",
 		"PICOMQ_MAX_HEADER_BYTES": "32KiB", "PICOMQ_MAX_BATCH_RECORDS": "500", "PICOMQ_MAX_HEADERS": "50", "PICOMQ_MAX_URL_BYTES": "4KiB",
 		"PICOMQ_READ_HEADER_TIMEOUT": "5s", "PICOMQ_BODY_READ_TIMEOUT": "30s", "PICOMQ_WRITE_TIMEOUT": "0s", "PICOMQ_IDLE_TIMEOUT": "1m",
+		"PICOMQ_TLS_CERT_FILE": "/etc/picomq/tls/tls.crt", "PICOMQ_TLS_KEY_FILE": "/etc/picomq/tls/tls.key",
+		"PICOMQ_TLS_CA_FILE": "/etc/picomq/tls/ca.crt", "PICOMQ_AUTH_TOKENS_DIR": "/etc/picomq/auth", "PICOMQ_METRICS_AUTH": "token",
 	}), io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
 	want = Settings{DataDir: "/env", Listen: "127.0.0.1:9000", NodeID: "b-1", FlushLinger: 2 * time.Millisecond, MaxBatchBytes: 4 << 20,
 		PageCacheBytes: 64 << 20, LongPollTimeout: 30 * time.Second, MaxBodyBytes: 1024, MaxBatchRecords: 500, ShutdownTimeout: 20 * time.Second, LogLevel: slog.LevelDebug, LogFormat: "text", Cluster: defCluster,
-		Limits: Limits{MaxHeaderBytes: 32 << 10, MaxHeaders: 50, MaxURLBytes: 4 << 10, ReadHeaderTimeout: 5 * time.Second, BodyReadTimeout: 30 * time.Second, IdleTimeout: time.Minute}}
+		Limits:        Limits{MaxHeaderBytes: 32 << 10, MaxHeaders: 50, MaxURLBytes: 4 << 10, ReadHeaderTimeout: 5 * time.Second, BodyReadTimeout: 30 * time.Second, IdleTimeout: time.Minute},
+		TLS:           TLS{CertFile: "/etc/picomq/tls/tls.crt", KeyFile: "/etc/picomq/tls/tls.key", CAFile: "/etc/picomq/tls/ca.crt"},
+		AuthTokensDir: "/etc/picomq/auth", MetricsAuth: "token"}
 	if !reflect.DeepEqual(c, want) {
 		t.Fatalf("from env = %+v, want %+v", c, want)
 	}
@@ -81,8 +85,11 @@ func TestParseConfig(t *testing.T) {
 		{[]string{"--data-dir", "/d", "--max-body-bytes", "0"}, nil, "byte sizes"},
 		{[]string{"--data-dir", "/d", "--default-stream-policy", `{"partitions":-1}`}, nil, "--default-stream-policy"},
 		{[]string{"--data-dir", "/d", "--default-stream-policy", `{"partitions":2,"colour":"red"}`}, nil, "--default-stream-policy"},
-		{[]string{"--data-dir", "/d", "--tls-cert-file", "/c"}, nil, "not served yet"},
-		{[]string{"--data-dir", "/d"}, map[string]string{"PICOMQ_AUTH_TOKENS_DIR": "/t"}, "--auth-tokens-dir"},
+		{[]string{"--data-dir", "/d", "--tls-cert-file", "/c"}, nil, "go together"},
+		{[]string{"--data-dir", "/d"}, map[string]string{"PICOMQ_TLS_KEY_FILE": "/k"}, "go together"},
+		{[]string{"--data-dir", "/d", "--tls-ca-file", "/ca"}, nil, "--tls-ca-file needs"},
+		{[]string{"--data-dir", "/d", "--metrics-auth", "closed"}, nil, "--metrics-auth"},
+		{[]string{"--data-dir", "/d", "--metrics-auth", "token"}, nil, "needs --auth-tokens-dir"},
 		{[]string{"--nope"}, nil, "nope"},
 		{[]string{"--data-dir", "/d", "--max-header-bytes", "512"}, nil, "--max-header-bytes"},
 		{[]string{"--data-dir", "/d", "--max-headers", "0"}, nil, "--max-headers"},

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"log/slog"
 	"net"
@@ -48,9 +49,11 @@ type cluster struct {
 	// cluster's records; drained once the leader also took it out of the
 	// metadata log's configuration (the voters no longer count it).
 	dataDir string
-	left    atomic.Bool
-	drained atomic.Bool
-	leaving atomic.Bool // the drain under way leaves the cluster
+	// clientTLS dials other brokers (nil: plain).
+	clientTLS *tls.Config
+	left      atomic.Bool
+	drained   atomic.Bool
+	leaving   atomic.Bool // the drain under way leaves the cluster
 	// held is why the drain's last step waits (empty: it does not): the
 	// voters that stay would have no majority answering.
 	held atomic.Pointer[string]
@@ -67,8 +70,8 @@ type cluster struct {
 
 // prepareCluster opens the peer port and takes this broker's place in the
 // cluster's metadata log (bootstrap or join), before the core opens.
-func prepareCluster(ctx context.Context, s settings.Settings, logger *slog.Logger, reg prometheus.Registerer) (*cluster, error) {
-	c := &cluster{cfg: s.Cluster, log: logger, reg: reg, dataDir: s.DataDir}
+func prepareCluster(ctx context.Context, s settings.Settings, logger *slog.Logger, reg prometheus.Registerer, sec *security) (*cluster, error) {
+	c := &cluster{cfg: s.Cluster, log: logger, reg: reg, dataDir: s.DataDir, clientTLS: sec.clientTLS()}
 	_, peerPort, err := net.SplitHostPort(s.Cluster.PeerListen)
 	if err != nil {
 		return nil, fmt.Errorf("--peer-listen %q: %w", s.Cluster.PeerListen, err)
@@ -86,9 +89,12 @@ func prepareCluster(ctx context.Context, s settings.Settings, logger *slog.Logge
 			names = append(names, p.Name)
 		}
 	}
-	c.dialer = peer.Dialer{Addresses: c.addrs}
+	// With TLS, every peer connection (raft, replication, command
+	// forwarding) is mutual TLS against the cluster's CA; without, the
+	// peer port is plain and a NetworkPolicy must keep others off it.
+	c.dialer = peer.Dialer{Addresses: c.addrs, TLS: c.clientTLS}
 	c.client = peer.NewClient(c.dialer)
-	if c.mux, err = peer.Listen(s.Cluster.PeerListen); err != nil {
+	if c.mux, err = peer.ListenTLS(s.Cluster.PeerListen, sec.peerServerTLS()); err != nil {
 		return nil, err
 	}
 	c.member, err = membership.Prepare(ctx, membership.Config{
@@ -322,7 +328,7 @@ func (c *cluster) router(local http.Handler, maxBody int64, reg prometheus.Regis
 			return addr, err == nil
 		},
 		Fresh: b.OpenForServing, Catchup: c.member.Catchup, MaxBodyBytes: maxBody, Logger: c.log, Metrics: reg,
-		QuorumLost: quorum.QuorumLost,
+		QuorumLost: quorum.QuorumLost, TLS: c.clientTLS,
 	})
 }
 

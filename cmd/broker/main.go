@@ -100,6 +100,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		return 0
 	}
 	logger := newLogger(cfg, stderr)
+	sec, err := loadSecurity(cfg, logger)
+	if err != nil {
+		logger.Error("cannot load the TLS or token settings", "err", err)
+		terminationMessage(cfg.TerminationLog, err)
+		return exitUsage
+	}
+	sec.run(ctx)
 	gcAttrs, undoGC := applyGCSettings(getenv, os.ReadFile)
 	defer undoGC()
 	logger.Info("garbage collector", gcAttrs...)
@@ -120,7 +127,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 
 	var cl *cluster
 	if cfg.Cluster.Name != "" {
-		cl, err = prepareCluster(ctx, cfg, logger, reg)
+		cl, err = prepareCluster(ctx, cfg, logger, reg, sec)
 		if errors.Is(err, node.MemberRemoved) && drainedHere(cfg.DataDir) {
 			// A drained member's directory (a claim kept after a scale
 			// down, handed to a later scale up): it holds nothing the
@@ -144,7 +151,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		}
 		if err != nil {
 			if errors.Is(err, node.MemberRemoved) {
-				return serveRemoved(ctx, cfg, logger, reg, err)
+				return serveRemoved(ctx, cfg, logger, reg, sec, err)
 			}
 			logger.Error("cannot take this broker's place in its cluster", "err", err)
 			terminationMessage(cfg.TerminationLog, fmt.Errorf("cannot take this broker's place in its cluster: %w", err))
@@ -213,7 +220,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		r := cl.router(api, cfg.MaxBodyBytes, reg)
 		handler, router = cl.refuseOnceDrained(r, logger), r
 	}
-	ln, err := net.Listen("tcp", cfg.Listen)
+	handler = sec.wrap(handler)
+	ln, err := listenClient(cfg.Listen, sec.serverTLS())
 	if err != nil {
 		logger.Error("cannot listen", "addr", cfg.Listen, "err", err)
 		terminationMessage(cfg.TerminationLog, fmt.Errorf("cannot listen on %s: %w", cfg.Listen, err))
@@ -236,7 +244,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		MaxHeaderBytes: int(cfg.Limits.MaxHeaderBytes),
 		ErrorLog:       log.New(&slogWriter{logger}, "", 0),
 	}
-	logger.Info("listening", "addr", ln.Addr().String(), "node", cfg.NodeID, "dataDir", cfg.DataDir)
+	logger.Info("listening", "addr", ln.Addr().String(), "node", cfg.NodeID, "dataDir", cfg.DataDir, "tls", sec.cert != nil, "tokens", sec.tokens != nil)
 	if started != nil {
 		started(ln.Addr().String())
 	}

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
 	"time"
 
@@ -31,7 +30,7 @@ const removedReminder = time.Minute
 // last message someone has to dig for. Its data directory is left as it
 // is: what to do with it (set aside, or wiped to join as a new member) is
 // the administrator's call.
-func serveRemoved(ctx context.Context, cfg settings.Settings, logger *slog.Logger, reg *prometheus.Registry, removed error) int {
+func serveRemoved(ctx context.Context, cfg settings.Settings, logger *slog.Logger, reg *prometheus.Registry, sec *security, removed error) int {
 	coded, _ := errs.As(removed)
 	memberID := cfg.NodeID
 	if coded != nil {
@@ -67,13 +66,15 @@ func serveRemoved(ctx context.Context, cfg settings.Settings, logger *slog.Logge
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		frontend.WriteProblem(w, r, logger, frontend.Coded(removed, "http."+r.Method), http.StatusServiceUnavailable)
 	})
-	ln, err := net.Listen("tcp", cfg.Listen)
+	// Served as the client port is (HTTPS, tokens): the operator's probes
+	// and admin calls reach it the same way.
+	ln, err := listenClient(cfg.Listen, sec.serverTLS())
 	if err != nil {
 		logger.Error("cannot listen", "addr", cfg.Listen, "err", err)
 		return exitUnavailable
 	}
 	ln = guardClientPort(ln, cfg.Limits)
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: cfg.Limits.ReadHeaderTimeout, IdleTimeout: cfg.Limits.IdleTimeout,
+	srv := &http.Server{Handler: sec.wrap(mux), ReadHeaderTimeout: cfg.Limits.ReadHeaderTimeout, IdleTimeout: cfg.Limits.IdleTimeout,
 		WriteTimeout: cfg.Limits.WriteTimeout, MaxHeaderBytes: int(cfg.Limits.MaxHeaderBytes)}
 	logger.Info("listening", "addr", ln.Addr().String(), "node", cfg.NodeID, "dataDir", cfg.DataDir, "removed", true)
 	serveErr := make(chan error, 1)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/picomq/picomq/broker/auth"
 	"github.com/picomq/picomq/broker/client"
 	"github.com/picomq/picomq/broker/errs"
 )
@@ -39,6 +40,7 @@ func (e exitError) Unwrap() error { return e.err }
 const (
 	exitUnavailable = 69 // EX_UNAVAILABLE: the stack is not running
 	exitNoInput     = 66 // EX_NOINPUT: no such log
+	exitNoPerm      = 77 // EX_NOPERM: the broker refused the token
 )
 
 // app is one invocation: its streams, its flags, and its broker.
@@ -50,6 +52,8 @@ type app struct {
 	server  string
 	output  string
 	timeout time.Duration
+	token   string
+	caFile  string
 }
 
 // run executes the command line args and returns the exit status.
@@ -74,6 +78,14 @@ func run(ctx context.Context, args []string, getenv func(string) string, in io.R
 	if errors.As(err, &e) {
 		return e.code
 	}
+	switch {
+	case errors.Is(err, auth.Unauthenticated):
+		fmt.Fprintln(errOut, "the broker wants a valid bearer token: give it with --token or $PICOMQ_TOKEN")
+		return exitNoPerm
+	case errors.Is(err, auth.Forbidden):
+		fmt.Fprintln(errOut, "the token given does not have the scope this command needs (read, write or admin)")
+		return exitNoPerm
+	}
 	return errs.ExitCode(err)
 }
 
@@ -89,6 +101,8 @@ func (a *app) rootCommand() *cobra.Command {
 	pf := root.PersistentFlags()
 	pf.StringVar(&a.server, "server", "", "the broker's URL (default $PICOMQ_URL, else "+DefaultServer+")")
 	pf.StringVarP(&a.output, "output", "o", "table", "output format: table or json (read also takes raw)")
+	pf.StringVar(&a.token, "token", "", "bearer token for a broker that checks tokens (default $PICOMQ_TOKEN)")
+	pf.StringVar(&a.caFile, "ca", "", "CA certificate (PEM) to verify an https:// broker with (default $PICOMQ_CA_FILE, else the system's roots)")
 	pf.DurationVar(&a.timeout, "timeout", 30*time.Second, "how long one request to the broker may take (tail's waits excepted)")
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	root.AddCommand(a.streamsCommand(), a.appendCommand(), a.readCommand(), a.tailCommand(), a.groupsCommand(), a.clusterCommand(), a.devCommand())
@@ -111,7 +125,26 @@ func (a *app) client() (*client.Client, error) {
 	if server == "" {
 		server = DefaultServer
 	}
-	c, err := client.New(server)
+	var opts []client.Option
+	token := a.token
+	if token == "" {
+		token = a.getenv("PICOMQ_TOKEN")
+	}
+	if token != "" {
+		opts = append(opts, client.WithToken(token))
+	}
+	caFile := a.caFile
+	if caFile == "" {
+		caFile = a.getenv("PICOMQ_CA_FILE")
+	}
+	if caFile != "" {
+		conf, err := client.TLSConfigFromCAFile(caFile)
+		if err != nil {
+			return nil, usageError{fmt.Errorf("--ca: %w", err)}
+		}
+		opts = append(opts, client.WithTLSConfig(conf))
+	}
+	c, err := client.New(server, opts...)
 	if err != nil {
 		return nil, usageError{fmt.Errorf("--server %q: %w", server, err)}
 	}

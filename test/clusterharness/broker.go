@@ -25,6 +25,7 @@ type Broker struct {
 
 	mu         sync.Mutex
 	clientAddr string // where it listens for clients, direct
+	https      bool   // the client port serves TLS (Security.TLS)
 	peerAddr   string // where it listens for peers
 	proc       *process
 	starts     int
@@ -154,6 +155,9 @@ func listenFresh() (net.Listener, error) {
 func (b *Broker) URL() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if b.https {
+		return "https://" + b.clientAddr
+	}
 	return "http://" + b.clientAddr
 }
 

@@ -50,6 +50,9 @@ type Options struct {
 	ExtraFlags []string
 	Env        []string
 
+	// Security, when set, runs the brokers with TLS and tokens.
+	Security *Security
+
 	LogLevel     string        // --log-level (default warn)
 	ReadyTimeout time.Duration // how long Start and WaitReady wait (default 60s)
 	StopTimeout  time.Duration // how long a SIGTERM is given before SIGKILL (default 20s)
@@ -125,6 +128,8 @@ type Cluster struct {
 	mu        sync.Mutex
 	links     map[[2]int]*Link // [from, to]
 	clusterID string           // recorded once seen, passed on every later start
+
+	sec *security // nil: plain HTTP, no tokens
 }
 
 // Start builds the broker (once per test binary), starts the apiserver in
@@ -176,6 +181,10 @@ func TryStart(t testing.TB, o Options) (*Cluster, error) {
 	if err := c.assignAddrs(); err != nil {
 		return c, err
 	}
+	if err := c.setupSecurity(root); err != nil {
+		return c, err
+	}
+	c.registerAddrs()
 	if o.Standby < 0 || o.Standby >= o.Brokers {
 		return c, fmt.Errorf("clusterharness: Standby %d of %d brokers: at least one must start", o.Standby, o.Brokers)
 	}
@@ -306,6 +315,7 @@ func (c *Cluster) Args(i int) []string {
 			args = append(args, "--cluster-id", id)
 		}
 	}
+	args = append(args, c.securityArgs(b)...)
 	return append(args, c.opts.ExtraFlags...)
 }
 

@@ -130,4 +130,6 @@ func Ready(ctx context.Context, url string) error {
 // noKeepAlive is the harness's own HTTP client: probes open a connection
 // each, so that a SIGSTOPped broker's kept-alive socket never stalls the
 // probe of its restarted successor on the same port.
-var noKeepAlive = &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+// With Security it also trusts the clusters' CAs and presents their
+// harness token.
+var noKeepAlive = &http.Client{Transport: newHarnessTransport()}

@@ -71,7 +71,7 @@ type ownerAnswer struct {
 
 func (c *Cluster) askOwner(ctx context.Context, url, name string, p int) (a ownerAnswer) {
 	a.owner = -1
-	cl, err := client.New(url)
+	cl, err := client.New(url, c.ClientOptions()...)
 	if err != nil {
 		a.err = err
 		return a

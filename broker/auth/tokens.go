@@ -1,0 +1,185 @@
+// Package auth is the broker's bearer-token check: the tokens of a mounted
+// directory (one file per token, re-read as it changes), the scope each
+// route needs, and the HTTP middleware that refuses a request with 401 or
+// 403 before any handler sees it.
+//
+// A token never reaches a log, an error or a metric: only its name (its
+// file's name) does.
+package auth
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync/atomic"
+	"time"
+)
+
+// MinTokenBytes is the shortest token accepted: shorter ones are skipped.
+const MinTokenBytes = 16
+
+// maxTokenFileBytes bounds a token file read (a token is short; anything
+// larger is a mistake, not a token).
+const maxTokenFileBytes = 64 << 10
+
+// entry is one token, kept as its SHA-256 digest: comparing fixed-size
+// digests in constant time says nothing about the tokens' lengths.
+type entry struct {
+	name   string
+	digest [sha256.Size]byte
+	scopes Scope
+}
+
+// Tokens is the set of tokens of a directory. Its methods are safe for
+// concurrent use; Reload and Run replace the set atomically.
+type Tokens struct {
+	dir  string
+	log  *slog.Logger
+	set  atomic.Pointer[[]entry]
+	seen atomic.Pointer[string] // fingerprint of the directory last read
+}
+
+// Load reads dir's tokens. A file that is not a valid token is skipped and
+// logged by name; a directory that cannot be read is an error (the broker
+// would otherwise serve with no token and refuse everyone silently).
+func Load(dir string, log *slog.Logger) (*Tokens, error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	t := &Tokens{dir: dir, log: log}
+	if _, err := t.Reload(); err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+// Len is how many tokens are in force.
+func (t *Tokens) Len() int { return len(*t.set.Load()) }
+
+// Lookup finds the token presented. Every token is compared, each in
+// constant time, whatever matched: the time taken says nothing about which
+// token, or how much of one, was right.
+func (t *Tokens) Lookup(token string) (name string, scopes Scope, ok bool) {
+	d := sha256.Sum256([]byte(token))
+	match := -1
+	set := *t.set.Load()
+	for i := range set {
+		if subtle.ConstantTimeCompare(d[:], set[i].digest[:]) == 1 {
+			match = i
+		}
+	}
+	if match < 0 {
+		return "", 0, false
+	}
+	return set[match].name, set[match].scopes, true
+}
+
+// Run re-reads the directory every interval while its fingerprint (names,
+// sizes, modification times) changes, until ctx ends.
+func (t *Tokens) Run(ctx context.Context, interval time.Duration) {
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		if _, err := t.Reload(); err != nil {
+			t.log.Warn("cannot re-read the auth tokens directory: keeping the tokens in force", "dir", t.dir, "err", err)
+		}
+	}
+}
+
+// Reload reads the directory again if its fingerprint changed since the
+// last read, and reports whether it did.
+func (t *Tokens) Reload() (bool, error) {
+	fp, files, err := fingerprint(t.dir)
+	if err != nil {
+		return false, err
+	}
+	if last := t.seen.Load(); last != nil && *last == fp {
+		return false, nil
+	}
+	var set []entry
+	for _, f := range files {
+		e, err := readToken(filepath.Join(t.dir, f), f)
+		if err != nil {
+			t.log.Warn("auth token file skipped", "file", f, "reason", err.Error())
+			continue
+		}
+		set = append(set, e)
+	}
+	t.set.Store(&set)
+	t.seen.Store(&fp)
+	t.log.Info("auth tokens loaded", "dir", t.dir, "tokens", len(set))
+	return true, nil
+}
+
+// fingerprint lists the directory's token files (hidden ones, such as a
+// Secret volume's ..data links, left out) and sums up what stat says of
+// each: a changed, added or removed file changes it. Stat follows links, so
+// a Secret volume's update (a swapped ..data link) shows too.
+func fingerprint(dir string) (string, []string, error) {
+	des, err := os.ReadDir(dir)
+	if err != nil {
+		return "", nil, err
+	}
+	var b strings.Builder
+	var files []string
+	for _, de := range des {
+		if strings.HasPrefix(de.Name(), ".") {
+			continue
+		}
+		fi, err := os.Stat(filepath.Join(dir, de.Name()))
+		if err != nil || fi.IsDir() {
+			continue // a dangling link, a directory: no token
+		}
+		files = append(files, de.Name())
+		fmt.Fprintf(&b, "%s\x00%d\x00%d\x00", de.Name(), fi.Size(), fi.ModTime().UnixNano())
+	}
+	sort.Strings(files)
+	return b.String(), files, nil
+}
+
+// readToken reads one token file, "<scopes>:<token>". Its errors never
+// hold the file's content.
+func readToken(path, name string) (entry, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return entry{}, fmt.Errorf("cannot open: %w", err)
+	}
+	defer f.Close()
+	buf, err := io.ReadAll(io.LimitReader(f, maxTokenFileBytes+1))
+	if err != nil {
+		return entry{}, fmt.Errorf("cannot read: %w", err)
+	}
+	if len(buf) > maxTokenFileBytes {
+		return entry{}, fmt.Errorf("larger than %d bytes", maxTokenFileBytes)
+	}
+	content := strings.TrimRight(string(buf), "\r\n")
+	scopes, token, ok := strings.Cut(content, ":")
+	if !ok {
+		return entry{}, fmt.Errorf(`not "<scopes>:<token>"`)
+	}
+	s, err := ParseScopes(scopes)
+	if err != nil {
+		// Not err itself: the part before ':' might be a token written
+		// the wrong way round.
+		return entry{}, fmt.Errorf("scopes are not a comma list of read, write and admin")
+	}
+	if len(token) < MinTokenBytes {
+		return entry{}, fmt.Errorf("token shorter than %d bytes", MinTokenBytes)
+	}
+	if strings.ContainsAny(token, " \t\r\n") {
+		return entry{}, fmt.Errorf("token holds white space")
+	}
+	return entry{name: name, digest: sha256.Sum256([]byte(token)), scopes: s}, nil
+}

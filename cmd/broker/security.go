@@ -1,0 +1,123 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"time"
+
+	"github.com/picomq/picomq/broker/auth"
+	"github.com/picomq/picomq/broker/certreload"
+	"github.com/picomq/picomq/broker/settings"
+)
+
+// security is the broker's TLS and token check, as its settings ask: each
+// part nil when not configured.
+type security struct {
+	cert   *certreload.Reloader
+	ca     *x509.CertPool // nil: the system's roots, and no client certificates asked
+	tokens *auth.Tokens
+	mw     auth.Middleware
+}
+
+// tokenReloadInterval is how often the tokens directory is looked at.
+const tokenReloadInterval = time.Second
+
+func loadSecurity(cfg settings.Settings, logger *slog.Logger) (*security, error) {
+	s := &security{}
+	var err error
+	if cfg.TLS.Enabled() {
+		if s.cert, err = certreload.New(cfg.TLS.CertFile, cfg.TLS.KeyFile, logger); err != nil {
+			return nil, fmt.Errorf("--tls-cert-file/--tls-key-file: %w", err)
+		}
+		if cfg.TLS.CAFile != "" {
+			pem, err := os.ReadFile(cfg.TLS.CAFile)
+			if err != nil {
+				return nil, fmt.Errorf("--tls-ca-file: %w", err)
+			}
+			s.ca = x509.NewCertPool()
+			if !s.ca.AppendCertsFromPEM(pem) {
+				return nil, fmt.Errorf("--tls-ca-file %s: no PEM certificate in it", cfg.TLS.CAFile)
+			}
+		}
+	}
+	if cfg.AuthTokensDir != "" {
+		if s.tokens, err = auth.Load(cfg.AuthTokensDir, logger); err != nil {
+			return nil, fmt.Errorf("--auth-tokens-dir: %w", err)
+		}
+		if s.tokens.Len() == 0 {
+			logger.Warn("the auth tokens directory holds no valid token: every request but the probes is refused until one is added", "dir", cfg.AuthTokensDir)
+		}
+		s.mw = auth.Middleware{Tokens: s.tokens, MetricsOpen: cfg.MetricsAuth == "open", Log: logger}
+	}
+	return s, nil
+}
+
+// run keeps the tokens in step with their directory until ctx ends.
+func (s *security) run(ctx context.Context) {
+	if s.tokens != nil {
+		go s.tokens.Run(ctx, tokenReloadInterval)
+	}
+}
+
+// wrap puts the token check in front of h (the whole client port: the
+// router too, so a request is authenticated by the broker it reaches
+// before it is proxied anywhere).
+func (s *security) wrap(h http.Handler) http.Handler {
+	if s.tokens == nil {
+		return h
+	}
+	return s.mw.Wrap(h)
+}
+
+// serverTLS is the client port's TLS (nil: plain HTTP).
+func (s *security) serverTLS() *tls.Config {
+	if s.cert == nil {
+		return nil
+	}
+	return &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: s.cert.GetCertificate, NextProtos: []string{"http/1.1"}}
+}
+
+// peerServerTLS is the peer port's TLS (nil: plain; then only a
+// NetworkPolicy admitting the cluster's own pods protects it). Every peer
+// must present a certificate, verified against the CA (without
+// --tls-ca-file, the system's roots): the peer API takes metadata commands
+// and object copies, and checks no token, so a connection is a peer's only
+// when its certificate says so.
+func (s *security) peerServerTLS() *tls.Config {
+	c := s.serverTLS()
+	if c != nil {
+		c.ClientCAs, c.ClientAuth = s.ca, tls.RequireAndVerifyClientCert
+	}
+	return c
+}
+
+// clientTLS is how this broker dials its peers (peer port, and other
+// brokers' client ports when proxying): the server verified against the
+// CA, and this broker's own certificate presented.
+func (s *security) clientTLS() *tls.Config {
+	if s.cert == nil {
+		return nil
+	}
+	return &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: s.ca, GetClientCertificate: s.cert.GetClientCertificate}
+}
+
+// listenClient opens the client port: TCP, inside TLS when conf is set.
+// Every layer of the port is composed here, innermost first, so that a
+// layer added later (request framing checks) wraps the TLS listener from
+// outside: framing(tls(tcp)).
+func listenClient(addr string, conf *tls.Config) (net.Listener, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	if conf != nil {
+		ln = tls.NewListener(ln, conf)
+	}
+	return ln, nil
+}
