@@ -134,7 +134,7 @@ func Open(cfg Config) (*Broker, error) {
 		return nil, stream.StreamBackendFailed.Wrap(err, "op", "metalog.open")
 	}
 	b.log = l
-	oo := objstore.Options{CachedBytes: cfg.PageCacheBytes}
+	oo := objstore.Options{CachedBytes: cfg.PageCacheBytes, FS: cfg.FS, SyncFailed: b.storageFailed}
 	if cl := cfg.Cluster; cl != nil && cl.Number > 0 {
 		// A member's ids are its own range's, reserved on disk: its log
 		// may not be replayed yet (a follower applies after the leader's
@@ -173,6 +173,22 @@ func Open(cfg Config) (*Broker, error) {
 	go func() { defer b.wg.Done(); b.maintainLoop() }()
 	cfg.Logger.Info("broker open", "dataDir", cfg.DataDir, "node", cfg.NodeID, "streams", len(b.fsm.State().Names))
 	return b, nil
+}
+
+// admitWrite refuses a write of new data while the volume is full or the
+// storage failed (Config.Disk); what frees space never asks.
+func (b *Broker) admitWrite() error {
+	if d := b.cfg.Disk; d != nil {
+		return d.Admit()
+	}
+	return nil
+}
+
+// storageFailed tells Config.Disk that a write could not be made durable.
+func (b *Broker) storageFailed(op, path string, err error) {
+	if d := b.cfg.Disk; d != nil {
+		d.Fail(op, path, err)
+	}
 }
 
 // objectsDir is where a data directory keeps its object files.
@@ -276,10 +292,14 @@ func logFailure(err error, op string) error {
 // already returned, which made "nothing was written" checks race.
 func (b *Broker) Status() node.Status {
 	_, leader := b.log.Leader()
-	return node.Status{
+	st := node.Status{
 		NodeID: b.cfg.NodeID, LogState: b.log.State(), Leader: leader,
 		AppliedIndex: b.fsm.Applied(), LastIndex: b.log.LastIndex(),
 	}
+	if d := b.cfg.Disk; d != nil {
+		st.StorageFailed, st.DiskFull = d.Failed(), d.Full()
+	}
+	return st
 }
 
 // NodeID returns this broker's id.

@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/picomq/picomq/broker/diskio"
+	"github.com/picomq/picomq/broker/diskspace"
 	"github.com/picomq/picomq/broker/meta"
 	"github.com/picomq/picomq/broker/metalog"
 	"github.com/picomq/picomq/broker/objstore"
@@ -109,6 +111,13 @@ type Config struct {
 	// the leader (see ClusterConfig). Nil: a lone broker, its own sole
 	// voter.
 	Cluster *ClusterConfig
+	// Disk, when set, watches the data volume: appends and creates are
+	// refused while it is full (STORAGE_FULL), and every one once a store
+	// failed to make a write durable (STORAGE_FAILED), which it is told.
+	Disk *diskspace.Monitor
+	// FS is the storage seam the objects and the metadata log's segments
+	// are written through (default diskio.OS); tests inject faults.
+	FS diskio.FS
 	// Logger receives operational logs (default: discard).
 	Logger *slog.Logger
 	// Metrics, when set, receives the broker's measurements.
