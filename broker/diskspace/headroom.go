@@ -14,8 +14,8 @@ import (
 // Headroom is --disk-headroom: "auto" (the zero value), a byte size, or 0
 // (disabled).
 type Headroom struct {
-	Bytes int64 // with Set: the bytes kept free (0: none)
-	Set   bool  // false: auto
+	Bytes int64 // with Fixed: the bytes kept free (0: none)
+	Fixed bool  // false: auto
 }
 
 // Bounds of the auto headroom: 5% of the volume, at least 64 MiB (but at
@@ -28,14 +28,14 @@ const (
 
 // For returns the bytes to keep free on a volume of total bytes.
 func (h Headroom) For(total int64) int64 {
-	if h.Set {
+	if h.Fixed {
 		return h.Bytes
 	}
 	return min(max(total*autoPercent/100, min(autoMin, total/4)), autoMax)
 }
 
 func (h Headroom) String() string {
-	if !h.Set {
+	if !h.Fixed {
 		return "auto"
 	}
 	return strconv.FormatInt(h.Bytes, 10)
@@ -62,5 +62,15 @@ func ParseHeadroom(s string) (Headroom, error) {
 	if err != nil || n < 0 || n > (1<<62)/mult {
 		return Headroom{}, errors.New(`not "auto", 0 or a byte size such as 67108864 or 64MiB`)
 	}
-	return Headroom{Bytes: n * mult, Set: true}, nil
+	return Headroom{Bytes: n * mult, Fixed: true}, nil
+}
+
+// Set parses s into h: a Headroom is a flag.Value.
+func (h *Headroom) Set(s string) error {
+	v, err := ParseHeadroom(s)
+	if err != nil {
+		return err
+	}
+	*h = v
+	return nil
 }

@@ -30,12 +30,14 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/picomq/picomq/broker/core"
+	"github.com/picomq/picomq/broker/diskspace"
 	"github.com/picomq/picomq/broker/dsapi"
 	"github.com/picomq/picomq/broker/errs"
 	"github.com/picomq/picomq/broker/frontend"
 	"github.com/picomq/picomq/broker/httpapi"
 	"github.com/picomq/picomq/broker/membership"
 	"github.com/picomq/picomq/broker/node"
+	"github.com/picomq/picomq/broker/objstore"
 	"github.com/picomq/picomq/broker/settings"
 )
 
@@ -117,6 +119,18 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		raftLog = stderr
 	}
 
+	// Measured before anything opens: on a full volume the reserve file
+	// is released first, so that the metadata log has room to start.
+	disk, err := openDisk(cfg, logger, reg)
+	if err != nil {
+		logger.Error("cannot measure the data volume", "dataDir", cfg.DataDir, "err", err)
+		terminationMessage(cfg.TerminationLog, fmt.Errorf("cannot measure the data volume %s: %w", cfg.DataDir, err))
+		return errs.ExitCode(err)
+	}
+	diskStop := make(chan struct{})
+	defer close(diskStop)
+	go disk.Run(diskStop, time.Second)
+
 	var cl *cluster
 	if cfg.Cluster.Name != "" {
 		cl, err = prepareCluster(ctx, cfg, logger, reg)
@@ -162,6 +176,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		Logger:         logger,
 		Metrics:        core.NewMetrics(reg),
 		RaftLog:        raftLog,
+		Disk:           disk,
 	}
 	if cl != nil {
 		cl.configure(&coreCfg)
@@ -277,6 +292,14 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	}
 	logger.Info("stopped")
 	return code
+}
+
+// openDisk prepares the data directory and starts watching its volume.
+func openDisk(cfg settings.Settings, logger *slog.Logger, reg prometheus.Registerer) (*diskspace.Monitor, error) {
+	if err := objstore.PrepareDir(cfg.DataDir); err != nil {
+		return nil, err
+	}
+	return diskspace.New(diskspace.Options{Dir: cfg.DataDir, Headroom: cfg.DiskHeadroom, Logger: logger, Registerer: reg})
 }
 
 func newLogger(cfg settings.Settings, w io.Writer) *slog.Logger {
