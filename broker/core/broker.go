@@ -82,7 +82,8 @@ type Broker struct {
 	gcMu         sync.Mutex           // guards garbageSince; one collection at a time
 	garbageSince map[uint64]time.Time // garbage objects waiting out GarbageGrace
 
-	opened time.Time // when Open returned
+	opened       time.Time // when Open returned
+	fullSnapshot time.Time // the last snapshot taken because the volume was full (maintenance loop only)
 
 	stop chan struct{}
 	wg   sync.WaitGroup
@@ -123,6 +124,7 @@ func Open(cfg Config) (*Broker, error) {
 		// Entries may carry objects' frames (inline commits): keep few past
 		// a snapshot. A lone voter has no follower to catch up from them.
 		TrailingLogs: 1024,
+		SegmentBytes: cfg.WALSegmentBytes,
 	}
 	if cl := cfg.Cluster; cl != nil {
 		lc.NodeID, lc.Bootstrap, lc.Network, lc.Forward = cl.MemberID, cl.Bootstrap, cl.Network, cl.Forward

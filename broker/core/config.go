@@ -84,6 +84,10 @@ type Config struct {
 	// gather beyond its last snapshot before the broker takes one (default
 	// 64 MiB): it bounds the log's disk use and the replay at start.
 	InlineLogBytes int64
+	// WALSegmentBytes is the size of one metadata-log segment file
+	// (default metalog's 16 MiB): a small volume needs smaller ones, as the
+	// log keeps a few and a zeroed spare.
+	WALSegmentBytes int
 	// HoldFor is how long an object committed inline is held in memory
 	// before it is written to a file, unless the merge frees it first
 	// (default 5 s; see inline.go).

@@ -172,6 +172,11 @@ func (b *Broker) snapshotIfDue() {
 	o := b.inline
 	o.mu.Lock()
 	due := o.logBytes >= b.cfg.InlineLogBytes
+	// On a full volume the log's segments hold what deletes and trims
+	// released until a snapshot lets them go: take one, at most every 5 s.
+	if d := b.cfg.Disk; d != nil && d.Full() && o.logBytes > 0 && time.Since(b.fullSnapshot) >= 5*time.Second {
+		b.fullSnapshot, due = time.Now(), true
+	}
 	o.mu.Unlock()
 	if !due {
 		return

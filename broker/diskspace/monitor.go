@@ -58,6 +58,7 @@ type Monitor struct {
 
 	last     atomic.Int64 // unix ns of the last statfs
 	free     atomic.Int64
+	total    atomic.Int64
 	headroom atomic.Int64
 	full     atomic.Bool
 
@@ -138,6 +139,7 @@ func (m *Monitor) Refresh() error {
 	}
 	full := headroom > 0 && free < headroom
 	m.free.Store(free)
+	m.total.Store(u.Total)
 	m.headroom.Store(headroom)
 	if was := m.full.Swap(full); was != full {
 		if full {
@@ -222,6 +224,9 @@ func (m *Monitor) Admit() error {
 
 // Full reports whether appends are refused for want of space.
 func (m *Monitor) Full() bool { return m.full.Load() }
+
+// Total returns the volume's size, as last measured.
+func (m *Monitor) Total() int64 { return m.total.Load() }
 
 // Free returns the free bytes last measured.
 func (m *Monitor) Free() int64 { return m.free.Load() }

@@ -178,6 +178,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		RaftLog:        raftLog,
 		Disk:           disk,
 	}
+	sizeForVolume(&coreCfg, disk.Total())
 	if cl != nil {
 		cl.configure(&coreCfg)
 	}
@@ -292,6 +293,18 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	}
 	logger.Info("stopped")
 	return code
+}
+
+// sizeForVolume scales what the metadata log keeps on disk to a small
+// volume: its segments (a few stay, with a zeroed spare) and the inline
+// frames gathered before a snapshot, which on a 64 MiB volume were the 16
+// MiB and 64 MiB defaults — most of it.
+func sizeForVolume(c *core.Config, total int64) {
+	if total <= 0 {
+		return
+	}
+	c.WALSegmentBytes = int(min(max(total/64, 1<<20), 16<<20))
+	c.InlineLogBytes = min(max(total/16, 1<<20), 64<<20)
 }
 
 // openDisk prepares the data directory and starts watching its volume.
