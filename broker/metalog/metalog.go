@@ -874,4 +874,8 @@ func enqueueTimeout(ctx context.Context) time.Duration {
 // zeroed spare ready (see zeroedFS): each of their commits pays a second
 // device write. A count that keeps rising means the log fills segments
 // faster than spares are written.
-func (l *Log) UnzeroedSegments() int64 { return l.store.files.fallocated.Load() }
+func (l *Log) UnzeroedSegments() int64 {
+	l.store.rw.RLock()
+	defer l.store.rw.RUnlock()
+	return l.store.files.fallocated.Load() // since the WAL was last (re)opened
+}

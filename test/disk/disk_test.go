@@ -188,6 +188,7 @@ func tail(path string) string {
 // payload is its key padded to recordBytes, so the key alone checks it.
 type ledger struct {
 	dir   string // the data directory, for failure messages
+	log   string // the broker's log
 	mu    sync.Mutex
 	acked map[string]map[string]stream.Offset
 }
@@ -291,7 +292,7 @@ func readBack(t *testing.T, c *client.Client, name string, led *ledger) int {
 
 // waitAppend polls an append until the broker accepts it, and returns how
 // long that took.
-func waitAppend(t *testing.T, c *client.Client, name string, led *ledger) time.Duration {
+func waitAppend(t *testing.T, c *client.Client, name string, led *ledger, expected func(error) bool) time.Duration {
 	t.Helper()
 	began := time.Now()
 	ctx := context.Background()
@@ -309,16 +310,18 @@ func waitAppend(t *testing.T, c *client.Client, name string, led *ledger) time.D
 			led.mu.Unlock()
 			return time.Since(began)
 		}
-		if !errors.Is(err, node.StorageFull) {
-			t.Fatalf("an append after the delete failed otherwise than STORAGE_FULL: %v", err)
+		if !expected(err) {
+			t.Fatalf("an append after space was freed failed otherwise than expected: %v", err)
 		}
 		last = err
 		time.Sleep(100 * time.Millisecond)
 	}
 	du, _ := exec.Command("sh", "-c", "du -ak "+filepath.Dir(filepath.Dir(led.dir))+" | sort -n | tail -30; df -k "+led.dir).CombinedOutput()
-	t.Fatalf("appends still refused 60s after the delete freed space: %v\n%s", last, du)
+	t.Fatalf("appends still refused 60s after space was freed: %v\n%s\nthe broker's log ends:\n%s", last, du, tail(led.log))
 	return 0
 }
+
+func isFull(err error) bool { return errors.Is(err, node.StorageFull) }
 
 func TestFullVolumeRefusesThenRecovers(t *testing.T) {
 	if testing.Short() {
@@ -340,7 +343,7 @@ func TestFullVolumeRefusesThenRecovers(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	led := &ledger{dir: dataDir, acked: map[string]map[string]stream.Offset{keep: {}, drop: {}}}
+	led := &ledger{dir: dataDir, log: logPath, acked: map[string]map[string]stream.Offset{keep: {}, drop: {}}}
 
 	refusals := fill(t, c, []string{keep, drop}, led, 1)
 	for w, err := range refusals {
@@ -364,7 +367,7 @@ func TestFullVolumeRefusesThenRecovers(t *testing.T) {
 		t.Fatalf("deleting a stream on a full volume: %v", err)
 	}
 	delete(led.acked, drop)
-	recovered := waitAppend(t, c, keep, led)
+	recovered := waitAppend(t, c, keep, led, isFull)
 	t.Logf("appends accepted again %v after the delete, no restart", recovered.Round(time.Millisecond))
 	if got := b.metric(t, "picomq_disk_appends_refused"); got != "0" {
 		t.Errorf("picomq_disk_appends_refused = %q once appends are accepted, want 0", got)
@@ -419,14 +422,22 @@ func TestWithoutHeadroom(t *testing.T) {
 	if _, err := c.Open(context.Background(), name, client.StreamConfig{}); err != nil {
 		t.Fatal(err)
 	}
-	led := &ledger{acked: map[string]map[string]stream.Offset{name: {}}}
+	led := &ledger{dir: dataDir, log: logPath, acked: map[string]map[string]stream.Offset{name: {}}}
 	refusals := fill(t, c, []string{name}, led, 1)
 	t.Logf("without headroom: %d records acknowledged; first refusal: %v", len(led.acked[name]), refusals[0])
 	if len(led.acked[name]) == 0 {
 		t.Fatal("nothing was acknowledged: the test proved nothing")
 	}
-	b.kill()
+	// The volume grows under the running broker: it must carry on by
+	// itself, its metadata log electing itself again if a failed write
+	// cost it its leadership.
 	growTmpfs(t, vol, "128m")
+	recovered := waitAppend(t, c, name, led, func(error) bool { return true })
+	t.Logf("appends accepted again %v after the volume grew, no restart", recovered.Round(time.Millisecond))
+	if !b.ready() {
+		t.Errorf("/readyz not ready after the volume grew and an append was accepted")
+	}
+	b.kill()
 	b = start(t, dataDir, logPath, "--disk-headroom=0")
 	c2, err := client.New(b.url)
 	if err != nil {
