@@ -125,6 +125,7 @@ func Open(cfg Config) (*Broker, error) {
 		// a snapshot. A lone voter has no follower to catch up from them.
 		TrailingLogs: 1024,
 		SegmentBytes: cfg.WALSegmentBytes,
+		SyncFailed:   func(path string, err error) { b.storageFailed("metalog.fsync", path, err) },
 	}
 	if cl := cfg.Cluster; cl != nil {
 		lc.NodeID, lc.Bootstrap, lc.Network, lc.Forward = cl.MemberID, cl.Bootstrap, cl.Network, cl.Forward

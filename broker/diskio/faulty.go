@@ -13,14 +13,17 @@ import (
 // contains Path (every path when empty), it lets After of them through,
 // then fails the next Count (0: every one from then on) with Err —
 // syscall.EIO or syscall.ENOSPC, say. With Short, a write first writes
-// half its bytes, as a volume filling under it does, then fails.
+// half its bytes, as a volume filling under it does, then fails. A write
+// below MinOffset is let through (an object's header is written at 0 when
+// its file is made ahead, on another goroutine than the append's).
 type Rule struct {
-	Op    Op
-	Path  string
-	After int
-	Count int
-	Err   error
-	Short bool
+	Op        Op
+	Path      string
+	After     int
+	Count     int
+	Err       error
+	Short     bool
+	MinOffset int64
 
 	seen, fired int
 }
@@ -60,11 +63,11 @@ func (f *Faulty) Injected() int {
 }
 
 // fault returns the rule that fails this operation, if any.
-func (f *Faulty) fault(op Op, path string) *Rule {
+func (f *Faulty) fault(op Op, path string, off int64) *Rule {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for _, r := range f.rules {
-		if r.Op != op || !strings.Contains(path, r.Path) {
+		if r.Op != op || !strings.Contains(path, r.Path) || off < r.MinOffset {
 			continue
 		}
 		r.seen++
@@ -86,7 +89,7 @@ func pathErr(op Op, path string, err error) error {
 
 func (f *Faulty) OpenFile(path string, flag int, perm fs.FileMode) (*os.File, error) {
 	if flag&os.O_CREATE != 0 {
-		if r := f.fault(OpCreate, path); r != nil {
+		if r := f.fault(OpCreate, path, 0); r != nil {
 			return nil, pathErr(OpCreate, path, r.Err)
 		}
 	}
@@ -94,7 +97,7 @@ func (f *Faulty) OpenFile(path string, flag int, perm fs.FileMode) (*os.File, er
 }
 
 func (f *Faulty) WriteAt(file *os.File, p []byte, off int64) (int, error) {
-	if r := f.fault(OpWrite, file.Name()); r != nil {
+	if r := f.fault(OpWrite, file.Name(), off); r != nil {
 		n := 0
 		if r.Short && len(p) > 1 {
 			n, _ = f.base().WriteAt(file, p[:len(p)/2], off)
@@ -105,7 +108,7 @@ func (f *Faulty) WriteAt(file *os.File, p []byte, off int64) (int, error) {
 }
 
 func (f *Faulty) WriteV(file *os.File, pieces [][]byte, off int64) error {
-	if r := f.fault(OpWrite, file.Name()); r != nil {
+	if r := f.fault(OpWrite, file.Name(), off); r != nil {
 		if r.Short && len(pieces) > 0 {
 			// Half of what was asked: the first pieces, the last one cut.
 			total := 0
@@ -135,21 +138,21 @@ func shortErr(r *Rule) error {
 }
 
 func (f *Faulty) Sync(file *os.File) error {
-	if r := f.fault(OpSync, file.Name()); r != nil {
+	if r := f.fault(OpSync, file.Name(), 0); r != nil {
 		return pathErr(OpSync, file.Name(), r.Err)
 	}
 	return f.base().Sync(file)
 }
 
 func (f *Faulty) Rename(from, to string) error {
-	if r := f.fault(OpRename, from); r != nil {
+	if r := f.fault(OpRename, from, 0); r != nil {
 		return pathErr(OpRename, from, r.Err)
 	}
 	return f.base().Rename(from, to)
 }
 
 func (f *Faulty) Remove(path string) error {
-	if r := f.fault(OpRemove, path); r != nil {
+	if r := f.fault(OpRemove, path, 0); r != nil {
 		return pathErr(OpRemove, path, r.Err)
 	}
 	return f.base().Remove(path)

@@ -172,6 +172,11 @@ type Config struct {
 	// they fail with ErrNotLeader on a follower.
 	Forward Forwarder
 
+	// SyncFailed, when set, is told when an fsync of the log's segments
+	// failed: the broker then stops acknowledging (STORAGE_FAILED), since
+	// a retried fsync could report success for pages the kernel dropped.
+	SyncFailed func(path string, err error)
+
 	// wrapLogStore, set only by tests, wraps the log store raft writes to
 	// (to count StoreLogs calls, i.e. WAL fsyncs). Being a field of the
 	// Config of the Log under test, not a package variable, it lets tests
@@ -436,6 +441,7 @@ func Open(cfg Config, fsm raft.FSM) (*Log, error) {
 		lock.Close()
 		return nil, err
 	}
+	store.syncFailed = cfg.SyncFailed
 	// ok turns true once raft owns the stores; until then, undo what was
 	// opened if Open fails.
 	ok := false

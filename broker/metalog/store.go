@@ -66,6 +66,9 @@ type walStore struct {
 	seals *sealWatch
 
 	mu sync.Mutex // serializes StoreLogs and DeleteRange (see sealWatch)
+
+	// syncFailed is Config.SyncFailed (set before raft starts).
+	syncFailed func(path string, err error)
 }
 
 // errWALClosed answers calls between a failed reopen and the next.
@@ -103,6 +106,11 @@ func (s *walStore) openLocked() error {
 	files, err := newZeroedFS(s.dir, s.segmentBytes, s.logger.Named("wal"))
 	if err != nil {
 		return err
+	}
+	files.syncFailed = func(path string, err error) {
+		if s.syncFailed != nil {
+			s.syncFailed(path, err)
+		}
 	}
 	meta := &metadb.BoltMetaDB{}
 	seals := &sealWatch{}
