@@ -123,8 +123,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	// is released first, so that the metadata log has room to start.
 	disk, err := openDisk(cfg, logger, reg)
 	if err != nil {
-		logger.Error("cannot measure the data volume", "dataDir", cfg.DataDir, "err", err)
-		terminationMessage(cfg.TerminationLog, fmt.Errorf("cannot measure the data volume %s: %w", cfg.DataDir, err))
+		logger.Error("cannot open the broker: its data volume cannot be measured", "dataDir", cfg.DataDir, "err", err)
+		terminationMessage(cfg.TerminationLog, fmt.Errorf("cannot open the broker on %s (measuring its volume): %w", cfg.DataDir, err))
 		return errs.ExitCode(err)
 	}
 	diskStop := make(chan struct{})
