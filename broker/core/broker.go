@@ -126,6 +126,7 @@ func Open(cfg Config) (*Broker, error) {
 		TrailingLogs: 1024,
 		SegmentBytes: cfg.WALSegmentBytes,
 		SyncFailed:   func(path string, err error) { b.storageFailed("metalog.fsync", path, err) },
+		FS:           cfg.FS,
 	}
 	if cl := cfg.Cluster; cl != nil {
 		lc.NodeID, lc.Bootstrap, lc.Network, lc.Forward = cl.MemberID, cl.Bootstrap, cl.Network, cl.Forward

@@ -157,3 +157,19 @@ func (f *Faulty) Remove(path string) error {
 	}
 	return f.base().Remove(path)
 }
+
+// Injector is what a store whose files are not *os.File (the metadata
+// log's segments, raft-wal's) asks before each operation: the error to
+// fail it with, or nil. Faulty is one.
+type Injector interface {
+	Inject(op Op, path string, off int64) error
+}
+
+// Inject fails op on path at off as the rules say (no short writes: the
+// asker writes nothing when it fails).
+func (f *Faulty) Inject(op Op, path string, off int64) error {
+	if r := f.fault(op, path, off); r != nil {
+		return pathErr(op, path, r.Err)
+	}
+	return nil
+}

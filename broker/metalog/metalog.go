@@ -13,6 +13,8 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
+
+	"github.com/picomq/picomq/broker/diskio"
 )
 
 // Defaults applied by Open to the zero fields of Config. See Config for why.
@@ -176,6 +178,10 @@ type Config struct {
 	// failed: the broker then stops acknowledging (STORAGE_FAILED), since
 	// a retried fsync could report success for pages the kernel dropped.
 	SyncFailed func(path string, err error)
+
+	// FS is the storage seam: when it injects faults (diskio.Faulty, in
+	// tests), the log's segment writes and syncs meet them.
+	FS diskio.FS
 
 	// wrapLogStore, set only by tests, wraps the log store raft writes to
 	// (to count StoreLogs calls, i.e. WAL fsyncs). Being a field of the
@@ -436,12 +442,12 @@ func Open(cfg Config, fsm raft.FSM) (*Log, error) {
 		lock.Close()
 		return nil, err
 	}
-	store, err := openWAL(filepath.Join(cfg.Dir, walDir), cfg.SegmentBytes, cfg.Logger)
+	inject, _ := cfg.FS.(diskio.Injector)
+	store, err := openWALWith(filepath.Join(cfg.Dir, walDir), cfg.SegmentBytes, cfg.Logger, cfg.SyncFailed, inject)
 	if err != nil {
 		lock.Close()
 		return nil, err
 	}
-	store.syncFailed = cfg.SyncFailed
 	// ok turns true once raft owns the stores; until then, undo what was
 	// opened if Open fails.
 	ok := false

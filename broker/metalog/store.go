@@ -17,6 +17,7 @@ import (
 	"github.com/hashicorp/raft-wal/metadb"
 	"github.com/hashicorp/raft-wal/migrate"
 	"github.com/hashicorp/raft-wal/segment"
+	"github.com/picomq/picomq/broker/diskio"
 	"go.etcd.io/bbolt"
 )
 
@@ -67,8 +68,8 @@ type walStore struct {
 
 	mu sync.Mutex // serializes StoreLogs and DeleteRange (see sealWatch)
 
-	// syncFailed is Config.SyncFailed (set before raft starts).
-	syncFailed func(path string, err error)
+	syncFailed func(path string, err error) // Config.SyncFailed
+	inject     diskio.Injector              // Config.FS, when it injects faults
 }
 
 // errWALClosed answers calls between a failed reopen and the next.
@@ -92,10 +93,17 @@ func (s *walStore) closeLocked() error {
 }
 
 func openWAL(dir string, segmentBytes int, logger hclog.Logger) (*walStore, error) {
+	return openWALWith(dir, segmentBytes, logger, nil, nil)
+}
+
+// openWALWith is openWAL telling syncFailed of failed segment fsyncs (see
+// Config.SyncFailed) and asking inject, when set, before each segment
+// write and sync (tests).
+func openWALWith(dir string, segmentBytes int, logger hclog.Logger, syncFailed func(string, error), inject diskio.Injector) (*walStore, error) {
 	if err := os.MkdirAll(dir, 0o750); err != nil {
 		return nil, fmt.Errorf("metalog: create %s: %w", dir, err)
 	}
-	s := &walStore{dir: dir, segmentBytes: segmentBytes, logger: logger}
+	s := &walStore{dir: dir, segmentBytes: segmentBytes, logger: logger, syncFailed: syncFailed, inject: inject}
 	if err := s.openLocked(); err != nil {
 		return nil, err
 	}
@@ -107,11 +115,7 @@ func (s *walStore) openLocked() error {
 	if err != nil {
 		return err
 	}
-	files.syncFailed = func(path string, err error) {
-		if s.syncFailed != nil {
-			s.syncFailed(path, err)
-		}
-	}
+	files.syncFailed, files.inject = s.syncFailed, s.inject
 	meta := &metadb.BoltMetaDB{}
 	seals := &sealWatch{}
 	filer := segment.NewFiler(s.dir, files)

@@ -13,6 +13,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	walfs "github.com/hashicorp/raft-wal/fs"
 	"github.com/hashicorp/raft-wal/types"
+	"github.com/picomq/picomq/broker/diskio"
 	"golang.org/x/sys/unix"
 )
 
@@ -56,6 +57,8 @@ type zeroedFS struct {
 
 	// syncFailed is told when a segment's fsync failed (walStore.syncFailure).
 	syncFailed func(path string, err error)
+	// inject, set by tests, fails segment writes and syncs.
+	inject diskio.Injector
 
 	// What Create gave the WAL: a spare, or raft-wal's fallocated file.
 	fromSpare, fallocated atomic.Int64
@@ -132,21 +135,37 @@ func (z *zeroedFS) OpenWriter(dir, name string) (types.WritableFile, error) {
 // may have dropped the pages it could not write, so what the WAL reads
 // back is no longer known durable.
 func (z *zeroedFS) watch(f types.WritableFile, path string) types.WritableFile {
-	if z.syncFailed == nil {
+	if z.syncFailed == nil && z.inject == nil {
 		return f
 	}
-	return watchedFile{WritableFile: f, path: path, failed: z.syncFailed}
+	return watchedFile{WritableFile: f, path: path, failed: z.syncFailed, inject: z.inject}
 }
 
 type watchedFile struct {
 	types.WritableFile
 	path   string
 	failed func(path string, err error)
+	inject diskio.Injector
+}
+
+func (f watchedFile) WriteAt(p []byte, off int64) (int, error) {
+	if f.inject != nil {
+		if err := f.inject.Inject(diskio.OpWrite, f.path, off); err != nil {
+			return 0, err
+		}
+	}
+	return f.WritableFile.WriteAt(p, off)
 }
 
 func (f watchedFile) Sync() error {
-	err := f.WritableFile.Sync()
-	if err != nil {
+	var err error
+	if f.inject != nil {
+		err = f.inject.Inject(diskio.OpSync, f.path, 0)
+	}
+	if err == nil {
+		err = f.WritableFile.Sync()
+	}
+	if err != nil && f.failed != nil {
 		f.failed(f.path, err)
 	}
 	return err
