@@ -75,7 +75,9 @@ func (b *Broker) maintainLoop() {
 // addGrowth adds to c what the running count total has grown by since
 // *last, and remembers total.
 func addGrowth(c prometheus.Counter, last *int64, total int64) {
-	c.Add(float64(total - *last))
+	if total > *last { // a counter must not decrease: a count restarted adds nothing
+		c.Add(float64(total - *last))
+	}
 	*last = total
 }
 

@@ -889,5 +889,5 @@ func enqueueTimeout(ctx context.Context) time.Duration {
 func (l *Log) UnzeroedSegments() int64 {
 	l.store.rw.RLock()
 	defer l.store.rw.RUnlock()
-	return l.store.files.fallocated.Load() // since the WAL was last (re)opened
+	return l.store.files.fallocated.Load()
 }

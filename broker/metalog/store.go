@@ -116,6 +116,10 @@ func (s *walStore) openLocked() error {
 		return err
 	}
 	files.syncFailed, files.inject = s.syncFailed, s.inject
+	if old := s.files; old != nil { // a reopen: the counts run on
+		files.fromSpare.Store(old.fromSpare.Load())
+		files.fallocated.Store(old.fallocated.Load())
+	}
 	meta := &metadb.BoltMetaDB{}
 	seals := &sealWatch{}
 	filer := segment.NewFiler(s.dir, files)
