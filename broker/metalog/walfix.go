@@ -157,7 +157,12 @@ func (s *walStore) StoreLogs(logs []*raft.Log) error {
 		select {
 		case <-done:
 		case <-time.After(rotationWait):
-			return fmt.Errorf("metalog: the WAL's segment rotation did not finish within %s (the WAL's log says why)", rotationWait)
+			// The entries are in, committed and synced: only the next
+			// segment is missing (a full volume). Failing the append
+			// would leave raft's last index behind the WAL's, and every
+			// later append non-monotonic; reopening seals the tail and
+			// makes the next segment, or fails until there is room.
+			s.reopen(fmt.Errorf("metalog: the WAL's segment rotation did not finish within %s (the WAL's log says why)", rotationWait))
 		}
 	}
 	return nil

