@@ -108,6 +108,9 @@ func (b *Broker) admitAppend(ctx context.Context, name string, records []stream.
 	if err != nil {
 		return nil, node.AppendResult{}, err
 	}
+	if err := b.admitWrite(); err != nil {
+		return nil, node.AppendResult{}, err
+	}
 	n.mu.Lock()
 	policy := n.policy
 	n.mu.Unlock()

@@ -82,7 +82,8 @@ type Broker struct {
 	gcMu         sync.Mutex           // guards garbageSince; one collection at a time
 	garbageSince map[uint64]time.Time // garbage objects waiting out GarbageGrace
 
-	opened time.Time // when Open returned
+	opened       time.Time // when Open returned
+	fullSnapshot time.Time // the last snapshot taken because the volume was full (maintenance loop only)
 
 	stop chan struct{}
 	wg   sync.WaitGroup
@@ -123,6 +124,9 @@ func Open(cfg Config) (*Broker, error) {
 		// Entries may carry objects' frames (inline commits): keep few past
 		// a snapshot. A lone voter has no follower to catch up from them.
 		TrailingLogs: 1024,
+		SegmentBytes: cfg.WALSegmentBytes,
+		SyncFailed:   func(path string, err error) { b.storageFailed("metalog.fsync", path, err) },
+		FS:           cfg.FS,
 	}
 	if cl := cfg.Cluster; cl != nil {
 		lc.NodeID, lc.Bootstrap, lc.Network, lc.Forward = cl.MemberID, cl.Bootstrap, cl.Network, cl.Forward
@@ -134,7 +138,7 @@ func Open(cfg Config) (*Broker, error) {
 		return nil, stream.StreamBackendFailed.Wrap(err, "op", "metalog.open")
 	}
 	b.log = l
-	oo := objstore.Options{CachedBytes: cfg.PageCacheBytes}
+	oo := objstore.Options{CachedBytes: cfg.PageCacheBytes, FS: cfg.FS, SyncFailed: b.storageFailed}
 	if cl := cfg.Cluster; cl != nil && cl.Number > 0 {
 		// A member's ids are its own range's, reserved on disk: its log
 		// may not be replayed yet (a follower applies after the leader's
@@ -173,6 +177,22 @@ func Open(cfg Config) (*Broker, error) {
 	go func() { defer b.wg.Done(); b.maintainLoop() }()
 	cfg.Logger.Info("broker open", "dataDir", cfg.DataDir, "node", cfg.NodeID, "streams", len(b.fsm.State().Names))
 	return b, nil
+}
+
+// admitWrite refuses a write of new data while the volume is full or the
+// storage failed (Config.Disk); what frees space never asks.
+func (b *Broker) admitWrite() error {
+	if d := b.cfg.Disk; d != nil {
+		return d.Admit()
+	}
+	return nil
+}
+
+// storageFailed tells Config.Disk that a write could not be made durable.
+func (b *Broker) storageFailed(op, path string, err error) {
+	if d := b.cfg.Disk; d != nil {
+		d.Fail(op, path, err)
+	}
 }
 
 // objectsDir is where a data directory keeps its object files.
@@ -276,10 +296,14 @@ func logFailure(err error, op string) error {
 // already returned, which made "nothing was written" checks race.
 func (b *Broker) Status() node.Status {
 	_, leader := b.log.Leader()
-	return node.Status{
+	st := node.Status{
 		NodeID: b.cfg.NodeID, LogState: b.log.State(), Leader: leader,
 		AppliedIndex: b.fsm.Applied(), LastIndex: b.log.LastIndex(),
 	}
+	if d := b.cfg.Disk; d != nil {
+		st.StorageFailed, st.DiskFull = d.Failed(), d.Full()
+	}
+	return st
 }
 
 // NodeID returns this broker's id.

@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/picomq/picomq/broker/diskio"
+	"github.com/picomq/picomq/broker/diskspace"
 	"github.com/picomq/picomq/broker/meta"
 	"github.com/picomq/picomq/broker/metalog"
 	"github.com/picomq/picomq/broker/objstore"
@@ -82,6 +84,10 @@ type Config struct {
 	// gather beyond its last snapshot before the broker takes one (default
 	// 64 MiB): it bounds the log's disk use and the replay at start.
 	InlineLogBytes int64
+	// WALSegmentBytes is the size of one metadata-log segment file
+	// (default metalog's 16 MiB): a small volume needs smaller ones, as the
+	// log keeps a few and a zeroed spare.
+	WALSegmentBytes int
 	// HoldFor is how long an object committed inline is held in memory
 	// before it is written to a file, unless the merge frees it first
 	// (default 5 s; see inline.go).
@@ -109,6 +115,13 @@ type Config struct {
 	// the leader (see ClusterConfig). Nil: a lone broker, its own sole
 	// voter.
 	Cluster *ClusterConfig
+	// Disk, when set, watches the data volume: appends and creates are
+	// refused while it is full (STORAGE_FULL), and every one once a store
+	// failed to make a write durable (STORAGE_FAILED), which it is told.
+	Disk *diskspace.Monitor
+	// FS is the storage seam the objects and the metadata log's segments
+	// are written through (default diskio.OS); tests inject faults.
+	FS diskio.FS
 	// Logger receives operational logs (default: discard).
 	Logger *slog.Logger
 	// Metrics, when set, receives the broker's measurements.

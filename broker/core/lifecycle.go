@@ -25,6 +25,9 @@ func (b *Broker) Create(ctx context.Context, name string, o node.CreateOptions) 
 	if e, ok, err := b.existing(ctx, name); ok || err != nil {
 		return e, false, err
 	}
+	if err := b.admitWrite(); err != nil {
+		return nil, false, err
+	}
 	c := &meta.Create{Name: name, ContentType: o.ContentType, Policy: o.Policy, TTL: int64(o.TTL), Closed: o.Closed, Now: b.now().UnixNano()}
 	if !o.ExpiresAt.IsZero() {
 		c.ExpiresAt = o.ExpiresAt.UnixNano()

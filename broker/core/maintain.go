@@ -75,7 +75,9 @@ func (b *Broker) maintainLoop() {
 // addGrowth adds to c what the running count total has grown by since
 // *last, and remembers total.
 func addGrowth(c prometheus.Counter, last *int64, total int64) {
-	c.Add(float64(total - *last))
+	if total > *last { // a counter must not decrease: a count restarted adds nothing
+		c.Add(float64(total - *last))
+	}
 	*last = total
 }
 
@@ -172,6 +174,11 @@ func (b *Broker) snapshotIfDue() {
 	o := b.inline
 	o.mu.Lock()
 	due := o.logBytes >= b.cfg.InlineLogBytes
+	// On a full volume the log's segments hold what deletes and trims
+	// released until a snapshot lets them go: take one, at most every 5 s.
+	if d := b.cfg.Disk; d != nil && d.Full() && o.logBytes > 0 && time.Since(b.fullSnapshot) >= 5*time.Second {
+		b.fullSnapshot, due = time.Now(), true
+	}
 	o.mu.Unlock()
 	if !due {
 		return

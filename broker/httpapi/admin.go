@@ -250,14 +250,21 @@ func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
 	_, _ = w.Write([]byte("ok\n"))
 }
 
-// readyz answers 200 when the metadata log has a leader and the broker is
-// not draining, 503 NOT_READY otherwise.
+// readyz answers 200 when the metadata log has a leader, the storage has
+// not failed and the broker is not draining, 503 NOT_READY otherwise. A
+// full volume leaves it ready: reads, deletes and trims — what frees the
+// space — are still served.
 func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	if s.draining.Load() {
 		s.fail(w, r, wire.NotReady.With("reason", "draining"))
 		return
 	}
-	if st := s.b.Status(); st.Leader == "" {
+	st := s.b.Status()
+	if st.StorageFailed != nil {
+		s.fail(w, r, wire.NotReady.With("reason", "storage failed", "err", st.StorageFailed.Error()))
+		return
+	}
+	if st.Leader == "" {
 		s.fail(w, r, wire.NotReady.With("reason", "no metadata leader", "raftState", st.LogState))
 		return
 	}

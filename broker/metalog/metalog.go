@@ -13,6 +13,8 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
+
+	"github.com/picomq/picomq/broker/diskio"
 )
 
 // Defaults applied by Open to the zero fields of Config. See Config for why.
@@ -171,6 +173,15 @@ type Config struct {
 	// Forwarder): Apply and Propose then work on every member. Without it
 	// they fail with ErrNotLeader on a follower.
 	Forward Forwarder
+
+	// SyncFailed, when set, is told when an fsync of the log's segments
+	// failed: the broker then stops acknowledging (STORAGE_FAILED), since
+	// a retried fsync could report success for pages the kernel dropped.
+	SyncFailed func(path string, err error)
+
+	// FS is the storage seam: when it injects faults (diskio.Faulty, in
+	// tests), the log's segment writes and syncs meet them.
+	FS diskio.FS
 
 	// wrapLogStore, set only by tests, wraps the log store raft writes to
 	// (to count StoreLogs calls, i.e. WAL fsyncs). Being a field of the
@@ -431,7 +442,8 @@ func Open(cfg Config, fsm raft.FSM) (*Log, error) {
 		lock.Close()
 		return nil, err
 	}
-	store, err := openWAL(filepath.Join(cfg.Dir, walDir), cfg.SegmentBytes, cfg.Logger)
+	inject, _ := cfg.FS.(diskio.Injector)
+	store, err := openWALWith(filepath.Join(cfg.Dir, walDir), cfg.SegmentBytes, cfg.Logger, cfg.SyncFailed, inject)
 	if err != nil {
 		lock.Close()
 		return nil, err
@@ -874,4 +886,8 @@ func enqueueTimeout(ctx context.Context) time.Duration {
 // zeroed spare ready (see zeroedFS): each of their commits pays a second
 // device write. A count that keeps rising means the log fills segments
 // faster than spares are written.
-func (l *Log) UnzeroedSegments() int64 { return l.store.files.fallocated.Load() }
+func (l *Log) UnzeroedSegments() int64 {
+	l.store.rw.RLock()
+	defer l.store.rw.RUnlock()
+	return l.store.files.fallocated.Load()
+}

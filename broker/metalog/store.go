@@ -17,6 +17,7 @@ import (
 	"github.com/hashicorp/raft-wal/metadb"
 	"github.com/hashicorp/raft-wal/migrate"
 	"github.com/hashicorp/raft-wal/segment"
+	"github.com/picomq/picomq/broker/diskio"
 	"go.etcd.io/bbolt"
 )
 
@@ -49,46 +50,181 @@ func lockDir(dir string) (*os.File, error) {
 //
 // It also works around raft-wal v0.4.0's known faults (walfix.go): its
 // StoreLogs and DeleteRange are serialized here and StoreLogs returns only
-// once a segment rotation it started has finished.
+// once a segment rotation it started has finished; and an append whose
+// write failed (a full volume, EIO) leaves raft-wal's in-memory tail ahead
+// of its file, so that every later append fails as non-monotonic and a
+// one-voter log never regains its leader: StoreLogs then reopens the WAL,
+// which recovers the tail from the file — the last good commit.
 type walStore struct {
-	*wal.WAL
+	dir          string
+	segmentBytes int
+	logger       hclog.Logger
+
+	rw    sync.RWMutex // held for writing only while the WAL is reopened
+	wal   *wal.WAL     // nil after a reopen failed: calls fail until one succeeds
 	meta  *metadb.BoltMetaDB
 	files *zeroedFS
 	seals *sealWatch
 
 	mu sync.Mutex // serializes StoreLogs and DeleteRange (see sealWatch)
+
+	syncFailed func(path string, err error) // Config.SyncFailed
+	inject     diskio.Injector              // Config.FS, when it injects faults
 }
 
+// errWALClosed answers calls between a failed reopen and the next.
+var errWALClosed = errors.New("metalog: the WAL could not be reopened after a failed write")
+
 func (s *walStore) Close() error {
-	err := s.WAL.Close()
+	s.rw.Lock()
+	defer s.rw.Unlock()
+	return s.closeLocked()
+}
+
+func (s *walStore) closeLocked() error {
+	if s.wal == nil {
+		return nil
+	}
+	err := s.wal.Close()
 	s.files.Close()
-	return errors.Join(err, s.meta.Close())
+	err = errors.Join(err, s.meta.Close())
+	s.wal = nil
+	return err
 }
 
 func openWAL(dir string, segmentBytes int, logger hclog.Logger) (*walStore, error) {
+	return openWALWith(dir, segmentBytes, logger, nil, nil)
+}
+
+// openWALWith is openWAL telling syncFailed of failed segment fsyncs (see
+// Config.SyncFailed) and asking inject, when set, before each segment
+// write and sync (tests).
+func openWALWith(dir string, segmentBytes int, logger hclog.Logger, syncFailed func(string, error), inject diskio.Injector) (*walStore, error) {
 	if err := os.MkdirAll(dir, 0o750); err != nil {
 		return nil, fmt.Errorf("metalog: create %s: %w", dir, err)
 	}
-	files, err := newZeroedFS(dir, segmentBytes, logger.Named("wal"))
-	if err != nil {
+	s := &walStore{dir: dir, segmentBytes: segmentBytes, logger: logger, syncFailed: syncFailed, inject: inject}
+	if err := s.openLocked(); err != nil {
 		return nil, err
+	}
+	return s, nil
+}
+
+func (s *walStore) openLocked() error {
+	files, err := newZeroedFS(s.dir, s.segmentBytes, s.logger.Named("wal"))
+	if err != nil {
+		return err
+	}
+	files.syncFailed, files.inject = s.syncFailed, s.inject
+	if old := s.files; old != nil { // a reopen: the counts run on
+		files.fromSpare.Store(old.fromSpare.Load())
+		files.fallocated.Store(old.fallocated.Load())
 	}
 	meta := &metadb.BoltMetaDB{}
 	seals := &sealWatch{}
-	filer := segment.NewFiler(dir, files)
-	if err := finishRotation(dir, meta, filer, logger); err != nil {
+	filer := segment.NewFiler(s.dir, files)
+	if err := finishRotation(s.dir, meta, filer, s.logger); err != nil {
 		files.Close()
 		meta.Close()
-		return nil, err
+		return err
 	}
-	w, err := wal.Open(dir, wal.WithLogger(logger.Named("wal")), wal.WithMetaStore(meta), wal.WithSegmentSize(segmentBytes),
+	w, err := wal.Open(s.dir, wal.WithLogger(s.logger.Named("wal")), wal.WithMetaStore(meta), wal.WithSegmentSize(s.segmentBytes),
 		wal.WithSegmentFiler(repairingFiler{Filer: filer, seals: seals}))
 	if err != nil {
 		files.Close()
 		meta.Close()
-		return nil, fmt.Errorf("metalog: open the log in %s: %w", dir, err)
+		return fmt.Errorf("metalog: open the log in %s: %w", s.dir, err)
 	}
-	return &walStore{WAL: w, meta: meta, files: files, seals: seals}, nil
+	s.wal, s.meta, s.files, s.seals = w, meta, files, seals
+	return nil
+}
+
+// reopen closes the WAL and opens it again from its files, after a failed
+// append. The caller holds s.mu, not s.rw.
+func (s *walStore) reopen(cause error) {
+	s.rw.Lock()
+	defer s.rw.Unlock()
+	if err := s.closeLocked(); err != nil {
+		s.logger.Warn("closing the WAL after a failed append", "error", err)
+	}
+	if err := s.openLocked(); err != nil {
+		s.logger.Error("cannot reopen the WAL after a failed append; the next append tries again", "cause", cause, "error", err)
+		return
+	}
+	s.logger.Warn("reopened the WAL after a failed append: its tail is the last good commit", "cause", cause)
+}
+
+// current returns the open WAL with s.rw read-locked; the caller unlocks.
+func (s *walStore) current() (*wal.WAL, error) {
+	s.rw.RLock()
+	if s.wal == nil {
+		s.rw.RUnlock()
+		return nil, errWALClosed
+	}
+	return s.wal, nil
+}
+
+func (s *walStore) FirstIndex() (uint64, error) {
+	w, err := s.current()
+	if err != nil {
+		return 0, err
+	}
+	defer s.rw.RUnlock()
+	return w.FirstIndex()
+}
+
+func (s *walStore) LastIndex() (uint64, error) {
+	w, err := s.current()
+	if err != nil {
+		return 0, err
+	}
+	defer s.rw.RUnlock()
+	return w.LastIndex()
+}
+
+func (s *walStore) GetLog(index uint64, log *raft.Log) error {
+	w, err := s.current()
+	if err != nil {
+		return err
+	}
+	defer s.rw.RUnlock()
+	return w.GetLog(index, log)
+}
+
+func (s *walStore) Set(key, val []byte) error {
+	w, err := s.current()
+	if err != nil {
+		return err
+	}
+	defer s.rw.RUnlock()
+	return w.Set(key, val)
+}
+
+func (s *walStore) Get(key []byte) ([]byte, error) {
+	w, err := s.current()
+	if err != nil {
+		return nil, err
+	}
+	defer s.rw.RUnlock()
+	return w.Get(key)
+}
+
+func (s *walStore) SetUint64(key []byte, val uint64) error {
+	w, err := s.current()
+	if err != nil {
+		return err
+	}
+	defer s.rw.RUnlock()
+	return w.SetUint64(key, val)
+}
+
+func (s *walStore) GetUint64(key []byte) (uint64, error) {
+	w, err := s.current()
+	if err != nil {
+		return 0, err
+	}
+	defer s.rw.RUnlock()
+	return w.GetUint64(key)
 }
 
 // migrateBolt moves a log kept in raft.db (raft-boltdb, before the WAL) into

@@ -139,14 +139,30 @@ func (s *walStore) StoreLog(l *raft.Log) error { return s.StoreLogs([]*raft.Log{
 func (s *walStore) StoreLogs(logs []*raft.Log) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if err := s.WAL.StoreLogs(logs); err != nil {
+	if s.wal == nil { // a reopen failed (s.mu keeps it from changing now)
+		s.reopen(errWALClosed)
+	}
+	w, err := s.current()
+	if err != nil {
 		return err
 	}
-	if done := s.seals.wait(); done != nil {
+	err = w.StoreLogs(logs)
+	seals := s.seals
+	s.rw.RUnlock()
+	if err != nil {
+		s.reopen(err)
+		return err
+	}
+	if done := seals.wait(); done != nil {
 		select {
 		case <-done:
 		case <-time.After(rotationWait):
-			return fmt.Errorf("metalog: the WAL's segment rotation did not finish within %s (the WAL's log says why)", rotationWait)
+			// The entries are in, committed and synced: only the next
+			// segment is missing (a full volume). Failing the append
+			// would leave raft's last index behind the WAL's, and every
+			// later append non-monotonic; reopening seals the tail and
+			// makes the next segment, or fails until there is room.
+			s.reopen(fmt.Errorf("metalog: the WAL's segment rotation did not finish within %s (the WAL's log says why)", rotationWait))
 		}
 	}
 	return nil
@@ -157,7 +173,12 @@ func (s *walStore) StoreLogs(logs []*raft.Log) error {
 func (s *walStore) DeleteRange(min, max uint64) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.WAL.DeleteRange(min, max)
+	w, err := s.current()
+	if err != nil {
+		return err
+	}
+	defer s.rw.RUnlock()
+	return w.DeleteRange(min, max)
 }
 
 // finishRotation completes in the meta database a rotation that a crash

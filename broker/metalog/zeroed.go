@@ -13,6 +13,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	walfs "github.com/hashicorp/raft-wal/fs"
 	"github.com/hashicorp/raft-wal/types"
+	"github.com/picomq/picomq/broker/diskio"
 	"golang.org/x/sys/unix"
 )
 
@@ -54,6 +55,11 @@ type zeroedFS struct {
 	closed  bool
 	writing sync.WaitGroup
 
+	// syncFailed is told when a segment's fsync failed (walStore.syncFailure).
+	syncFailed func(path string, err error)
+	// inject, set by tests, fails segment writes and syncs.
+	inject diskio.Injector
+
 	// What Create gave the WAL: a spare, or raft-wal's fallocated file.
 	fromSpare, fallocated atomic.Int64
 }
@@ -93,7 +99,11 @@ func (z *zeroedFS) Create(dir, name string, size uint64) (types.WritableFile, er
 	if dir != z.dir || size != z.size || !z.takeSpare() {
 		z.logger.Debug("WAL segment created without a zeroed spare; its commits also write extent changes", "segment", name)
 		z.fallocated.Add(1)
-		return z.FS.Create(dir, name, size)
+		f, err := z.FS.Create(dir, name, size)
+		if err != nil {
+			return nil, err
+		}
+		return z.watch(f, filepath.Join(dir, name)), nil
 	}
 	path := filepath.Join(dir, name)
 	// Link, unlike rename, fails when name exists, as Create must.
@@ -109,7 +119,56 @@ func (z *zeroedFS) Create(dir, name string, size uint64) (types.WritableFile, er
 		return nil, err
 	}
 	z.fromSpare.Add(1)
-	return &zeroedFile{File: f, dir: dir}, nil
+	return z.watch(&zeroedFile{File: f, dir: dir}, path), nil
+}
+
+// OpenWriter opens an existing segment (the tail, at open) for appends.
+func (z *zeroedFS) OpenWriter(dir, name string) (types.WritableFile, error) {
+	f, err := z.FS.OpenWriter(dir, name)
+	if err != nil {
+		return nil, err
+	}
+	return z.watch(f, filepath.Join(dir, name)), nil
+}
+
+// watch reports f's fsync failures to syncFailed: after one the kernel
+// may have dropped the pages it could not write, so what the WAL reads
+// back is no longer known durable.
+func (z *zeroedFS) watch(f types.WritableFile, path string) types.WritableFile {
+	if z.syncFailed == nil && z.inject == nil {
+		return f
+	}
+	return watchedFile{WritableFile: f, path: path, failed: z.syncFailed, inject: z.inject}
+}
+
+type watchedFile struct {
+	types.WritableFile
+	path   string
+	failed func(path string, err error)
+	inject diskio.Injector
+}
+
+func (f watchedFile) WriteAt(p []byte, off int64) (int, error) {
+	if f.inject != nil {
+		if err := f.inject.Inject(diskio.OpWrite, f.path, off); err != nil {
+			return 0, err
+		}
+	}
+	return f.WritableFile.WriteAt(p, off)
+}
+
+func (f watchedFile) Sync() error {
+	var err error
+	if f.inject != nil {
+		err = f.inject.Inject(diskio.OpSync, f.path, 0)
+	}
+	if err == nil {
+		err = f.WritableFile.Sync()
+	}
+	if err != nil && f.failed != nil {
+		f.failed(f.path, err)
+	}
+	return err
 }
 
 func (z *zeroedFS) takeSpare() bool {

@@ -184,3 +184,24 @@ var ErrWouldWait = errors.New("node: the append would wait for room")
 // ErrNotOpen is what an append with NoOpen returns when its partition is
 // not open yet.
 var ErrNotOpen = errors.New("node: the append's partition is not open yet")
+
+// StorageFull answers an append or a create while the data volume's free
+// space is below the headroom (--disk-headroom): nothing was written. The
+// headroom keeps room for what frees space — deletes, trims, merges, the
+// metadata log's commits and recovery —, which keep working; appends are
+// accepted again by themselves once space returns.
+var StorageFull = errs.Static(0x00_10_02_05, "STORAGE_FULL",
+	"The broker's data volume is almost full; delete or trim streams, or grow the volume, then retry",
+	"broker/diskspace: the data volume's free bytes are below the headroom kept for deletes, trims and recovery; fields: free, headroom (bytes), dir",
+	503, 75)
+
+// StorageFailed answers every append once a write to the data volume
+// could not be made durable (an fsync failed): the kernel may have dropped
+// the pages it could not write, so nothing written since the last good
+// fsync can be vouched for, and retrying the fsync would report success
+// for data that is gone. The broker stops acknowledging and /readyz turns
+// unhealthy until it is restarted (and replays what is durable).
+var StorageFailed = errs.Static(0x00_10_02_06, "STORAGE_FAILED",
+	"The broker's storage failed; it acknowledges nothing until restarted",
+	"broker/diskspace: an fsync (or a write the store cannot undo) failed; fields: op, path, err; restart the broker, and check the volume",
+	500, 74)

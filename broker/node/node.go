@@ -179,6 +179,11 @@ type Status struct {
 	// AppliedIndex is the last metadata command this node's state machine
 	// applied; LastIndex the last one stored.
 	AppliedIndex, LastIndex uint64
+	// StorageFailed, when set, is why the broker's storage stopped
+	// acknowledging (STORAGE_FAILED): /readyz then reports it unhealthy.
+	StorageFailed error
+	// DiskFull: appends are refused with STORAGE_FULL for want of space.
+	DiskFull bool
 }
 
 // Producer is one idempotent producer's accepted state.

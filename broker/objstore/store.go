@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/picomq/picomq/broker/diskio"
 	"github.com/picomq/picomq/broker/stream"
 )
 
@@ -60,6 +61,15 @@ type Options struct {
 	// leaves in the page cache; older objects' pages are dropped (see
 	// cached.go). 0 means 256 MiB; negative, never drop.
 	CachedBytes int64
+
+	// FS is the storage seam objects are created, written and synced
+	// through (default diskio.OS); tests inject faults with diskio.Faulty.
+	FS diskio.FS
+
+	// SyncFailed, when set, is told when an object's fdatasync failed:
+	// the store then refuses every later Create (see Failed), since what
+	// the kernel could not write may be gone from its cache as well.
+	SyncFailed func(op, path string, err error)
 }
 
 // Info describes one object file.
@@ -75,6 +85,10 @@ type Info struct {
 
 // Store is one directory of objects. It is safe for concurrent use.
 type Store struct {
+	fs         diskio.FS
+	syncFailed func(op, path string, err error)
+	failed     atomic.Pointer[error] // the first fdatasync failure: no Create after it
+
 	idBase   uint64 // Options.IDBase: 0, or the first id of the store's range
 	reserved uint64 // with a range, ids below this one are reserved in NEXT (guarded by mu)
 
@@ -153,19 +167,21 @@ func Open(dir string, opts Options) (*Store, error) {
 	}
 
 	s := &Store{
-		idBase:   opts.IDBase,
-		reserved: reserved,
-		dir:      dir,
-		dirf:     dirf,
-		cache:    newHandleCache(dir, opts.MaxOpenFiles),
-		poolSize: opts.PoolSize,
-		kick:     make(chan struct{}, 1),
-		stop:     make(chan struct{}),
-		nextID:   next,
-		pooled:   make(map[uint64]bool),
-		writing:  make(map[uint64]struct{}),
-		held:     make(map[uint64]*heldObject),
-		maxHeld:  opts.MaxHeldBytes,
+		fs:         diskio.Or(opts.FS),
+		syncFailed: opts.SyncFailed,
+		idBase:     opts.IDBase,
+		reserved:   reserved,
+		dir:        dir,
+		dirf:       dirf,
+		cache:      newHandleCache(dir, opts.MaxOpenFiles),
+		poolSize:   opts.PoolSize,
+		kick:       make(chan struct{}, 1),
+		stop:       make(chan struct{}),
+		nextID:     next,
+		pooled:     make(map[uint64]bool),
+		writing:    make(map[uint64]struct{}),
+		held:       make(map[uint64]*heldObject),
+		maxHeld:    opts.MaxHeldBytes,
 
 		cachedBytes: opts.CachedBytes,
 	}
@@ -238,12 +254,12 @@ func (s *Store) createFiles(ids []uint64) ([]poolFile, error) {
 	for _, id := range ids {
 		// O_EXCL: an id is never handed out twice, even if something else
 		// put a file with its name in the directory meanwhile.
-		f, err := os.OpenFile(s.path(id), os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+		f, err := s.fs.OpenFile(s.path(id), os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
 		if err != nil {
 			return fail("objstore.create", id, err)
 		}
 		files = append(files, poolFile{id: id, f: f})
-		if _, err := f.WriteAt(appendHeader(hdr[:0], id), 0); err != nil {
+		if _, err := s.fs.WriteAt(f, appendHeader(hdr[:0], id), 0); err != nil {
 			return fail("objstore.write", id, err)
 		}
 	}
@@ -362,6 +378,9 @@ func (s *Store) refillLoop() {
 // refilled in the background; when the pool is empty it creates the file
 // itself, paying one directory fsync.
 func (s *Store) Create() (*Writer, error) {
+	if err := s.Failed(); err != nil {
+		return nil, err
+	}
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
@@ -383,6 +402,23 @@ func (s *Store) Create() (*Writer, error) {
 		}
 	}
 	return newWriter(s, pf.id, pf.f), nil
+}
+
+// Failed returns the error of the first fdatasync that failed (nil while
+// none has): from then on Create refuses with it. The store never retries
+// such a sync nor assumes what it covered is durable.
+func (s *Store) Failed() error {
+	if p := s.failed.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// fail latches the store as failed by err, an fdatasync's failure.
+func (s *Store) fail(op, path string, err error) {
+	if s.failed.CompareAndSwap(nil, &err) && s.syncFailed != nil {
+		s.syncFailed(op, path, err)
+	}
 }
 
 // takeLocked hands out the pool's first file, if any, as a file being

@@ -150,7 +150,7 @@ func (w *Writer) AppendFrameRef(payload []byte) (pos int64, n int64, err error) 
 // pwrite, those appended by reference with pwritev.
 func (w *Writer) flush() error {
 	if len(w.refs) > 0 {
-		if err := pwritev(w.f, w.refs, w.written); err != nil {
+		if err := w.s.fs.WriteV(w.f, w.refs, w.written); err != nil {
 			w.err = stream.StreamBackendFailed.Wrap(err, "op", "objstore.write", "object", w.id)
 			return w.err
 		}
@@ -162,7 +162,7 @@ func (w *Writer) flush() error {
 	if len(w.buf) == 0 {
 		return nil
 	}
-	if _, err := w.f.WriteAt(w.buf, w.written); err != nil {
+	if _, err := w.s.fs.WriteAt(w.f, w.buf, w.written); err != nil {
 		w.err = stream.StreamBackendFailed.Wrap(err, "op", "objstore.write", "object", w.id)
 		return w.err
 	}
@@ -188,8 +188,9 @@ func (w *Writer) Sync() error {
 	if !w.dirty {
 		return nil
 	}
-	if err := fdatasync(w.f); err != nil {
+	if err := w.s.fs.Sync(w.f); err != nil {
 		w.err = stream.StreamBackendFailed.Wrap(err, "op", "objstore.fdatasync", "object", w.id)
+		w.s.fail("objstore.fdatasync", w.f.Name(), w.err)
 		return w.err
 	}
 	w.dirty = false

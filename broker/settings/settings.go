@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/picomq/picomq/broker/core"
+	"github.com/picomq/picomq/broker/diskspace"
 	"github.com/picomq/picomq/broker/httpapi/wire"
 	"github.com/picomq/picomq/broker/repair"
 	"github.com/picomq/picomq/broker/stream"
@@ -27,14 +28,17 @@ import (
 
 // Settings is a broker's configuration.
 type Settings struct {
-	DataDir         string
-	Listen          string
-	NodeID          string
-	FlushLinger     time.Duration
-	SyncLinger      time.Duration
-	MaxBatchBytes   int64
-	InlineBytes     int64
-	PageCacheBytes  int64
+	DataDir        string
+	Listen         string
+	NodeID         string
+	FlushLinger    time.Duration
+	SyncLinger     time.Duration
+	MaxBatchBytes  int64
+	InlineBytes    int64
+	PageCacheBytes int64
+	// DiskHeadroom is the free space kept on the data volume for deletes,
+	// trims, merges and recovery: below it appends are refused.
+	DiskHeadroom    diskspace.Headroom
 	LongPollTimeout time.Duration
 	MaxBodyBytes    int64
 	// MaxBatchRecords bounds the records of one append (413 above it).
@@ -227,6 +231,7 @@ func Parse(args []string, getenv func(string) string, out io.Writer) (Settings, 
 	fs.Var((*byteSize)(&s.MaxBatchBytes), "max-batch-bytes", "bound of one group-commit object, in bytes (suffixes KiB, MiB, GiB)")
 	fs.Var((*byteSize)(&s.InlineBytes), "inline-bytes", "largest group-commit object whose bytes travel in its metadata-log entry, so that one fsync acknowledges it instead of two (0: never; at most 1MiB)")
 	fs.Var((*byteSize)(&s.PageCacheBytes), "page-cache-bytes", "how many bytes of the objects it wrote last the broker leaves in the kernel's page cache; older objects' pages are dropped once on disk, so that new writes reuse them and the page cache does not fill the pod's memory (0: leave them all to the kernel)")
+	fs.Var(&s.DiskHeadroom, "disk-headroom", "free space kept on the data volume for deletes, trims, merges and recovery: below it appends and creates are refused with 503 STORAGE_FULL until space returns (auto: 5% of the volume, at least min(64MiB, a quarter of it), at most 5GiB; or bytes with suffixes KiB, MiB, GiB; 0: never refuse)")
 	fs.DurationVar(&s.LongPollTimeout, "long-poll-timeout", s.LongPollTimeout, "longest a read with wait= waits for an append (positive)")
 	fs.Var((*byteSize)(&s.MaxBodyBytes), "max-body-bytes", "largest request body accepted, in bytes (suffixes KiB, MiB, GiB)")
 	fs.IntVar(&s.MaxBatchRecords, "max-batch-records", s.MaxBatchRecords, "most records one append may carry; above it 413 BODY_TOO_LARGE")

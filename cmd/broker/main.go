@@ -30,6 +30,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/picomq/picomq/broker/core"
+	"github.com/picomq/picomq/broker/diskspace"
 	"github.com/picomq/picomq/broker/dsapi"
 	"github.com/picomq/picomq/broker/errs"
 	"github.com/picomq/picomq/broker/framing"
@@ -37,6 +38,7 @@ import (
 	"github.com/picomq/picomq/broker/httpapi"
 	"github.com/picomq/picomq/broker/membership"
 	"github.com/picomq/picomq/broker/node"
+	"github.com/picomq/picomq/broker/objstore"
 	"github.com/picomq/picomq/broker/settings"
 )
 
@@ -125,6 +127,18 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		raftLog = stderr
 	}
 
+	// Measured before anything opens: on a full volume the reserve file
+	// is released first, so that the metadata log has room to start.
+	disk, err := openDisk(cfg, logger, reg)
+	if err != nil {
+		logger.Error("cannot open the broker: its data volume cannot be measured", "dataDir", cfg.DataDir, "err", err)
+		terminationMessage(cfg.TerminationLog, fmt.Errorf("cannot open the broker on %s (measuring its volume): %w", cfg.DataDir, err))
+		return errs.ExitCode(err)
+	}
+	diskStop := make(chan struct{})
+	defer close(diskStop)
+	go disk.Run(diskStop, time.Second)
+
 	var cl *cluster
 	if cfg.Cluster.Name != "" {
 		cl, err = prepareCluster(ctx, cfg, logger, reg, sec)
@@ -170,7 +184,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		Logger:         logger,
 		Metrics:        core.NewMetrics(reg),
 		RaftLog:        raftLog,
+		Disk:           disk,
 	}
+	sizeForVolume(&coreCfg, disk.Total())
 	if cl != nil {
 		cl.configure(&coreCfg)
 	}
@@ -310,6 +326,26 @@ func writeTimeout(cfg settings.Settings) time.Duration {
 // framing(tls(tcp)), since it must see the decrypted bytes.
 func guardClientPort(ln net.Listener, l settings.Limits) net.Listener {
 	return framing.Listen(ln, framing.Limits{MaxHeaderBytes: int(l.MaxHeaderBytes), MaxHeaders: l.MaxHeaders, MaxURLBytes: int(l.MaxURLBytes)})
+}
+
+// sizeForVolume scales what the metadata log keeps on disk to a small
+// volume: its segments (a few stay, with a zeroed spare) and the inline
+// frames gathered before a snapshot, which on a 64 MiB volume were the 16
+// MiB and 64 MiB defaults — most of it.
+func sizeForVolume(c *core.Config, total int64) {
+	if total <= 0 {
+		return
+	}
+	c.WALSegmentBytes = int(min(max(total/64, 1<<20), 16<<20))
+	c.InlineLogBytes = min(max(total/16, 1<<20), 64<<20)
+}
+
+// openDisk prepares the data directory and starts watching its volume.
+func openDisk(cfg settings.Settings, logger *slog.Logger, reg prometheus.Registerer) (*diskspace.Monitor, error) {
+	if err := objstore.PrepareDir(cfg.DataDir); err != nil {
+		return nil, err
+	}
+	return diskspace.New(diskspace.Options{Dir: cfg.DataDir, Headroom: cfg.DiskHeadroom, Logger: logger, Registerer: reg})
 }
 
 func newLogger(cfg settings.Settings, w io.Writer) *slog.Logger {

@@ -1,0 +1,103 @@
+package core
+
+import (
+	"context"
+	"errors"
+	"syscall"
+	"testing"
+
+	"github.com/picomq/picomq/broker/diskio"
+	"github.com/picomq/picomq/broker/diskspace"
+	"github.com/picomq/picomq/broker/node"
+	"github.com/picomq/picomq/broker/objstore"
+)
+
+// payloads returns the records of a partition, in order.
+func diskPayloads(t *testing.T, b *Broker, name string) []string {
+	t.Helper()
+	var out []string
+	for _, e := range readAll(t, b, name, 0) {
+		out = append(out, string(e.Record.Payload))
+	}
+	return out
+}
+
+func sameStrings(a, b []string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// TestAppendFaultsThroughTheSeam: an append whose object met EIO, ENOSPC
+// or a short write is not acknowledged and leaves what was acknowledged
+// intact; after an fsync failure the broker acknowledges no append at all.
+func TestAppendFaultsThroughTheSeam(t *testing.T) {
+	dir := t.TempDir() + "/data"
+	faults := &diskio.Faulty{}
+	var disk *diskspace.Monitor
+	b := openTest(t, dir, func(c *Config) {
+		c.FS = faults
+		c.InlineBytes = -1 // every object is a file with its own fdatasync
+		var err error
+		if err = objstore.PrepareDir(dir); err == nil {
+			disk, err = diskspace.New(diskspace.Options{Dir: dir, Headroom: diskspace.Headroom{Fixed: true}, ReserveBytes: -1})
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Disk = disk
+	})
+	defer b.Close()
+	ctx := context.Background()
+	mustCreate(t, b, "s", node.CreateOptions{})
+	want := []string{}
+	appendOK := func(v string) {
+		t.Helper()
+		if _, err := b.Append(ctx, "s", recs(v), node.AppendOptions{Partition: -1}); err != nil {
+			t.Fatalf("append %q: %v", v, err)
+		}
+		want = append(want, v)
+	}
+	appendOK("before")
+
+	for i, r := range []diskio.Rule{
+		{Op: diskio.OpWrite, Path: ".obj", MinOffset: 1, Count: 1, Err: syscall.EIO},
+		{Op: diskio.OpWrite, Path: ".obj", MinOffset: 1, Count: 1, Err: syscall.ENOSPC},
+		{Op: diskio.OpWrite, Path: ".obj", MinOffset: 1, Count: 1, Short: true},
+	} {
+		faults.Add(r)
+		if _, err := b.Append(ctx, "s", recs("faulted"), node.AppendOptions{Partition: -1}); err == nil {
+			t.Fatalf("rule %d: an append whose write failed was acknowledged", i)
+		}
+		if faults.Injected() != i+1 {
+			t.Fatalf("rule %d: %d faults injected in all: the append did not meet it", i, faults.Injected())
+		}
+		faults.Clear()
+		if got := diskPayloads(t, b, "s"); !sameStrings(got, want) {
+			t.Fatalf("rule %d: the stream holds %q, want %q", i, got, want)
+		}
+		appendOK("after-write-fault")
+	}
+
+	faults.Add(diskio.Rule{Op: diskio.OpSync, Path: ".obj", Count: 1, Err: syscall.EIO})
+	if _, err := b.Append(ctx, "s", recs("unsynced"), node.AppendOptions{Partition: -1}); err == nil {
+		t.Fatal("an append whose fsync failed was acknowledged")
+	}
+	faults.Clear() // a retried fsync would now succeed: it must not be tried
+	_, err := b.Append(ctx, "s", recs("later"), node.AppendOptions{Partition: -1})
+	if !errors.Is(err, node.StorageFailed) {
+		t.Fatalf("an append after an fsync failure answered %v, want STORAGE_FAILED", err)
+	}
+	if b.Status().StorageFailed == nil {
+		t.Fatal("Status does not report the storage failed (readyz would stay ready)")
+	}
+	if got := diskPayloads(t, b, "s"); !sameStrings(got, want) {
+		t.Fatalf("after the fsync failure the stream holds %q, want %q", got, want)
+	}
+}

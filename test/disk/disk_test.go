@@ -1,0 +1,442 @@
+// Package disk runs the real broker binary on a small tmpfs it mounts
+// (as root), fills it with appends and checks the broker's behaviour on a
+// full volume: appends refused cleanly with STORAGE_FULL before the volume
+// is full, a delete freeing space and appends accepted again without a
+// restart, a restart on the full volume that opens and serves reads, and
+// every acknowledged record read back.
+package disk
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/picomq/picomq/broker/client"
+	"github.com/picomq/picomq/broker/node"
+	"github.com/picomq/picomq/broker/stream"
+)
+
+const skipShort = "process tier: skipped under -short (it builds the broker binary and mounts a tmpfs, as root); go test without -short runs it"
+
+var binary string
+
+func TestMain(m *testing.M) {
+	if !testingShort() {
+		dir, err := os.MkdirTemp("", "picomq-disk-bin")
+		if err != nil {
+			panic(err)
+		}
+		binary = filepath.Join(dir, "broker")
+		build := exec.Command("go", "build", "-o", binary, "github.com/picomq/picomq/cmd/broker")
+		build.Stdout, build.Stderr = os.Stderr, os.Stderr
+		if err := build.Run(); err != nil {
+			fmt.Fprintln(os.Stderr, "building the broker:", err)
+			os.Exit(1)
+		}
+		code := m.Run()
+		os.RemoveAll(dir)
+		os.Exit(code)
+	}
+	os.Exit(m.Run())
+}
+
+// testingShort reads -short before flag parsing in TestMain has run.
+func testingShort() bool {
+	for _, a := range os.Args[1:] {
+		if a == "-test.short" || a == "-test.short=true" {
+			return true
+		}
+	}
+	return false
+}
+
+const (
+	recordBytes = 4096
+	writers     = 16
+	volume      = "64m"
+)
+
+// mountTmpfs mounts a tmpfs of size under a new directory and unmounts it
+// at the end; it skips the test, saying why, where it cannot.
+func mountTmpfs(t *testing.T, size string) string {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to mount a tmpfs for the data volume; run as root (CI's process tier does)")
+	}
+	dir := filepath.Join(t.TempDir(), "vol")
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size="+size+",mode=0700", "tmpfs", dir).CombinedOutput(); err != nil {
+		t.Skipf("cannot mount a tmpfs (%v: %s): this test needs a real small filesystem", err, strings.TrimSpace(string(out)))
+	}
+	t.Cleanup(func() {
+		if out, err := exec.Command("umount", "-l", dir).CombinedOutput(); err != nil {
+			t.Errorf("umount %s: %v: %s", dir, err, out)
+		}
+	})
+	return dir
+}
+
+// growTmpfs remounts the tmpfs at dir with a new size, as growing a volume.
+func growTmpfs(t *testing.T, dir, size string) {
+	t.Helper()
+	if out, err := exec.Command("mount", "-o", "remount,size="+size, dir).CombinedOutput(); err != nil {
+		t.Fatalf("remount %s with size %s: %v: %s", dir, size, err, out)
+	}
+}
+
+type broker struct {
+	cmd    *exec.Cmd
+	url    string
+	log    string
+	exited chan error
+}
+
+// start runs the broker on dataDir with extra flags and waits until it
+// answers /readyz.
+func start(t *testing.T, dataDir, logPath string, flags ...string) *broker {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	logs, err := os.OpenFile(logPath, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer logs.Close()
+	args := append([]string{"--data-dir", dataDir, "--listen", addr, "--node-id", "disk-0", "--log-level", "info"}, flags...)
+	cmd := exec.Command(binary, args...)
+	cmd.Stdout, cmd.Stderr = logs, logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	b := &broker{cmd: cmd, url: "http://" + addr, log: logPath, exited: make(chan error, 1)}
+	go func() { b.exited <- cmd.Wait() }()
+	t.Cleanup(b.kill)
+	deadline := time.After(60 * time.Second)
+	for !b.ready() {
+		select {
+		case err := <-b.exited:
+			b.exited <- err
+			t.Fatalf("broker exited before it was ready (%v); its log ends:\n%s", err, tail(logPath))
+		case <-deadline:
+			t.Fatalf("broker not ready after 60s; its log ends:\n%s", tail(logPath))
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	return b
+}
+
+func (b *broker) ready() bool {
+	resp, err := http.Get(b.url + "/readyz")
+	if err != nil {
+		return false
+	}
+	resp.Body.Close()
+	return resp.StatusCode == http.StatusOK
+}
+
+// kill SIGKILLs the broker (no flush: what was acknowledged must be on
+// disk already) and waits for it to exit. Idempotent.
+func (b *broker) kill() {
+	_ = b.cmd.Process.Signal(syscall.SIGKILL)
+	err := <-b.exited
+	b.exited <- err
+}
+
+// metric returns a metric's value line from /metrics ("" when absent).
+func (b *broker) metric(t *testing.T, name string) string {
+	t.Helper()
+	resp, err := http.Get(b.url + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	for _, line := range strings.Split(string(body), "\n") {
+		if f := strings.Fields(line); len(f) == 2 && f[0] == name {
+			return f[1]
+		}
+	}
+	return ""
+}
+
+func tail(path string) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err.Error()
+	}
+	return string(b[max(0, len(b)-6000):])
+}
+
+// ledger is every acknowledged record: stream -> key -> offset. A record's
+// payload is its key padded to recordBytes, so the key alone checks it.
+type ledger struct {
+	dir   string // the data directory, for failure messages
+	log   string // the broker's log
+	mu    sync.Mutex
+	acked map[string]map[string]stream.Offset
+}
+
+func payload(key string) []byte {
+	p := make([]byte, recordBytes)
+	n := copy(p, key)
+	for i := n; i < len(p); i++ {
+		p[i] = 'a' + byte(i%26)
+	}
+	return p
+}
+
+// fill runs 16 writers over the streams (writer w on streams[w%len]) until
+// each has met its first refusal, and returns the refusals; it fails the
+// test if they do not all stop within the deadline.
+func fill(t *testing.T, c *client.Client, streams []string, led *ledger, round int) []error {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	handles := make([]*client.Stream, len(streams))
+	for i, name := range streams {
+		s, err := c.Stream(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		handles[i] = s
+	}
+	errs := make([]error, writers)
+	var wg sync.WaitGroup
+	for w := range writers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s := handles[w%len(handles)]
+			for n := 0; ; n++ {
+				key := fmt.Sprintf("r%d-w%02d-n%08d|", round, w, n)
+				v, err := s.Append(ctx, []stream.RecordValue{{Payload: payload(key)}})
+				if err != nil {
+					errs[w] = err
+					return
+				}
+				led.mu.Lock()
+				led.acked[s.Name()][key] = v.First
+				led.mu.Unlock()
+			}
+		}()
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(3 * time.Minute):
+		cancel() // kill the writers before failing
+		<-done
+		t.Fatalf("the writers were not all refused within 3 minutes (a 64 MiB volume)")
+	}
+	return errs
+}
+
+// readBack reads the stream whole and checks every acknowledged record is
+// there, at its offset, intact; it returns how many it checked.
+func readBack(t *testing.T, c *client.Client, name string, led *ledger) int {
+	t.Helper()
+	ctx := context.Background()
+	s, err := c.Stream(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := s.Bounds(ctx, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[stream.Offset]string{}
+	for from := b.First; from < b.Next; {
+		es, err := s.Read(ctx, 0, from, 500)
+		if err != nil {
+			t.Fatalf("read %s from %d: %v", name, from, err)
+		}
+		if len(es) == 0 {
+			t.Fatalf("read %s at %d returned nothing below next %d", name, from, b.Next)
+		}
+		for _, e := range es {
+			key, _, ok := strings.Cut(string(e.Record.Payload), "|")
+			if !ok || string(e.Record.Payload) != string(payload(key+"|")) {
+				t.Fatalf("%s offset %d: a record that is not one the writers sent (%.40q)", name, e.Offset, e.Record.Payload)
+			}
+			got[e.Offset] = key + "|"
+			from = e.Offset + 1
+		}
+	}
+	led.mu.Lock()
+	defer led.mu.Unlock()
+	for key, off := range led.acked[name] {
+		if got[off] != key {
+			t.Fatalf("%s: acknowledged record %q at offset %d is missing (found %q)", name, key, off, got[off])
+		}
+	}
+	return len(led.acked[name])
+}
+
+// waitAppend polls an append until the broker accepts it, and returns how
+// long that took.
+func waitAppend(t *testing.T, c *client.Client, name string, led *ledger, expected func(error) bool) time.Duration {
+	t.Helper()
+	began := time.Now()
+	ctx := context.Background()
+	s, err := c.Stream(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var last error
+	for i := 0; time.Since(began) < 60*time.Second; i++ {
+		key := fmt.Sprintf("after-%d|", i)
+		v, err := s.Append(ctx, []stream.RecordValue{{Payload: payload(key)}})
+		if err == nil {
+			led.mu.Lock()
+			led.acked[name][key] = v.First
+			led.mu.Unlock()
+			return time.Since(began)
+		}
+		if !expected(err) {
+			t.Fatalf("an append after space was freed failed otherwise than expected: %v", err)
+		}
+		last = err
+		time.Sleep(100 * time.Millisecond)
+	}
+	du, _ := exec.Command("sh", "-c", "du -ak "+filepath.Dir(filepath.Dir(led.dir))+" | sort -n | tail -30; df -k "+led.dir).CombinedOutput()
+	t.Fatalf("appends still refused 60s after space was freed: %v\n%s\nthe broker's log ends:\n%s", last, du, tail(led.log))
+	return 0
+}
+
+func isFull(err error) bool { return errors.Is(err, node.StorageFull) }
+
+func TestFullVolumeRefusesThenRecovers(t *testing.T) {
+	if testing.Short() {
+		t.Skip(skipShort)
+	}
+	vol := mountTmpfs(t, volume)
+	dataDir := filepath.Join(vol, "data")
+	logPath := filepath.Join(t.TempDir(), "broker.log")
+	b := start(t, dataDir, logPath)
+	c, err := client.New(b.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx := context.Background()
+	keep, drop := "disk/keep", "disk/drop"
+	for _, name := range []string{keep, drop} {
+		if _, err := c.Open(ctx, name, client.StreamConfig{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	led := &ledger{dir: dataDir, log: logPath, acked: map[string]map[string]stream.Offset{keep: {}, drop: {}}}
+
+	refusals := fill(t, c, []string{keep, drop}, led, 1)
+	for w, err := range refusals {
+		if !errors.Is(err, node.StorageFull) {
+			t.Fatalf("writer %d stopped on %v, not STORAGE_FULL; the broker's log ends:\n%s", w, err, tail(logPath))
+		}
+	}
+	t.Logf("full: %d + %d records acknowledged; refusal: %v", len(led.acked[keep]), len(led.acked[drop]), refusals[0])
+	if got := b.metric(t, "picomq_disk_appends_refused"); got != "1" {
+		t.Errorf("picomq_disk_appends_refused = %q while appends are refused, want 1", got)
+	}
+	if !b.ready() {
+		t.Errorf("/readyz not ready on a full volume: reads and deletes are still served")
+	}
+	if _, _, err := c.CreateStream(ctx, "disk/new", client.StreamConfig{}); !errors.Is(err, node.StorageFull) {
+		t.Errorf("a create on a full volume answered %v, want STORAGE_FULL", err)
+	}
+
+	// A delete is a metadata commit: it must go through and free space.
+	if err := c.DeleteStream(ctx, drop); err != nil {
+		t.Fatalf("deleting a stream on a full volume: %v", err)
+	}
+	delete(led.acked, drop)
+	recovered := waitAppend(t, c, keep, led, isFull)
+	t.Logf("appends accepted again %v after the delete, no restart", recovered.Round(time.Millisecond))
+	if got := b.metric(t, "picomq_disk_appends_refused"); got != "0" {
+		t.Errorf("picomq_disk_appends_refused = %q once appends are accepted, want 0", got)
+	}
+	if !strings.Contains(tail(logPath), "space returned") {
+		t.Errorf("no log line said space returned; the log ends:\n%s", tail(logPath))
+	}
+
+	// Full again, then a restart on the full volume.
+	for w, err := range fill(t, c, []string{keep}, led, 2) {
+		if !errors.Is(err, node.StorageFull) {
+			t.Fatalf("round 2: writer %d stopped on %v, not STORAGE_FULL; the broker's log ends:\n%s", w, err, tail(logPath))
+		}
+	}
+	b.kill()
+	began := time.Now()
+	b = start(t, dataDir, logPath)
+	t.Logf("restarted on the full volume, ready in %v", time.Since(began).Round(time.Millisecond))
+	c2, err := client.New(b.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c2.Close()
+	n := readBack(t, c2, keep, led)
+	t.Logf("every acknowledged record of %s read back after the restart: %d", keep, n)
+	s, err := c2.Stream(ctx, keep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Append(ctx, []stream.RecordValue{{Payload: payload("restarted|")}}); !errors.Is(err, node.StorageFull) {
+		t.Errorf("an append after the restart on the full volume answered %v, want STORAGE_FULL", err)
+	}
+}
+
+// TestWithoutHeadroom fills the volume with --disk-headroom=0: appends
+// fail however the volume makes them (ENOSPC), but every acknowledged one
+// survives, read back after the volume is grown and the broker restarted.
+func TestWithoutHeadroom(t *testing.T) {
+	if testing.Short() {
+		t.Skip(skipShort)
+	}
+	vol := mountTmpfs(t, volume)
+	dataDir := filepath.Join(vol, "data")
+	logPath := filepath.Join(t.TempDir(), "broker.log")
+	b := start(t, dataDir, logPath, "--disk-headroom=0")
+	c, err := client.New(b.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	name := "disk/all"
+	if _, err := c.Open(context.Background(), name, client.StreamConfig{}); err != nil {
+		t.Fatal(err)
+	}
+	led := &ledger{dir: dataDir, log: logPath, acked: map[string]map[string]stream.Offset{name: {}}}
+	refusals := fill(t, c, []string{name}, led, 1)
+	t.Logf("without headroom: %d records acknowledged; first refusal: %v", len(led.acked[name]), refusals[0])
+	if len(led.acked[name]) == 0 {
+		t.Fatal("nothing was acknowledged: the test proved nothing")
+	}
+	// Grown and restarted (with no headroom, the volume may be too full
+	// for the log to make its next segment: growing it is the way out).
+	growTmpfs(t, vol, "128m")
+	b.kill()
+	b = start(t, dataDir, logPath, "--disk-headroom=0")
+	c2, err := client.New(b.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c2.Close()
+	t.Logf("read back after growing the volume and a restart: %d of %d", readBack(t, c2, name, led), len(led.acked[name]))
+}
