@@ -47,7 +47,7 @@ func (s *State) Check() error {
 			refs[r.Object]++
 			prev = r.Next
 		}
-		if e, ok := s.Names[in.Name]; !ok || in.Partition >= len(e.Streams) || e.Streams[in.Partition] != id {
+		if e, ok := s.Names[in.Name]; !ok || in.Partition < 0 || in.Partition >= len(e.Streams) || e.Streams[in.Partition] != id {
 			return fmt.Errorf("stream %d: not partition %d of entry %q", id, in.Partition, in.Name)
 		}
 	}

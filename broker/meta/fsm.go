@@ -2,6 +2,7 @@ package meta
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
 	"sync"
 
@@ -76,8 +77,19 @@ func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
 func (f *FSM) Restore(rc io.ReadCloser) error {
 	defer rc.Close()
 	s := NewState()
-	if err := json.NewDecoder(rc).Decode(s); err != nil {
+	dec := json.NewDecoder(rc)
+	if err := dec.Decode(s); err != nil {
 		return BadCommand.Wrap(err, "reason", "undecodable snapshot")
+	}
+	// A snapshot is one JSON value: anything after it is a corrupt or
+	// concatenated file, not a state to guess from.
+	if _, err := dec.Token(); err != io.EOF {
+		return BadCommand.With("reason", "data after the snapshot's state")
+	}
+	// Nothing is swapped in until the whole state is known good: a corrupt
+	// snapshot leaves the machine as it was, never half restored.
+	if err := restorable(s); err != nil {
+		return BadCommand.Wrap(err, "reason", "the snapshot's state is not one the log could have made")
 	}
 	// JSON leaves absent maps nil; the state relies on them existing.
 	if s.Names == nil {
@@ -99,6 +111,33 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	f.state = s
 	f.mu.Unlock()
 	return nil
+}
+
+// restorable refuses a decoded snapshot's state that would panic the
+// machine later (a null entry, stream, object or member) or that breaks
+// its invariants (Check): a snapshot the log wrote passes both.
+func restorable(s *State) error {
+	for k, e := range s.Names {
+		if e == nil {
+			return fmt.Errorf("entry %q is null", k)
+		}
+	}
+	for k, in := range s.Streams {
+		if in == nil {
+			return fmt.Errorf("stream %d is null", k)
+		}
+	}
+	for k, o := range s.Objects {
+		if o == nil {
+			return fmt.Errorf("object %d is null", k)
+		}
+	}
+	for k, m := range s.Members {
+		if m == nil {
+			return fmt.Errorf("member %q is null", k)
+		}
+	}
+	return s.Check()
 }
 
 type snapshot struct {

@@ -36,8 +36,16 @@ func (rt *Router) serveAppends(w http.ResponseWriter, r *http.Request) {
 	groups := map[string]*group{} // by member ("" for the items served here as they are)
 	order := []string{}
 	refused := map[int]error{} // items whose slot nobody serves
+	var behind error           // a catch-up failed: the items left are refused alike, without one each
 	for i, it := range items {
+		if behind != nil {
+			refused[i] = behind
+			continue
+		}
 		member, addr, p, err := rt.placeItem(r.Context(), it)
+		if errors.Is(err, MetadataCatchingUp) {
+			behind = err
+		}
 		if err != nil {
 			refused[i] = err
 			continue
@@ -99,7 +107,10 @@ type group struct {
 // An item whose slot nobody serves gets the error a lone append of it
 // would (NO_SLOT_OWNER), not the core's refusal of an open here.
 func (rt *Router) placeItem(ctx context.Context, it wire.AppendItem) (member, addr string, partition int, err error) {
-	e, err := rt.partitions(ctx, it.Name)
+	e, err := rt.partitions(ctx, it.Name, false)
+	if errors.Is(err, MetadataCatchingUp) {
+		return "", "", it.Partition, err // the item alone is refused, never "not found" here
+	}
 	if err != nil {
 		return "", "", it.Partition, nil
 	}

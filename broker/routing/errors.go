@@ -27,3 +27,13 @@ var (
 		"broker/routing: the proxied request was sent and no answer came back; the fields name the owner and the cause",
 		502, 75)
 )
+
+// MetadataCatchingUp: this broker could not confirm that its copy of the
+// metadata log holds what the leader committed (its last catch-up failed:
+// it restarted, or lost contact), so it answers nothing from that copy —
+// a read of a stream's head, a listing, a "not found" — until a catch-up
+// succeeds. Another broker, or this one a moment later, answers.
+var MetadataCatchingUp = errs.Static(0x00_10_08_04, "METADATA_CATCHING_UP",
+	"This broker is catching up with the cluster's metadata and cannot answer from its own copy yet; retry shortly",
+	"broker/routing: the catch-up with the metadata leader (read index, barrier) failed or timed out, and an answer from this broker's copy could miss what was committed; the cause says why",
+	503, 75)

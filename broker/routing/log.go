@@ -1,6 +1,7 @@
 package routing
 
 import (
+	"errors"
 	"net/http"
 	"strconv"
 	"strings"
@@ -15,11 +16,21 @@ import (
 func (rt *Router) serveLog(w http.ResponseWriter, r *http.Request) {
 	rest := strings.TrimPrefix(r.URL.EscapedPath(), wire.LogPrefix)
 	name, op, _ := strings.Cut(rest, ":")
-	if node.ValidateName(name) != nil || op == wire.OpCommit || op == wire.OpCommitted {
-		rt.cfg.Local.ServeHTTP(w, r) // a bad name is refused there, as on one broker
+	switch {
+	case node.ValidateName(name) != nil || op == wire.OpCommit:
+		// A bad name is refused there, as on one broker; a commit is a
+		// command the metadata log orders.
+		rt.cfg.Local.ServeHTTP(w, r)
+		return
+	case op == wire.OpCommitted:
+		rt.serveCaughtUp(w, r) // offsets from this broker's copy
 		return
 	}
-	e, err := rt.partitions(r.Context(), name)
+	e, err := rt.partitions(r.Context(), name, rt.mayReadStale(r))
+	if errors.Is(err, MetadataCatchingUp) {
+		rt.fail(w, r, err)
+		return
+	}
 	if err != nil {
 		rt.cfg.Local.ServeHTTP(w, r) // not found, gone: answered there
 		return
@@ -32,6 +43,18 @@ func (rt *Router) serveLog(w http.ResponseWriter, r *http.Request) {
 	p, err := strconv.Atoi(q.Get("partition"))
 	if !q.Has("partition") {
 		p, err = 0, nil
+	}
+	if err == nil && p >= len(e.Partitions) && rt.cfg.Catchup != nil {
+		// Partitions added through another broker a moment ago may not
+		// be in this copy yet: look again once caught up.
+		if cerr := rt.catchUp(r.Context()); cerr != nil {
+			rt.fail(w, r, cerr)
+			return
+		}
+		if e, err = rt.locate(name); err != nil {
+			rt.cfg.Local.ServeHTTP(w, r)
+			return
+		}
 	}
 	if err != nil || p < 0 || p >= len(e.Partitions) {
 		rt.cfg.Local.ServeHTTP(w, r) // refused there (UNKNOWN_PARTITION, a bad number)

@@ -235,13 +235,23 @@ func (p *pipeResponse) Flush() {}
 // Only a catch-up read qualifies: a long-poll (wait) or a live read (live)
 // waits at the end, and this copy's end may be behind the cluster's.
 func (rt *Router) staleReadAllowed(r *http.Request, err error) bool {
+	return errors.Is(err, NoSlotOwner) && rt.mayReadStale(r)
+}
+
+// mayReadStale reports a request that, with no owner, may be answered
+// from this broker's copy marked stale: a catch-up read while the quorum
+// is lost, on a broker that caught up at least once since it started. One
+// that never did (it restarted cut off) never vouched for its copy, and
+// sees no other member only because it heard from none: it answers
+// nothing from it.
+func (rt *Router) mayReadStale(r *http.Request) bool {
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		return false
 	}
 	if q := r.URL.Query(); q.Has("wait") || q.Has("live") {
 		return false
 	}
-	return errors.Is(err, NoSlotOwner) && rt.cfg.QuorumLost != nil && rt.cfg.QuorumLost()
+	return rt.cfg.QuorumLost != nil && rt.cfg.QuorumLost() && rt.everCaughtUp()
 }
 
 // staleWriter is the answer of a stale read: records this copy holds are

@@ -77,7 +77,10 @@ type Config struct {
 	QuorumLost func() bool
 	// Catchup, when set, waits until this broker's state has what the
 	// leader committed: a stream just created through another broker may
-	// not have reached it yet.
+	// not have reached it yet. Once one failed, nothing is answered from
+	// this broker's copy (METADATA_CATCHING_UP) until one succeeds; a
+	// metadata answer (a stream's heads, a listing, offsets, "not found")
+	// needs one made for it.
 	Catchup func(ctx context.Context) error
 	// MaxBodyBytes bounds a body the router reads (to decide a partition
 	// from the keys, or to send a request again): the front ends' limit.
@@ -114,6 +117,14 @@ type Router struct {
 	// (long-polls, SSE) end with it.
 	draining context.Context
 	drain    context.CancelFunc
+
+	// The catch-ups' outcome (catchup.go): behind after a failed one,
+	// until one that started later succeeds.
+	catchMu      sync.Mutex
+	catchSeq     uint64 // catch-ups started
+	settled      uint64 // the latest one whose outcome is recorded
+	behind       bool
+	caughtUpOnce bool
 }
 
 // New returns the router of cfg.
@@ -169,15 +180,13 @@ func (rt *Router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// Creating (or opening) an existing stream, changing its policy,
 		// deleting it: its owner's, who judges its lifetime.
 		rt.serveMeta(w, r, strings.TrimPrefix(r.URL.EscapedPath(), wire.StreamsPrefix), false)
-	case strings.HasPrefix(path, wire.StreamsPrefix) && (r.Method == http.MethodGet || r.Method == http.MethodHead):
-		// A stream another broker created a moment ago may not have
-		// reached this one yet: one not found here is looked up again
-		// once caught up with the leader, so that its creator's "created"
-		// is never followed by a "not found".
-		if name := strings.TrimPrefix(r.URL.EscapedPath(), wire.StreamsPrefix); node.ValidateName(name) == nil {
-			_, _ = rt.partitions(r.Context(), name)
-		}
-		rt.cfg.Local.ServeHTTP(w, r)
+	case (strings.HasPrefix(path, wire.StreamsPrefix) || path == wire.StreamsPath) && (r.Method == http.MethodGet || r.Method == http.MethodHead):
+		// A stream's description (its partitions' heads, its producers)
+		// and the listing come from this broker's copy of the metadata:
+		// served once caught up with the leader, so that they hold every
+		// append acknowledged before, and a stream created through another
+		// broker a moment ago is never "not found".
+		rt.serveCaughtUp(w, r)
 	default:
 		rt.cfg.Local.ServeHTTP(w, r) // admin, probes, metrics: this broker's
 	}
@@ -265,14 +274,28 @@ func (rt *Router) awaitTarget(ctx context.Context, id uint64) (target, error) {
 
 // partitions returns a stream's internal stream ids, looking again after
 // catching up with the leader when this broker does not know the stream.
-func (rt *Router) partitions(ctx context.Context, name string) (*node.Entry, error) {
+// After a failed catch-up this broker's copy is not used until one
+// succeeds: it fails with METADATA_CATCHING_UP, which the caller answers
+// (never a "not found" from a copy that may miss the stream).
+//
+// The one exception is a read that may be answered marked stale (staleOK:
+// see staleReadAllowed): with the quorum lost no catch-up can succeed, and
+// committed data stays readable, its answer saying it may miss the last
+// commits.
+func (rt *Router) partitions(ctx context.Context, name string, staleOK bool) (*node.Entry, error) {
+	if err := rt.ready(ctx); err != nil {
+		if staleOK {
+			if e, lerr := rt.locate(name); lerr == nil {
+				return e, nil
+			}
+		}
+		return nil, err
+	}
 	e, err := rt.locate(name)
 	if err == nil || rt.cfg.Catchup == nil || !errors.Is(err, node.StreamNotFound) {
 		return e, err
 	}
-	cctx, cancel := context.WithTimeout(ctx, time.Second)
-	defer cancel()
-	if rt.cfg.Catchup(cctx) != nil {
+	if err := rt.catchUp(ctx); err != nil {
 		return nil, err
 	}
 	return rt.locate(name)

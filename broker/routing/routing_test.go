@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -420,20 +421,20 @@ func TestDrainAnswersProxiedRequests(t *testing.T) {
 	}
 }
 
-// TestAdminGetCatchesUpOnNotFound: a stream created through another broker
-// a moment ago may not be here yet; an admin GET of a name not found here
-// waits for this broker to catch up with the leader before it answers, and
-// one of a known stream does not wait.
-func TestAdminGetCatchesUpOnNotFound(t *testing.T) {
+// TestAdminGetCatchesUpFirst: an admin GET answers from this broker's copy
+// (the partitions' heads, the producers): it catches up with the leader
+// first, whether the stream is known here or not (one created through
+// another broker a moment ago may not be here yet).
+func TestAdminGetCatchesUpFirst(t *testing.T) {
 	t.Parallel()
 	w := newWorld(t)
 	var caught atomic.Int32
 	w.routers["a"].cfg.Catchup = func(context.Context) error { caught.Add(1); return nil }
 	a := w.servers["a"].URL
-	if code, _, _ := get(t, a, "/v1/admin/streams/one"); code != 200 || caught.Load() != 0 {
-		t.Fatalf("a known stream: %d, %d catch-ups; want 200 and none", code, caught.Load())
+	if code, _, _ := get(t, a, "/v1/admin/streams/one"); code != 200 || caught.Load() != 1 {
+		t.Fatalf("a known stream: %d, %d catch-ups; want 200 after one", code, caught.Load())
 	}
-	if code, _, _ := get(t, a, "/v1/admin/streams/not-yet-here"); code != 200 || caught.Load() != 1 {
+	if code, _, _ := get(t, a, "/v1/admin/streams/not-yet-here"); code != 200 || caught.Load() != 2 {
 		t.Fatalf("a stream not found here: %d, %d catch-ups; want one before the local answer", code, caught.Load())
 	}
 }
@@ -477,5 +478,136 @@ func TestRouterProxiesOverTLSWithTheToken(t *testing.T) {
 		if a != "Bearer tok-0123456789abcdef" {
 			t.Errorf("request %d (%s) reached b with Authorization %q", i, w.served["b"][i], a)
 		}
+	}
+}
+
+// failingCatchup is a catch-up that fails while fail is set.
+func failingCatchup(fail *atomic.Bool, calls *atomic.Int32) func(context.Context) error {
+	return func(context.Context) error {
+		calls.Add(1)
+		if fail.Load() {
+			return errors.New("no metadata leader known")
+		}
+		return nil
+	}
+}
+
+// servedCount is how many requests m's Local handler served.
+func (w *world) servedCount(m string) int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.served[m])
+}
+
+// TestNoLocalAnswerAfterAFailedCatchup: once a catch-up failed (a broker
+// restarted, or cut from the leader), the router answers nothing from its
+// copy — no read, no head, no listing, no offsets, no "not found", not
+// even by routing on it — but 503 METADATA_CATCHING_UP, until a catch-up
+// succeeds.
+func TestNoLocalAnswerAfterAFailedCatchup(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	for s := range 4 {
+		w.set(s, "a")
+	}
+	w.set(1, "b")
+	var fail atomic.Bool
+	var calls atomic.Int32
+	fail.Store(true)
+	ra := w.routers["a"]
+	ra.cfg.Catchup = failingCatchup(&fail, &calls)
+	var lost atomic.Bool
+	lost.Store(true) // never caught up: no stale read either
+	ra.cfg.QuorumLost = lost.Load
+	a := w.servers["a"].URL
+	paths := []string{
+		"/v1/log/one?from=0",            // a partition a owns
+		"/v1/log/sse?from=0",            // one b owns: routed on a's copy
+		"/v1/log/missing?from=0",        // never "not found" from a stale copy
+		"/v1/log/four?partition=9",      // nor "no such partition"
+		"/v1/log/one:committed?group=g", // a consumer group's offsets
+		"/v1/stream/one?offset=-1",      // the Durable Streams protocol
+		"/v1/stream/missing?offset=-1",
+		"/v1/admin/streams/one", // a stream's heads
+		"/v1/admin/streams/missing",
+		"/v1/admin/streams", // the listing
+	}
+	refusedAll := func(when string) {
+		t.Helper()
+		for _, path := range paths {
+			code, body, h := get(t, a, path)
+			if code != http.StatusServiceUnavailable || !strings.Contains(body, "METADATA_CATCHING_UP") || h.Get("Retry-After") == "" || h.Get(StaleHeader) != "" {
+				t.Errorf("%s, %s: %d %q, want 503 METADATA_CATCHING_UP with Retry-After", when, path, code, body)
+			}
+		}
+		if n := w.servedCount("a") + w.servedCount("b"); n != 0 {
+			t.Errorf("%s: %d requests served from a copy: %v", when, n, w.served)
+		}
+	}
+	refusedAll("before any catch-up succeeded")
+	// The Go client's appends: the item is refused alone, never "not found".
+	resp, err := http.Post(a+wire.AppendsPath, wire.AppendsContentType, strings.NewReader(string(wire.AppendItemTo(nil, "missing", -1, []byte("x")))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !strings.Contains(string(raw), "METADATA_CATCHING_UP") || w.servedCount("a") != 0 {
+		t.Errorf("appends while behind: %d %s, want the item refused METADATA_CATCHING_UP", resp.StatusCode, raw)
+	}
+	if calls.Load() == 0 {
+		t.Fatal("no catch-up was tried")
+	}
+
+	fail.Store(false)
+	if code, body, _ := get(t, a, "/v1/log/one?from=0"); code != 200 || body != "a" {
+		t.Fatalf("caught up: %d %q, want a's answer", code, body)
+	}
+	if code, _, _ := get(t, a, "/v1/admin/streams/one"); code != 200 {
+		t.Fatalf("caught up, admin get: %d", code)
+	}
+	if code, body, _ := get(t, a, "/v1/log/sse?from=0"); code != 200 || body != "b" {
+		t.Fatalf("caught up, b's partition: %d %q, want b's answer", code, body)
+	}
+
+	// It fails again (this broker lost the leader; the others carry on):
+	// refused again, even what the last success would have allowed.
+	fail.Store(true)
+	lost.Store(false)
+	w.mu.Lock()
+	w.served = map[string][]string{}
+	w.mu.Unlock()
+	if code, body, _ := get(t, a, "/v1/admin/streams/one"); code != 503 || !strings.Contains(body, "METADATA_CATCHING_UP") {
+		t.Fatalf("failed again: %d %q", code, body)
+	}
+	refusedAll("after a failure that followed a success")
+}
+
+// TestStaleReadNeedsACatchupSinceStart: with the quorum lost, a read is
+// answered marked stale only by a broker that caught up once since it
+// started: one that restarted cut off never vouched for its copy.
+func TestStaleReadNeedsACatchupSinceStart(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	ra := w.routers["a"]
+	var fail atomic.Bool
+	var calls atomic.Int32
+	fail.Store(true)
+	ra.cfg.Catchup = failingCatchup(&fail, &calls)
+	ra.cfg.QuorumLost = func() bool { return true }
+	a := w.servers["a"].URL
+	if code, body, h := get(t, a, "/v1/log/one?from=0"); code != 503 || !strings.Contains(body, "METADATA_CATCHING_UP") || h.Get(StaleHeader) != "" {
+		t.Fatalf("never caught up, quorum lost: %d %q, want 503 METADATA_CATCHING_UP", code, body)
+	}
+	fail.Store(false)
+	if code, _, _ := get(t, a, "/v1/admin/streams/one"); code != 200 {
+		t.Fatalf("catching up: %d", code)
+	}
+	fail.Store(true)
+	if code, body, h := get(t, a, "/v1/log/one?from=0"); code != 200 || body != "a" || h.Get(StaleHeader) != "true" {
+		t.Fatalf("caught up once, quorum lost: %d %q %v, want a's copy marked stale", code, body, h)
+	}
+	if code, body, _ := get(t, a, "/v1/log/missing?from=0"); code != 503 || !strings.Contains(body, "METADATA_CATCHING_UP") {
+		t.Fatalf("quorum lost, a name not here: %d %q, want 503 METADATA_CATCHING_UP, not a stale \"not found\"", code, body)
 	}
 }

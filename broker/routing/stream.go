@@ -1,11 +1,10 @@
 package routing
 
 import (
-	"context"
+	"errors"
 	"net/http"
 	"net/url"
 	"strings"
-	"time"
 
 	"github.com/picomq/picomq/broker/node"
 )
@@ -33,7 +32,11 @@ func (rt *Router) serveStream(w http.ResponseWriter, r *http.Request) {
 		rt.cfg.Local.ServeHTTP(w, r)
 		return
 	}
-	e, err := rt.partitions(r.Context(), name)
+	e, err := rt.partitions(r.Context(), name, rt.mayReadStale(r))
+	if errors.Is(err, MetadataCatchingUp) {
+		rt.fail(w, r, err)
+		return
+	}
 	if err != nil || len(e.Partitions) != 1 {
 		rt.cfg.Local.ServeHTTP(w, r) // answered there: not found, gone, several partitions
 		return
@@ -54,15 +57,14 @@ func (rt *Router) serveStream(w http.ResponseWriter, r *http.Request) {
 // are refused here, as by one broker); an admin stream's partitions share
 // one owner.
 func (rt *Router) serveMeta(w http.ResponseWriter, r *http.Request, about string, onePartition bool) {
-	if rt.cfg.Catchup != nil {
-		// The owner catches up too: the broker that routed the request
-		// here may have applied commands it has not (the source's
-		// creation, made through a third broker).
-		cctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
-		// Not caught up in time: decided on what this broker has; the
-		// state machine still orders the command.
-		_ = rt.cfg.Catchup(cctx)
-		cancel()
+	// The owner catches up too: the broker that routed the request here
+	// may have applied commands it has not (the source's creation, made
+	// through a third broker). Not caught up: refused, never decided on a
+	// copy that may miss the stream (a create answered "exists" with an
+	// old configuration, a fork from an old tail).
+	if err := rt.catchUp(r.Context()); err != nil {
+		rt.fail(w, r, err)
+		return
 	}
 	if routed, _ := r.Context().Value(routedKey{}).(bool); routed {
 		rt.cfg.Local.ServeHTTP(w, r)

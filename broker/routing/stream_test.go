@@ -146,3 +146,49 @@ func TestRouterSendsAdminStreamChangesToTheOwner(t *testing.T) {
 		t.Errorf("b served %v", served)
 	}
 }
+
+// TestMetaAfterAFailedCatchup: a create, a fork, a policy change or a
+// delete is decided on this broker's copy (does the stream exist, with
+// what configuration, up to what tail): refused with METADATA_CATCHING_UP
+// while the catch-up fails, never decided on a copy that may be stale, and
+// served once it succeeds.
+func TestMetaAfterAFailedCatchup(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	for s := range 4 {
+		w.set(s, "b")
+	}
+	var fail atomic.Bool
+	var calls atomic.Int32
+	fail.Store(true)
+	w.routers["a"].cfg.Catchup = failingCatchup(&fail, &calls)
+	a := w.servers["a"].URL
+	cases := []struct {
+		method, path string
+		h            map[string]string
+		want         string
+	}{
+		{"PUT", "/v1/stream/one", nil, "b"},
+		{"PUT", "/v1/stream/new", nil, "a"},
+		{"PUT", "/v1/stream/new", map[string]string{"Stream-Forked-From": "/v1/stream/one"}, "b"},
+		{"DELETE", "/v1/stream/one", nil, "b"},
+		{"PUT", "/v1/admin/streams/one", nil, "b"},
+		{"PATCH", "/v1/admin/streams/one", nil, "b"},
+		{"DELETE", "/v1/admin/streams/new", nil, "a"},
+	}
+	for _, c := range cases {
+		code, body := send(t, c.method, a+c.path, c.h)
+		if code != 503 || !strings.Contains(body, "METADATA_CATCHING_UP") {
+			t.Errorf("behind, %s %s: %d %q, want 503 METADATA_CATCHING_UP", c.method, c.path, code, body)
+		}
+	}
+	if n := w.servedCount("a") + w.servedCount("b"); n != 0 {
+		t.Fatalf("behind: %d requests decided: %v", n, w.served)
+	}
+	fail.Store(false)
+	for _, c := range cases {
+		if code, body := send(t, c.method, a+c.path, c.h); code != 200 || body != c.want {
+			t.Errorf("caught up, %s %s: %d %q, want served by %s", c.method, c.path, code, body, c.want)
+		}
+	}
+}

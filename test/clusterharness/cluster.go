@@ -214,6 +214,8 @@ func (c *Cluster) cleanup() {
 	c.mu.Unlock()
 	if c.t.Failed() {
 		c.t.Logf("broker logs (tails):\n%s", c.LogTails(4096))
+	}
+	if c.t.Failed() || os.Getenv(KeepAllLogsEnv) != "" {
 		c.keepLogs()
 	}
 }
@@ -226,8 +228,17 @@ const LogLevelEnv = "PICOMQ_CLUSTER_LOG_LEVEL"
 // whole (they go with the test's temporary directory otherwise).
 const KeepLogsEnv = "PICOMQ_CLUSTER_LOGS"
 
+// KeepAllLogsEnv, set (=1), keeps every test's broker logs, passed or
+// failed: a fault seen once is diagnosed from the runs that passed too.
+// They go to KeepLogsEnv's folder, or picomq-cluster-logs under the
+// system's temporary directory.
+const KeepAllLogsEnv = "PICOMQ_CLUSTER_LOGS_ALL"
+
 func (c *Cluster) keepLogs() {
 	dir := os.Getenv(KeepLogsEnv)
+	if dir == "" && os.Getenv(KeepAllLogsEnv) != "" {
+		dir = filepath.Join(os.TempDir(), "picomq-cluster-logs")
+	}
 	if dir == "" {
 		return
 	}

@@ -21,6 +21,8 @@ var NotWritten = map[string]bool{
 	"OWNER_CHANGED":  true, // broker/node: fenced by a higher epoch
 	"NO_SLOT_OWNER":  true, // broker/routing: no live holder to send it to
 	"NOT_SLOT_OWNER": true, // broker/ownership: refused before anything was written
+	// broker/routing: refused before the router sent or served anything
+	"METADATA_CATCHING_UP": true,
 }
 
 // Classify maps a request's error to its outcome and the coded name, if

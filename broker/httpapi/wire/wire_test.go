@@ -165,3 +165,50 @@ func BenchmarkDecodeRecords(b *testing.B) {
 		}
 	}
 }
+
+// FuzzDecodeAppends: the Go client's appends body (several appends in one
+// request) decodes without a panic into items that encode back to the same
+// body, or is refused with a coded error (MALFORMED_BATCH, or too many
+// appends).
+func FuzzDecodeAppends(f *testing.F) {
+	f.Add(AppendItemTo(nil, "a", -1, EncodeRecords([]stream.RecordValue{{Key: []byte("k"), Payload: []byte("v")}})))
+	f.Add(AppendItemTo(AppendItemTo(nil, "logs/x", 3, []byte("raw")), "b", 0, nil))
+	f.Add([]byte{})
+	f.Add([]byte{0x01, 'a', 0x03, 0x00})      // partition -2 (zigzag 0x03): refused
+	f.Add([]byte{0x01, 'a', 0x01, 0x05, 'x'}) // batch longer than the body
+	f.Fuzz(func(t *testing.T, body []byte) {
+		items, err := DecodeAppends(body)
+		if err != nil {
+			if !errors.Is(err, MalformedBatch) && !errors.Is(err, BodyTooLarge) {
+				t.Fatalf("uncoded error %v", err)
+			}
+			return
+		}
+		if len(items) == 0 {
+			t.Fatal("decoded no item without an error")
+		}
+		var again []byte
+		for _, it := range items {
+			if it.Partition < -1 {
+				t.Fatalf("partition %d decoded", it.Partition)
+			}
+			again = AppendItemTo(again, it.Name, it.Partition, it.Batch)
+		}
+		back, err := DecodeAppends(again)
+		if err != nil || len(back) != len(items) {
+			t.Fatalf("re-encoded items do not decode alike: %v", err)
+		}
+		for i := range back {
+			if back[i].Name != items[i].Name || back[i].Partition != items[i].Partition || !bytes.Equal(back[i].Batch, items[i].Batch) {
+				t.Fatalf("item %d: %+v, then %+v", i, items[i], back[i])
+			}
+		}
+		if bytes.Equal(again, body) {
+			return
+		}
+		// Only a non-minimal varint re-encodes shorter.
+		if len(again) >= len(body) {
+			t.Fatalf("re-encoded %d bytes from %d, differing", len(again), len(body))
+		}
+	})
+}
