@@ -192,11 +192,17 @@ func TestConfigMapOverrides(t *testing.T) {
 		EnvLongPollTimeout:    "30s",
 		EnvTLSCertFile:        "/etc/picomq/tls/tls.crt",
 		EnvTLSKeyFile:         "/etc/picomq/tls/tls.key",
+		EnvTLSCAFile:          "/etc/picomq/tls/ca.crt",
 		EnvAuthTokensDir:      "/etc/picomq/auth",
+		EnvMetricsAuth:        "open",
 	} {
 		if cm.Data[k] != v {
 			t.Errorf("%s = %q, want %q", k, cm.Data[k], v)
 		}
+	}
+	c.Spec.Auth.Metrics = streamsv1alpha1.MetricsAuthToken
+	if cm, _ := ConfigMap(c); cm.Data[EnvMetricsAuth] != "token" {
+		t.Errorf("metrics Token: %s = %q, want token", EnvMetricsAuth, cm.Data[EnvMetricsAuth])
 	}
 	var p wire.Policy
 	if err := json.Unmarshal([]byte(cm.Data[EnvDefaultStreamPolicy]), &p); err != nil {
