@@ -86,15 +86,24 @@ func TestValidateTLSSecret(t *testing.T) {
 		mutate func(s *corev1.Secret)
 		want   string
 	}{
-		"no key":           {func(s *corev1.Secret) { delete(s.Data, "tls.key") }, "no tls.key"},
-		"no ca":            {func(s *corev1.Secret) { delete(s.Data, "ca.crt") }, "no ca.crt"},
-		"garbage cert":     {func(s *corev1.Secret) { s.Data["tls.crt"] = []byte("garbage") }, "tls.crt and tls.key"},
-		"key of another":   {func(s *corev1.Secret) { s.Data["tls.key"] = other.key }, "tls.crt and tls.key"},
-		"garbage ca":       {func(s *corev1.Secret) { s.Data["ca.crt"] = []byte("garbage") }, "ca.crt holds no PEM certificate"},
-		"another ca":       {func(s *corev1.Secret) { s.Data["ca.crt"] = other.ca }, "does not verify for demo-0.demo-headless.ns.svc"},
-		"brokers uncovered": {func(s *corev1.Secret) { w := newCerts(t, now.Add(-time.Minute), "demo.ns.svc"); *s = *tlsSecret("cert", w) }, "does not verify for demo-0.demo-headless.ns.svc"},
-		"service uncovered": {func(s *corev1.Secret) { w := newCerts(t, now.Add(-time.Minute), clusterNames[0]); *s = *tlsSecret("cert", w) }, "does not verify for demo.ns.svc"},
-		"expired":          {func(s *corev1.Secret) { w := newCerts(t, now.Add(-2*time.Hour), clusterNames...); *s = *tlsSecret("cert", w) }, "expired"},
+		"no key":         {func(s *corev1.Secret) { delete(s.Data, "tls.key") }, "no tls.key"},
+		"no ca":          {func(s *corev1.Secret) { delete(s.Data, "ca.crt") }, "no ca.crt"},
+		"garbage cert":   {func(s *corev1.Secret) { s.Data["tls.crt"] = []byte("garbage") }, "tls.crt and tls.key"},
+		"key of another": {func(s *corev1.Secret) { s.Data["tls.key"] = other.key }, "tls.crt and tls.key"},
+		"garbage ca":     {func(s *corev1.Secret) { s.Data["ca.crt"] = []byte("garbage") }, "ca.crt holds no PEM certificate"},
+		"another ca":     {func(s *corev1.Secret) { s.Data["ca.crt"] = other.ca }, "does not verify for demo-0.demo-headless.ns.svc"},
+		"brokers uncovered": {func(s *corev1.Secret) {
+			w := newCerts(t, now.Add(-time.Minute), "demo.ns.svc")
+			*s = *tlsSecret("cert", w)
+		}, "does not verify for demo-0.demo-headless.ns.svc"},
+		"service uncovered": {func(s *corev1.Secret) {
+			w := newCerts(t, now.Add(-time.Minute), clusterNames[0])
+			*s = *tlsSecret("cert", w)
+		}, "does not verify for demo.ns.svc"},
+		"expired": {func(s *corev1.Secret) {
+			w := newCerts(t, now.Add(-2*time.Hour), clusterNames...)
+			*s = *tlsSecret("cert", w)
+		}, "expired"},
 	} {
 		s := tlsSecret("cert", good)
 		tc.mutate(s)
