@@ -3,6 +3,7 @@ package controllers
 import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -16,7 +17,8 @@ import (
 // limited to namespaces (all when empty), and, for the kinds the operator
 // owns and for the broker pods, to the objects it labelled, so that the
 // manager does not cache every ConfigMap, Service, Role or Pod of the
-// cluster.
+// cluster. Secrets are not cached at all: the controller watches their
+// metadata only and reads the few it needs from the apiserver.
 func CacheOptions(namespaces []string) cache.Options {
 	owned := cache.ByObject{Label: labels.SelectorFromSet(labels.Set{resources.LabelManagedBy: resources.ManagedByValue})}
 	opts := cache.Options{ByObject: map[client.Object]cache.ByObject{
@@ -27,6 +29,7 @@ func CacheOptions(namespaces []string) cache.Options {
 		&rbacv1.Role{}:                  owned,
 		&rbacv1.RoleBinding{}:           owned,
 		&policyv1.PodDisruptionBudget{}: owned,
+		&networkingv1.NetworkPolicy{}:   owned,
 		// The broker pods carry the StatefulSet template's labels.
 		&corev1.Pod{}: owned,
 	}}

@@ -46,6 +46,10 @@ type Options struct {
 	ErrorBackoffMax  time.Duration
 	// BrokerCallTimeout bounds each call to a broker.
 	BrokerCallTimeout time.Duration
+	// OperatorNamespace is the namespace the operator runs in: a
+	// StreamCluster's NetworkPolicy admits it to the client port (the
+	// operator's admin calls). "" (outside a cluster): none is added.
+	OperatorNamespace string
 	// BrokerImage is the broker image of clusters that name none.
 	BrokerImage string
 	// BrokerAdmin reaches individual brokers (status, drain). Default: the

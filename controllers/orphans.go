@@ -86,7 +86,7 @@ func deletedStreams(cm *corev1.ConfigMap) []string {
 // recorded while a cluster of its name was gone, except those a Stream of
 // c names again (it manages them now). A broker that fails leaves the
 // stream recorded for the next reconcile; the record goes when it is empty.
-func (r *StreamClusterReconciler) deleteRecordedStreams(ctx context.Context, c *streamsv1alpha1.StreamCluster) error {
+func (r *StreamClusterReconciler) deleteRecordedStreams(ctx context.Context, c *streamsv1alpha1.StreamCluster, creds brokeradmin.Credentials) error {
 	var cm corev1.ConfigMap
 	switch err := r.Client.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: deletedStreamsName(c.Name)}, &cm); {
 	case apierrors.IsNotFound(err):
@@ -103,7 +103,7 @@ func (r *StreamClusterReconciler) deleteRecordedStreams(ctx context.Context, c *
 		claimed[streams.Items[i].StreamName()] = true
 	}
 	endpoint := clusterAdminEndpoint(c)
-	admin, err := r.Options.StreamAdmins.For(endpoint)
+	admin, err := r.Options.StreamAdmins.For(endpoint, creds)
 	if err != nil {
 		return err
 	}

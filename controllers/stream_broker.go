@@ -77,7 +77,7 @@ func (r *StreamReconciler) sync(ctx context.Context, s *streamsv1alpha1.Stream, 
 		return syncOutcome{ready: invalidSpec(err)}
 	}
 	endpoint := adminEndpoint(s, c)
-	admin, err := r.Options.StreamAdmins.For(endpoint)
+	admin, err := r.streamAdmin(ctx, endpoint, c)
 	if err != nil {
 		return syncOutcome{ready: brokerError(c, endpoint, "connect", err)}
 	}

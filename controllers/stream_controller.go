@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	streamsv1alpha1 "github.com/picomq/picomq/api/v1alpha1"
+	"github.com/picomq/picomq/controllers/brokeradmin"
 )
 
 // Metadata the Stream controller reads and writes.
@@ -47,9 +48,24 @@ const (
 // Stream is reconciled once per jittered resync period, which is when drift
 // is repaired.
 type StreamReconciler struct {
-	Client   client.Client
-	Recorder events.EventRecorder
-	Options  Options
+	Client client.Client
+	// APIReader reads the Secrets holding the cluster's credentials (never
+	// cached: see credentials.go).
+	APIReader client.Reader
+	Recorder  events.EventRecorder
+	Options   Options
+}
+
+// streamAdmin is the admin client of c's brokers at endpoint, with the
+// cluster's CA and the operator's token. A Secret that is missing or wrong
+// leaves the credentials it would give out: the call then fails and says
+// why, and the cluster's Degraded condition names the Secret.
+func (r *StreamReconciler) streamAdmin(ctx context.Context, endpoint string, c *streamsv1alpha1.StreamCluster) (brokeradmin.StreamAdmin, error) {
+	creds, _, err := checkSecrets(ctx, r.APIReader, c, time.Now())
+	if err != nil {
+		return nil, err
+	}
+	return r.Options.StreamAdmins.For(endpoint, creds)
 }
 
 // Reconcile implements reconcile.Reconciler.
@@ -155,6 +171,9 @@ func (r *StreamReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manage
 	r.Options = r.Options.withDefaults()
 	if r.Client == nil {
 		r.Client = mgr.GetClient()
+	}
+	if r.APIReader == nil {
+		r.APIReader = mgr.GetAPIReader()
 	}
 	if r.Recorder == nil {
 		r.Recorder = r.Options.recorder

@@ -63,7 +63,7 @@ func (r *StreamReconciler) finalize(ctx context.Context, s *streamsv1alpha1.Stre
 		return ctrl.Result{}, err
 	}
 	endpoint := adminEndpoint(s, &c)
-	admin, err := r.Options.StreamAdmins.For(endpoint)
+	admin, err := r.streamAdmin(ctx, endpoint, &c)
 	if err == nil {
 		cctx, cancel := context.WithTimeout(ctx, r.Options.BrokerCallTimeout)
 		err = admin.DeleteStream(cctx, name)

@@ -6,6 +6,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -42,6 +43,18 @@ func (r *StreamClusterReconciler) applyChildren(ctx context.Context, c *streamsv
 	}
 
 	a := applier{c: r.Client, reader: r.Client}
+	if c.Spec.Auth != nil {
+		// The operator's token, before the pods that mount it.
+		token, created, err := ensureOperatorToken(ctx, r.Client, r.APIReader, c)
+		if err != nil {
+			return nil, err
+		}
+		if created {
+			event(r.Recorder, c, eventNormal, "OperatorTokenCreated", "Apply",
+				"wrote the operator's admin token to Secret %s (mounted in the brokers' token directory)", resources.OperatorTokenSecretName(c))
+		}
+		o.creds.Token = token
+	}
 	children := []client.Object{
 		resources.ServiceAccount(c),
 		resources.Role(c),
@@ -58,8 +71,11 @@ func (r *StreamClusterReconciler) applyChildren(ctx context.Context, c *streamsv
 		resources.HeadlessService(c),
 		resources.ClientService(c),
 		resources.PodDisruptionBudget(c),
-		sts,
 	)
+	if np := resources.NetworkPolicy(c, r.Options.OperatorNamespace); np != nil {
+		children = append(children, np)
+	}
+	children = append(children, sts)
 	for _, child := range children {
 		var oldHash, basedOn string
 		if child == sts && o.sts != nil {
@@ -81,6 +97,9 @@ func (r *StreamClusterReconciler) applyChildren(ctx context.Context, c *streamsv
 	}
 	if idm != nil {
 		o.renderedClusterID = idm.Data[resources.EnvClusterID]
+	}
+	if err := r.removeNetworkPolicy(ctx, c, o); err != nil {
+		return sts, err
 	}
 	if err := r.reconcileServiceMonitor(ctx, c, o); err != nil {
 		return sts, err
@@ -179,5 +198,30 @@ func (r *StreamClusterReconciler) reconcileServiceMonitor(ctx context.Context, c
 		return err
 	}
 	eventAbout(r.Recorder, c, existing, eventNormal, "Deleted", "Apply", "deleted ServiceMonitor %s (spec.monitoring.serviceMonitor is false)", existing.GetName())
+	return nil
+}
+
+// removeNetworkPolicy deletes the NetworkPolicy the operator made once
+// spec.networkPolicy no longer enables one (looked at once per
+// generation).
+func (r *StreamClusterReconciler) removeNetworkPolicy(ctx context.Context, c *streamsv1alpha1.StreamCluster, o *clusterObservation) error {
+	if !o.firstLook || (c.Spec.NetworkPolicy != nil && c.Spec.NetworkPolicy.Enabled) {
+		return nil
+	}
+	np := &networkingv1.NetworkPolicy{}
+	err := r.Client.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: resources.NetworkPolicyName(c)}, np)
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if !metav1.IsControlledBy(np, c) {
+		return nil
+	}
+	if err := r.Client.Delete(ctx, np); client.IgnoreNotFound(err) != nil {
+		return err
+	}
+	eventAbout(r.Recorder, c, np, eventNormal, "Deleted", "Apply", "deleted NetworkPolicy %s (spec.networkPolicy is not enabled)", np.Name)
 	return nil
 }

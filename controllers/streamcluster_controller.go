@@ -6,6 +6,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -21,6 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	streamsv1alpha1 "github.com/picomq/picomq/api/v1alpha1"
+	"github.com/picomq/picomq/controllers/brokeradmin"
 	"github.com/picomq/picomq/controllers/resources"
 )
 
@@ -75,6 +77,10 @@ type clusterObservation struct {
 	specErr error
 	// applyErr: applying a child failed (retried with backoff).
 	applyErr error
+	// creds verify and authenticate the operator's calls to the brokers;
+	// secret is what is wrong with a Secret the spec names (nil: nothing).
+	creds  brokeradmin.Credentials
+	secret *secretProblem
 	// storageChange: the claim template changed, which a StatefulSet cannot
 	// take; the old one is kept and this says why.
 	storageChange string
@@ -106,6 +112,11 @@ func (r *StreamClusterReconciler) Reconcile(ctx context.Context, req ctrl.Reques
 		paused:    c.Spec.Paused,
 		firstLook: c.Status.ObservedGeneration != c.Generation,
 	}
+	creds, problem, err := checkSecrets(ctx, r.APIReader, &c, time.Now())
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	o.creds, o.secret = creds, problem
 	sts := &appsv1.StatefulSet{}
 	switch err := r.Client.Get(ctx, types.NamespacedName{Namespace: c.Namespace, Name: resources.StatefulSetName(&c)}, sts); {
 	case apierrors.IsNotFound(err):
@@ -119,7 +130,7 @@ func (r *StreamClusterReconciler) Reconcile(ctx context.Context, req ctrl.Reques
 		current = *sts.Spec.Replicas
 	}
 	if sts != nil {
-		o.brokers = r.observeBrokers(ctx, &c, current)
+		o.brokers = r.observeBrokers(ctx, &c, current, o.creds)
 		r.reach.observe(ctrl.LoggerFrom(ctx), c.Namespace, c.Name, o.brokers)
 		pods, err := r.listBrokerPods(ctx, &c)
 		if err != nil {
@@ -129,7 +140,7 @@ func (r *StreamClusterReconciler) Reconcile(ctx context.Context, req ctrl.Reques
 	}
 
 	if !o.paused {
-		o.plan = r.planReplicas(ctx, &c, sts, o.desired, current, o.brokers)
+		o.plan = r.planReplicas(ctx, &c, o.creds, sts, o.desired, current, o.brokers)
 		applied, err := r.applyChildren(ctx, &c, &o)
 		if apierrors.IsConflict(err) {
 			// A child changed since it was read: decide again from the
@@ -169,7 +180,7 @@ func (r *StreamClusterReconciler) Reconcile(ctx context.Context, req ctrl.Reques
 	// Streams deleted while a cluster of this name was gone: once a broker
 	// serves, they go (orphans.go).
 	if !o.paused && o.sts != nil && o.sts.Status.ReadyReplicas > 0 {
-		if err := r.deleteRecordedStreams(ctx, &c); err != nil {
+		if err := r.deleteRecordedStreams(ctx, &c, o.creds); err != nil {
 			return requeueOnConflict(err)
 		}
 	}
@@ -242,6 +253,11 @@ func (r *StreamClusterReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		// The broker pods belong to the StatefulSet; their crashes and
 		// recoveries are what Degraded reports.
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(clusterOfPod), builder.WithPredicates(podFailureChanged{})).
+		// The Secrets a cluster names (and its operator token): created,
+		// fixed or deleted, they change Degraded and the credentials. Only
+		// their metadata is watched: the manager holds no Secret's data.
+		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(clustersOfSecret(r.Client)), builder.OnlyMetadata).
+		Owns(&networkingv1.NetworkPolicy{}).
 		WithOptions(controller.Options{
 			MaxConcurrentReconciles: r.Options.StreamClusterConcurrency,
 			RateLimiter:             rateLimiter(r.Options),

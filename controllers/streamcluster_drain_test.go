@@ -23,7 +23,7 @@ func TestScaleDownHoldsWhileTheBrokerOnlyHandedItsSlotsOff(t *testing.T) {
 	r := &StreamClusterReconciler{Options: Options{BrokerAdmin: admin, BrokerCallTimeout: time.Second}}
 	c := testCluster()
 	c.Spec.Replicas = 2
-	plan := r.planReplicas(context.Background(), c, stsWith(3, 3, nil), 2, 3, brokersWithLeader("demo-0", 3))
+	plan := r.planReplicas(context.Background(), c, brokeradmin.Credentials{}, stsWith(3, 3, nil), 2, 3, brokersWithLeader("demo-0", 3))
 	if plan.replicas != 3 || plan.blocked != "" {
 		t.Fatalf("plan %+v: want the StatefulSet kept at 3, waiting", plan)
 	}

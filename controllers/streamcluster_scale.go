@@ -35,20 +35,21 @@ type scalePlan struct {
 	blocked string
 }
 
-// broker addresses the broker pod of c with that ordinal.
-func broker(c *streamsv1alpha1.StreamCluster, ordinal int32) brokeradmin.Broker {
+// broker addresses the broker pod of c with that ordinal, with the
+// cluster's credentials.
+func broker(c *streamsv1alpha1.StreamCluster, ordinal int32, creds brokeradmin.Credentials) brokeradmin.Broker {
 	pod := resources.PodName(c, ordinal)
-	return brokeradmin.Broker{Namespace: c.Namespace, Cluster: c.Name, Pod: pod, URL: resources.BrokerURL(c, pod)}
+	return brokeradmin.Broker{Namespace: c.Namespace, Cluster: c.Name, Pod: pod, URL: resources.BrokerURL(c, pod), Credentials: creds}
 }
 
 // observeBrokers asks the first n brokers for their status, concurrently,
 // each call bounded by BrokerCallTimeout.
-func (r *StreamClusterReconciler) observeBrokers(ctx context.Context, c *streamsv1alpha1.StreamCluster, n int32) []brokerObservation {
+func (r *StreamClusterReconciler) observeBrokers(ctx context.Context, c *streamsv1alpha1.StreamCluster, n int32, creds brokeradmin.Credentials) []brokerObservation {
 	out := make([]brokerObservation, n)
 	var wg sync.WaitGroup
 	for i := range n {
 		wg.Go(func() {
-			b := broker(c, i)
+			b := broker(c, i, creds)
 			cctx, cancel := context.WithTimeout(ctx, r.Options.BrokerCallTimeout)
 			defer cancel()
 			st, err := r.Options.BrokerAdmin.Status(cctx, b)
@@ -65,9 +66,9 @@ func (r *StreamClusterReconciler) observeBrokers(ctx context.Context, c *streams
 // ordinals, which a StatefulSet removes first) is asked to drain, and the
 // count only drops past the brokers that report Drained, from the top. A
 // broker that cannot drain holds the scale-down where it is.
-func (r *StreamClusterReconciler) planReplicas(ctx context.Context, c *streamsv1alpha1.StreamCluster, sts *appsv1.StatefulSet, desired, current int32, brokers []brokerObservation) scalePlan {
+func (r *StreamClusterReconciler) planReplicas(ctx context.Context, c *streamsv1alpha1.StreamCluster, creds brokeradmin.Credentials, sts *appsv1.StatefulSet, desired, current int32, brokers []brokerObservation) scalePlan {
 	if sts == nil || desired >= current {
-		r.cancelDrains(ctx, c, desired, brokers)
+		r.cancelDrains(ctx, c, creds, desired, brokers)
 		return scalePlan{replicas: desired, from: current}
 	}
 	type answer struct {
@@ -80,7 +81,7 @@ func (r *StreamClusterReconciler) planReplicas(ctx context.Context, c *streamsv1
 		wg.Go(func() {
 			cctx, cancel := context.WithTimeout(ctx, r.Options.BrokerCallTimeout)
 			defer cancel()
-			ds, err := r.Options.BrokerAdmin.Drain(cctx, broker(c, ord))
+			ds, err := r.Options.BrokerAdmin.Drain(cctx, broker(c, ord, creds))
 			answers[ord] = answer{ds, err}
 		})
 	}
@@ -122,13 +123,13 @@ func (r *StreamClusterReconciler) planReplicas(ctx context.Context, c *streamsv1
 // cancelDrains tells the brokers that stay (ordinal below desired) and
 // report a drain to stop draining: a scale-down was reverted before it
 // completed.
-func (r *StreamClusterReconciler) cancelDrains(ctx context.Context, c *streamsv1alpha1.StreamCluster, desired int32, brokers []brokerObservation) {
+func (r *StreamClusterReconciler) cancelDrains(ctx context.Context, c *streamsv1alpha1.StreamCluster, creds brokeradmin.Credentials, desired int32, brokers []brokerObservation) {
 	for i, b := range brokers {
 		if int32(i) >= desired || b.err != nil || b.status.Drain.Phase == brokeradmin.DrainNone {
 			continue
 		}
 		cctx, cancel := context.WithTimeout(ctx, r.Options.BrokerCallTimeout)
-		err := r.Options.BrokerAdmin.CancelDrain(cctx, broker(c, int32(i)))
+		err := r.Options.BrokerAdmin.CancelDrain(cctx, broker(c, int32(i), creds))
 		cancel()
 		if err != nil {
 			ctrl.LoggerFrom(ctx).Info("cannot cancel a broker's drain", "broker", b.pod, "err", err.Error())

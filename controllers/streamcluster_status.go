@@ -336,6 +336,8 @@ func degradedCondition(o clusterObservation) metav1.Condition {
 		c.Reason, c.Message = streamsv1alpha1.ReasonMemberRemoved, gone
 	case o.specErr != nil:
 		c.Reason, c.Message = streamsv1alpha1.ReasonInvalidSpec, o.specErr.Error()
+	case o.secret != nil:
+		c.Reason, c.Message = o.secret.reason, o.secret.message
 	case o.applyErr != nil:
 		c.Reason, c.Message = streamsv1alpha1.ReasonApplyFailed, o.applyErr.Error()
 	case len(o.failing) > 0:

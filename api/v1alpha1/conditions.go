@@ -19,7 +19,8 @@ package v1alpha1
 //     hands), or Progressing=True.
 //   - Degraded: Degraded=True. The operator cannot do what the spec asks
 //     without a person: the reason says why (ClusterIDMismatch,
-//     MemberRemoved, InvalidSpec, ApplyFailed, BrokersFailing,
+//     MemberRemoved, InvalidSpec, TLSSecretNotFound, TLSSecretInvalid,
+//     AuthSecretNotFound, ReservedTokenName, ApplyFailed, BrokersFailing,
 //     ScaleDownBlocked, StorageChangeNotApplied) and the message what to
 //     do.
 //   - Unknown: Ready=Unknown with reason BrokerUnreachable: the pods are
@@ -198,6 +199,26 @@ const (
 	// the spec cannot be turned into children or a broker stream; the
 	// message names the field. Degraded until the spec changes.
 	ReasonInvalidSpec = "InvalidSpec"
+	// ReasonTLSSecretNotFound (Degraded=True): spec.tls names a Secret
+	// that does not exist; the broker pods cannot start (their volume
+	// waits for it). The message names the Secret. Degraded until it
+	// exists.
+	ReasonTLSSecretNotFound = "TLSSecretNotFound"
+	// ReasonTLSSecretInvalid (Degraded=True): the spec.tls Secret lacks
+	// tls.crt, tls.key or ca.crt, or they do not parse, do not match, are
+	// not signed by ca.crt, or do not cover the brokers' DNS names. The
+	// message names the Secret and what is wrong. Degraded until it is
+	// fixed.
+	ReasonTLSSecretInvalid = "TLSSecretInvalid"
+	// ReasonAuthSecretNotFound (Degraded=True): spec.auth names a Secret
+	// that does not exist; the broker pods cannot start. Degraded until it
+	// exists.
+	ReasonAuthSecretNotFound = "AuthSecretNotFound"
+	// ReasonReservedTokenName (Degraded=True): the spec.auth Secret has a
+	// key picomq-operator, the name of the operator's own token: the
+	// operator's token replaces it in the brokers' token directory, so
+	// that token does not work. Degraded until the key is renamed.
+	ReasonReservedTokenName = "ReservedTokenName"
 	// ReasonApplyFailed (Degraded=True): applying a child object failed
 	// (refused by the apiserver or an admission webhook); retried with
 	// backoff. Degraded.

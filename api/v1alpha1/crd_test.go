@@ -152,6 +152,39 @@ metadata: {name: defaults}
 	}
 }
 
+// TestSecureClusterAccepted: tls, auth and a NetworkPolicy are admitted
+// now that the broker serves them, with /metrics open by default.
+func TestSecureClusterAccepted(t *testing.T) {
+	needsEnvtest(t)
+	u := object(t, clusterHead+`  tls: {secretName: demo-tls}
+  auth: {secretName: demo-tokens}
+  networkPolicy:
+    enabled: true
+    namespaceSelector: {matchLabels: {team: shop}}
+    from: [{ipBlock: {cidr: 10.0.0.0/8}}]
+`)
+	u.SetName("secure")
+	ctx := context.Background()
+	if err := k8s.Create(ctx, u); err != nil {
+		t.Fatal(err)
+	}
+	cleanup(t, u)
+	var got streamsv1alpha1.StreamCluster
+	if err := k8s.Get(ctx, client.ObjectKeyFromObject(u), &got); err != nil {
+		t.Fatal(err)
+	}
+	s := got.Spec
+	if s.TLS == nil || s.TLS.SecretName != "demo-tls" || s.Auth == nil || s.Auth.SecretName != "demo-tokens" {
+		t.Fatalf("tls %+v, auth %+v", s.TLS, s.Auth)
+	}
+	if s.Auth.Metrics != streamsv1alpha1.MetricsAuthOpen {
+		t.Errorf("auth.metrics = %q, want the default Open", s.Auth.Metrics)
+	}
+	if np := s.NetworkPolicy; np == nil || !np.Enabled || np.NamespaceSelector.MatchLabels["team"] != "shop" || len(np.From) != 1 {
+		t.Errorf("networkPolicy = %+v", np)
+	}
+}
+
 func TestStreamDefaults(t *testing.T) {
 	needsEnvtest(t)
 	u := object(t, `
@@ -237,10 +270,9 @@ func TestInvalidManifestsAreRefused(t *testing.T) {
 		{"leaseDuration too short for the default retryPeriod", clusterHead + "  ownership: {leaseDuration: 7ns}\n", "with the defaults filled in"},
 		{"renewDeadline at the default retryPeriod", clusterHead + "  ownership: {renewDeadline: 2s}\n", "with the defaults filled in"},
 		{"retryPeriod at the default renewDeadline", clusterHead + "  ownership: {retryPeriod: 10s}\n", "with the defaults filled in"},
-		// Fields the broker does not serve yet: a cluster with them would
-		// never become ready.
-		{"tls", clusterHead + "  tls: {secretName: demo-tls}\n", "tls is not supported yet"},
-		{"auth", clusterHead + "  auth: {secretName: demo-tokens}\n", "auth is not supported yet"},
+		{"auth without secret", clusterHead + "  auth: {}\n", "spec.auth.secretName: Required value"},
+		{"unknown metrics auth", clusterHead + "  auth: {secretName: demo-tokens, metrics: Basic}\n", `supported values: "Open", "Token"`},
+		{"networkPolicy without enabled", clusterHead + "  networkPolicy: {}\n", "spec.networkPolicy.enabled: Required value"},
 	}
 	ctx := context.Background()
 	for _, c := range cases {

@@ -149,3 +149,12 @@ func parseDuration(s string) (metav1.Duration, error) {
 	}
 	return metav1.Duration{Duration: d}, nil
 }
+
+// EffectiveMetrics is spec.auth.metrics with its default: Open when auth is
+// not set or the field is absent.
+func (a *AuthSpec) EffectiveMetrics() MetricsAuth {
+	if a == nil || a.Metrics == "" {
+		return MetricsAuthOpen
+	}
+	return a.Metrics
+}

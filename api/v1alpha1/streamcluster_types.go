@@ -2,6 +2,7 @@ package v1alpha1
 
 import (
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -9,8 +10,6 @@ import (
 // StreamClusterSpec is the cluster of brokers a user asks for.
 //
 // +kubebuilder:validation:XValidation:rule="!has(self.replicationFactor) || self.replicationFactor <= self.replicas",message="replicationFactor cannot exceed replicas: each copy of a stream lives on a different broker"
-// +kubebuilder:validation:XValidation:rule="!has(self.tls)",message="tls is not supported yet: the broker does not serve HTTPS yet, so its pods would never become ready; remove spec.tls"
-// +kubebuilder:validation:XValidation:rule="!has(self.auth)",message="auth is not supported yet: the broker does not check bearer tokens yet; remove spec.auth"
 type StreamClusterSpec struct {
 	// Replicas is how many broker pods run. Lowering it drains the departing
 	// brokers first, so no stream loses data.
@@ -61,17 +60,26 @@ type StreamClusterSpec struct {
 	// +optional
 	Service ServiceSpec `json:"service,omitempty"`
 
-	// TLS, when set, makes the brokers serve HTTPS with the certificate in the
-	// named Secret (keys tls.crt and tls.key). Not supported yet: the
-	// apiserver refuses it until the broker serves HTTPS.
+	// TLS, when set, makes the brokers serve HTTPS on the client port and
+	// TLS on the peer port with the certificate in the named Secret (keys
+	// tls.crt, tls.key and ca.crt, as cert-manager writes them). The probes
+	// and the operator's own calls then use HTTPS, verifying the brokers
+	// against ca.crt.
 	// +optional
 	TLS *TLSSpec `json:"tls,omitempty"`
 
 	// Auth, when set, makes the brokers require a bearer token from the named
-	// Secret on every request. Not supported yet: the apiserver refuses it
-	// until the broker checks tokens.
+	// Secret on every request but /healthz and /readyz. The operator adds a
+	// token of its own (admin scope), kept in the Secret
+	// <name>-operator-token.
 	// +optional
 	Auth *AuthSpec `json:"auth,omitempty"`
+
+	// NetworkPolicy, when enabled, renders a NetworkPolicy that admits the
+	// client port only from the selected namespaces (and the operator's),
+	// and the peer port only from the cluster's own brokers.
+	// +optional
+	NetworkPolicy *NetworkPolicySpec `json:"networkPolicy,omitempty"`
 
 	// PodTemplate holds overrides applied last to the broker pods.
 	// +optional
@@ -198,17 +206,63 @@ type ServiceSpec struct {
 
 // TLSSpec names the server certificate.
 type TLSSpec struct {
-	// SecretName is a kubernetes.io/tls Secret in the cluster's namespace.
+	// SecretName is a kubernetes.io/tls Secret in the cluster's namespace
+	// with tls.crt, tls.key and ca.crt (the CA the brokers verify each
+	// other, and the operator verifies them, against). The certificate
+	// must cover *.<name>-headless.<namespace>.svc (each broker) and
+	// <name>.<namespace>.svc (the client Service). The brokers reload it
+	// when it changes (cert-manager renewals).
 	// +kubebuilder:validation:MinLength=1
 	SecretName string `json:"secretName"`
 }
 
+// MetricsAuth says whether /metrics needs a token.
+// +kubebuilder:validation:Enum=Open;Token
+type MetricsAuth string
+
+const (
+	// MetricsAuthOpen serves /metrics to anyone who reaches the port.
+	MetricsAuthOpen MetricsAuth = "Open"
+	// MetricsAuthToken serves /metrics only with a token of read scope or
+	// more.
+	MetricsAuthToken MetricsAuth = "Token"
+)
+
 // AuthSpec names the bearer tokens clients present.
 type AuthSpec struct {
-	// SecretName is a Secret in the cluster's namespace whose values are the
-	// accepted tokens, one per key.
+	// SecretName is a Secret in the cluster's namespace with one key per
+	// token: the key is the token's name (what the brokers log), the value
+	// "<scopes>:<token>", scopes a comma list of read, write and admin
+	// (each allows exactly what it names; admin allows everything), the
+	// token at least 16 bytes: "read,write:4f9c...". Tokens added or
+	// removed take effect without a restart. The key picomq-operator is
+	// reserved for the operator's own token.
 	// +kubebuilder:validation:MinLength=1
 	SecretName string `json:"secretName"`
+
+	// Metrics is whether /metrics needs a token (Token) or not (Open).
+	// +kubebuilder:default=Open
+	// +optional
+	Metrics MetricsAuth `json:"metrics,omitempty"`
+}
+
+// NetworkPolicySpec selects who may reach the brokers.
+type NetworkPolicySpec struct {
+	// Enabled renders the NetworkPolicy <name>-brokers; false removes it.
+	Enabled bool `json:"enabled"`
+
+	// NamespaceSelector selects the namespaces whose pods may reach the
+	// client port. Absent: the cluster's own namespace only. The
+	// operator's namespace is always admitted (its admin calls).
+	// +optional
+	NamespaceSelector *metav1.LabelSelector `json:"namespaceSelector,omitempty"`
+
+	// From are further sources admitted to the client port (a pod
+	// selector, an IP block: a Prometheus elsewhere, an ingress
+	// controller).
+	// +listType=atomic
+	// +optional
+	From []networkingv1.NetworkPolicyPeer `json:"from,omitempty"`
 }
 
 // PodOverrides are applied to the broker pod template after the operator's

@@ -161,6 +161,9 @@ func main() {
 		StreamClusterConcurrency: cfg.StreamClusterWorkers,
 		StreamConcurrency:        cfg.StreamWorkers,
 		BrokerImage:              cfg.BrokerImage,
+		// Set from the downward API in config/manager; empty outside a
+		// cluster.
+		OperatorNamespace: os.Getenv("POD_NAMESPACE"),
 	}); err != nil {
 		log.Error(err, "cannot set up the controllers")
 		os.Exit(1)

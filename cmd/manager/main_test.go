@@ -128,7 +128,7 @@ func TestLogsEncodeDurationsAsStrings(t *testing.T) {
 func TestCacheOptions(t *testing.T) {
 	t.Parallel()
 	all := controllers.CacheOptions(nil)
-	if all.DefaultNamespaces != nil || len(all.ByObject) != 8 {
+	if all.DefaultNamespaces != nil || len(all.ByObject) != 9 {
 		t.Errorf("all namespaces: %+v", all)
 	}
 	for obj, by := range all.ByObject {

@@ -18,6 +18,9 @@ type Broker struct {
 	Namespace, Cluster, Pod string
 	// URL is the broker's base URL (http://demo-0.demo-headless.ns.svc:4437).
 	URL string
+	// Credentials verify the broker (https) and authenticate the operator
+	// to it (spec.auth).
+	Credentials Credentials
 }
 
 func (b Broker) String() string { return b.Namespace + "/" + b.Pod }

@@ -185,16 +185,16 @@ func TestUnreachableAndTimeout(t *testing.T) {
 func TestClientFactoryReusesClients(t *testing.T) {
 	t.Parallel()
 	f := NewClientFactory()
-	a, err := f.For("http://a:4437")
+	a, err := f.For("http://a:4437", Credentials{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	a2, _ := f.For("http://a:4437")
-	b, _ := f.For("http://b:4437")
+	a2, _ := f.For("http://a:4437", Credentials{})
+	b, _ := f.For("http://b:4437", Credentials{})
 	if a != a2 || a == b || f.Len() != 2 {
 		t.Errorf("clients not reused per endpoint (len %d)", f.Len())
 	}
-	if _, err := f.For("not a url"); err == nil {
+	if _, err := f.For("not a url", Credentials{}); err == nil {
 		t.Errorf("a bad URL was accepted")
 	}
 }

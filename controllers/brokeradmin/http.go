@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/picomq/picomq/broker/client"
@@ -29,7 +30,49 @@ type HTTP struct {
 	Client *http.Client
 	// Timeout bounds each call (default 5s).
 	Timeout time.Duration
+
+	// secured are the clients of brokers with credentials, one per
+	// credentials (a cluster's CA and token), built on Client's transport.
+	mu      sync.Mutex
+	secured map[string]*http.Client
 }
+
+// clientFor is the client that talks to b with its credentials.
+func (h *HTTP) clientFor(b Broker) (*http.Client, error) {
+	hc := h.Client
+	if hc == nil {
+		hc = http.DefaultClient
+	}
+	if len(b.Credentials.CA) == 0 && b.Credentials.Token == "" {
+		return hc, nil
+	}
+	k := b.Credentials.key()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if c, ok := h.secured[k]; ok {
+		return c, nil
+	}
+	c, err := withCredentials(hc, b.Credentials)
+	if err != nil {
+		return nil, err
+	}
+	if h.secured == nil {
+		h.secured = map[string]*http.Client{}
+	}
+	if len(h.secured) >= maxSecured {
+		// Rotated CAs and tokens leave clients behind: start over rather
+		// than grow (each holds idle connections only).
+		for _, old := range h.secured {
+			old.CloseIdleConnections()
+		}
+		clear(h.secured)
+	}
+	h.secured[k] = c
+	return c, nil
+}
+
+// maxSecured bounds HTTP's clients with credentials.
+const maxSecured = 256
 
 // NewHTTP returns a BrokerAdmin with its own connection pool.
 func NewHTTP() *HTTP {
@@ -116,9 +159,9 @@ func (h *HTTP) call(ctx context.Context, b Broker, method, path string, out any)
 	if body != nil {
 		req.Header.Set("Content-Type", wire.JSONContentType)
 	}
-	hc := h.Client
-	if hc == nil {
-		hc = http.DefaultClient
+	hc, err := h.clientFor(b)
+	if err != nil {
+		return fmt.Errorf("broker %s: %w", b, err)
 	}
 	resp, err := hc.Do(req)
 	if err != nil {
@@ -137,6 +180,10 @@ func (h *HTTP) call(ctx context.Context, b Broker, method, path string, out any)
 	switch {
 	case resp.StatusCode == http.StatusNotFound || resp.StatusCode == http.StatusMethodNotAllowed || resp.StatusCode == http.StatusNotImplemented:
 		return fmt.Errorf("broker %s: %s %s answered %d: %w", b, method, path, resp.StatusCode, ErrNotSupported)
+	case resp.StatusCode == http.StatusUnauthorized:
+		return fmt.Errorf("broker %s: %s %s answered 401: %w (%s)", b, method, path, ErrUnauthenticated, answer(data))
+	case resp.StatusCode == http.StatusForbidden:
+		return fmt.Errorf("broker %s: %s %s answered 403: %w (%s)", b, method, path, ErrForbidden, answer(data))
 	case resp.StatusCode/100 != 2:
 		if e, err := errs.Unmarshal(data); err == nil {
 			return fmt.Errorf("broker %s: %s %s: %w", b, method, path, e)
@@ -150,6 +197,22 @@ func (h *HTTP) call(ctx context.Context, b Broker, method, path string, out any)
 		return fmt.Errorf("broker %s: %s %s: decoding the answer: %w", b, method, path, err)
 	}
 	return nil
+}
+
+// ErrUnauthenticated is a broker's 401: it holds no token matching the
+// operator's (Secret <cluster>-operator-token), or was sent none.
+var ErrUnauthenticated = errors.New("the broker refused the operator's token: check that spec.auth is set and the broker pods mount the Secret <cluster>-operator-token")
+
+// ErrForbidden is a broker's 403: the operator's token lacks the admin
+// scope.
+var ErrForbidden = errors.New("the broker refused the call to the operator's token: its scope does not allow it (the operator's token needs admin)")
+
+// answer is a refusal's coded problem, or its text.
+func answer(data []byte) string {
+	if e, err := errs.Unmarshal(data); err == nil {
+		return e.Error()
+	}
+	return snippet(data)
 }
 
 func snippet(b []byte) string {

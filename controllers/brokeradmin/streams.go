@@ -24,14 +24,15 @@ type StreamAdmin interface {
 var _ StreamAdmin = (*client.Client)(nil)
 
 // StreamAdminFactory returns the StreamAdmin of the cluster served at
-// endpoint (a base URL).
+// endpoint (a base URL), verified and authenticated with creds.
 type StreamAdminFactory interface {
-	For(endpoint string) (StreamAdmin, error)
+	For(endpoint string, creds Credentials) (StreamAdmin, error)
 }
 
 // ClientFactory is the default StreamAdminFactory: one broker client per
-// endpoint, made once and reused by every reconcile, all sharing one
-// connection pool.
+// endpoint and credentials, made once and reused by every reconcile, all
+// sharing one connection pool (but those with a CA, which have one per
+// CA).
 type ClientFactory struct {
 	hc      *http.Client
 	mu      sync.Mutex
@@ -44,17 +45,29 @@ func NewClientFactory() *ClientFactory {
 }
 
 // For implements StreamAdminFactory.
-func (f *ClientFactory) For(endpoint string) (StreamAdmin, error) {
+func (f *ClientFactory) For(endpoint string, creds Credentials) (StreamAdmin, error) {
+	k := endpoint + "\x00" + creds.key()
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if c, ok := f.clients[endpoint]; ok {
+	if c, ok := f.clients[k]; ok {
 		return c, nil
 	}
-	c, err := client.New(endpoint, client.WithHTTPClient(f.hc), client.WithUserAgent("picomq-operator"))
+	hc, err := withCredentials(f.hc, creds)
 	if err != nil {
 		return nil, err
 	}
-	f.clients[endpoint] = c
+	c, err := client.New(endpoint, client.WithHTTPClient(hc), client.WithUserAgent("picomq-operator"))
+	if err != nil {
+		return nil, err
+	}
+	if len(f.clients) >= maxSecured {
+		// Endpoints and credentials that changed leave clients behind.
+		for _, old := range f.clients {
+			old.Close()
+		}
+		clear(f.clients)
+	}
+	f.clients[k] = c
 	return c, nil
 }
 

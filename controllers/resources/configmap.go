@@ -39,7 +39,9 @@ const (
 	EnvDefaultStreamPolicy = "PICOMQ_DEFAULT_STREAM_POLICY" // JSON, the admin API's policy shape
 	EnvTLSCertFile         = "PICOMQ_TLS_CERT_FILE"
 	EnvTLSKeyFile          = "PICOMQ_TLS_KEY_FILE"
+	EnvTLSCAFile           = "PICOMQ_TLS_CA_FILE" // the CA peers (and the operator) are verified against
 	EnvAuthTokensDir       = "PICOMQ_AUTH_TOKENS_DIR"
+	EnvMetricsAuth         = "PICOMQ_METRICS_AUTH" // open or token
 )
 
 // ConfigMap renders the broker configuration of c. Only what changes the
@@ -98,11 +100,16 @@ func ConfigMap(c *streamsv1alpha1.StreamCluster) (*corev1.ConfigMap, error) {
 		data[EnvDefaultStreamPolicy] = string(raw)
 	}
 	if s.TLS != nil {
-		data[EnvTLSCertFile] = TLSMountPath + "/tls.crt"
-		data[EnvTLSKeyFile] = TLSMountPath + "/tls.key"
+		data[EnvTLSCertFile] = TLSMountPath + "/" + corev1.TLSCertKey
+		data[EnvTLSKeyFile] = TLSMountPath + "/" + corev1.TLSPrivateKeyKey
+		data[EnvTLSCAFile] = TLSMountPath + "/" + CAKey
 	}
 	if s.Auth != nil {
 		data[EnvAuthTokensDir] = AuthMountPath
+		data[EnvMetricsAuth] = "open"
+		if s.Auth.EffectiveMetrics() == streamsv1alpha1.MetricsAuthToken {
+			data[EnvMetricsAuth] = "token"
+		}
 	}
 	return &corev1.ConfigMap{
 		TypeMeta:   typeMeta("v1", "ConfigMap"),

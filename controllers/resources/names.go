@@ -53,6 +53,8 @@ const (
 	// spec.tls is set.
 	TLSVolumeName = "tls"
 	TLSMountPath  = "/etc/picomq/tls"
+	// CAKey is the TLS Secret's CA bundle, as cert-manager names it.
+	CAKey = "ca.crt"
 	// AuthVolumeName and AuthMountPath hold the accepted bearer tokens when
 	// spec.auth is set.
 	AuthVolumeName = "auth"

@@ -10,6 +10,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -192,11 +193,17 @@ func TestConfigMapOverrides(t *testing.T) {
 		EnvLongPollTimeout:    "30s",
 		EnvTLSCertFile:        "/etc/picomq/tls/tls.crt",
 		EnvTLSKeyFile:         "/etc/picomq/tls/tls.key",
+		EnvTLSCAFile:          "/etc/picomq/tls/ca.crt",
 		EnvAuthTokensDir:      "/etc/picomq/auth",
+		EnvMetricsAuth:        "open",
 	} {
 		if cm.Data[k] != v {
 			t.Errorf("%s = %q, want %q", k, cm.Data[k], v)
 		}
+	}
+	c.Spec.Auth.Metrics = streamsv1alpha1.MetricsAuthToken
+	if cm, _ := ConfigMap(c); cm.Data[EnvMetricsAuth] != "token" {
+		t.Errorf("metrics Token: %s = %q, want token", EnvMetricsAuth, cm.Data[EnvMetricsAuth])
 	}
 	var p wire.Policy
 	if err := json.Unmarshal([]byte(cm.Data[EnvDefaultStreamPolicy]), &p); err != nil {
@@ -347,10 +354,124 @@ func TestServiceMonitor(t *testing.T) {
 	if ep["port"] != ClientPortName || ep["path"] != "/metrics" || ep["scheme"] != "http" {
 		t.Errorf("endpoint %v", ep)
 	}
+	if _, ok := ep["bearerTokenSecret"]; ok {
+		t.Errorf("a bearer token without auth: %v", ep)
+	}
 	c.Spec.TLS = &streamsv1alpha1.TLSSpec{SecretName: "x"}
 	ep = ServiceMonitor(c).Object["spec"].(map[string]any)["endpoints"].([]any)[0].(map[string]any)
 	if ep["scheme"] != "https" {
 		t.Errorf("TLS: scheme %v", ep["scheme"])
+	}
+	tc, _ := ep["tlsConfig"].(map[string]any)
+	wantTLS := map[string]any{
+		"ca":         map[string]any{"secret": map[string]any{"name": "x", "key": "ca.crt"}},
+		"serverName": "demo.ns.svc",
+	}
+	if !reflect.DeepEqual(tc, wantTLS) {
+		t.Errorf("TLS: tlsConfig %v, want %v", tc, wantTLS)
+	}
+	c.Spec.Auth = &streamsv1alpha1.AuthSpec{SecretName: "tokens", Metrics: streamsv1alpha1.MetricsAuthOpen}
+	c.Spec.Monitoring.ServiceMonitor = true
+	ep = ServiceMonitor(c).Object["spec"].(map[string]any)["endpoints"].([]any)[0].(map[string]any)
+	if _, ok := ep["bearerTokenSecret"]; ok {
+		t.Errorf("metrics Open: a bearer token %v", ep)
+	}
+	c.Spec.Auth.Metrics = streamsv1alpha1.MetricsAuthToken
+	ep = ServiceMonitor(c).Object["spec"].(map[string]any)["endpoints"].([]any)[0].(map[string]any)
+	if bt := ep["bearerTokenSecret"]; !reflect.DeepEqual(bt, map[string]any{"name": "demo-operator-token", "key": "metrics-token"}) {
+		t.Errorf("metrics Token: bearerTokenSecret %v", bt)
+	}
+	// The unstructured object must survive a JSON round trip as the
+	// apiserver would store it.
+	if _, err := json.Marshal(ServiceMonitor(c).Object); err != nil {
+		t.Error(err)
+	}
+}
+
+func TestOperatorTokens(t *testing.T) {
+	t.Parallel()
+	admin, metrics := strings.Repeat("ab", 32), strings.Repeat("0f", 32)
+	s := OperatorTokenSecret(cluster(), admin, metrics)
+	if s.Name != "demo-operator-token" || s.Namespace != "ns" || len(s.OwnerReferences) != 1 || s.Labels[LabelManagedBy] != ManagedByValue {
+		t.Errorf("identity %s/%s owners %v labels %v", s.Namespace, s.Name, s.OwnerReferences, s.Labels)
+	}
+	if got := string(s.Data[OperatorTokenKey]); got != "admin:"+admin {
+		t.Errorf("%s = %q: want the token file format admin:<token>", OperatorTokenKey, got)
+	}
+	a, m, ok := ParseOperatorTokens(s.Data)
+	if !ok || a != admin || m != metrics {
+		t.Errorf("ParseOperatorTokens = %q, %q, %v", a, m, ok)
+	}
+	for name, mutate := range map[string]func(map[string][]byte){
+		"missing admin":    func(d map[string][]byte) { delete(d, OperatorTokenKey) },
+		"write scope":      func(d map[string][]byte) { d[OperatorTokenKey] = []byte("write:" + admin) },
+		"short token":      func(d map[string][]byte) { d[OperatorTokenKey] = []byte("admin:abcd") },
+		"not hex":          func(d map[string][]byte) { d[OperatorTokenKey] = []byte("admin:" + strings.Repeat("zz", 32)) },
+		"upper case":       func(d map[string][]byte) { d[OperatorTokenKey] = []byte("admin:" + strings.Repeat("AB", 32)) },
+		"bearer differs":   func(d map[string][]byte) { d[MetricsBearerKey] = []byte(admin) },
+		"metrics missing":  func(d map[string][]byte) { delete(d, MetricsTokenKey) },
+		"trailing newline": func(d map[string][]byte) { d[OperatorTokenKey] = []byte("admin:" + admin + "\n") },
+	} {
+		d := OperatorTokenSecret(cluster(), admin, metrics).Data
+		mutate(d)
+		if _, _, ok := ParseOperatorTokens(d); ok {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+}
+
+func TestNetworkPolicy(t *testing.T) {
+	t.Parallel()
+	c := cluster()
+	if np := NetworkPolicy(c, "picomq-system"); np != nil {
+		t.Errorf("built without spec.networkPolicy: %+v", np)
+	}
+	c.Spec.NetworkPolicy = &streamsv1alpha1.NetworkPolicySpec{Enabled: false}
+	if np := NetworkPolicy(c, "picomq-system"); np != nil {
+		t.Errorf("built with enabled false: %+v", np)
+	}
+	c.Spec.NetworkPolicy.Enabled = true
+	np := NetworkPolicy(c, "picomq-system")
+	if np == nil || np.Name != "demo-brokers" || np.Namespace != "ns" || len(np.OwnerReferences) != 1 || np.Labels[LabelManagedBy] != ManagedByValue {
+		t.Fatalf("identity %+v", np)
+	}
+	if !reflect.DeepEqual(np.Spec.PodSelector.MatchLabels, SelectorLabels(c)) || !slices.Equal(np.Spec.PolicyTypes, []networkingv1.PolicyType{networkingv1.PolicyTypeIngress}) {
+		t.Errorf("selects %v, types %v: want the brokers, ingress only", np.Spec.PodSelector, np.Spec.PolicyTypes)
+	}
+	if len(np.Spec.Ingress) != 2 {
+		t.Fatalf("ingress %+v: want a client rule and a peer rule", np.Spec.Ingress)
+	}
+	rule := func(i int, port string) networkingv1.NetworkPolicyIngressRule {
+		r := np.Spec.Ingress[i]
+		if len(r.Ports) != 1 || r.Ports[0].Port.String() != port || *r.Ports[0].Protocol != corev1.ProtocolTCP {
+			t.Errorf("rule %d ports %+v, want %s/TCP", i, r.Ports, port)
+		}
+		return r
+	}
+	nsSel := func(ns string) networkingv1.NetworkPolicyPeer {
+		return networkingv1.NetworkPolicyPeer{NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{LabelNamespaceName: ns}}}
+	}
+	brokers := networkingv1.NetworkPolicyPeer{PodSelector: &metav1.LabelSelector{MatchLabels: SelectorLabels(c)}}
+	// Default: the cluster's namespace and the operator's reach the
+	// client port; only the brokers reach the peer port.
+	if got, want := rule(0, ClientPortName).From, []networkingv1.NetworkPolicyPeer{nsSel("ns"), nsSel("picomq-system"), brokers}; !reflect.DeepEqual(got, want) {
+		t.Errorf("client sources %+v, want %+v", got, want)
+	}
+	if got := rule(1, PeerPortName).From; !reflect.DeepEqual(got, []networkingv1.NetworkPolicyPeer{brokers}) {
+		t.Errorf("peer sources %+v: want the cluster's brokers only", got)
+	}
+	// Selected namespaces and extra peers; no operator namespace known.
+	sel := &metav1.LabelSelector{MatchLabels: map[string]string{"team": "shop"}}
+	block := networkingv1.NetworkPolicyPeer{IPBlock: &networkingv1.IPBlock{CIDR: "10.0.0.0/8"}}
+	c.Spec.NetworkPolicy.NamespaceSelector = sel
+	c.Spec.NetworkPolicy.From = []networkingv1.NetworkPolicyPeer{block}
+	np = NetworkPolicy(c, "")
+	if got, want := np.Spec.Ingress[0].From, []networkingv1.NetworkPolicyPeer{{NamespaceSelector: sel}, block, brokers}; !reflect.DeepEqual(got, want) {
+		t.Errorf("client sources %+v, want %+v", got, want)
+	}
+	np.Spec.Ingress[0].From[0].NamespaceSelector.MatchLabels["team"] = "changed"
+	if sel.MatchLabels["team"] != "shop" {
+		t.Error("the built policy shares the spec's selector")
 	}
 }
 
@@ -616,14 +737,46 @@ func TestStatefulSetTLSAndAuth(t *testing.T) {
 			t.Errorf("probe scheme %s with TLS", p.HTTPGet.Scheme)
 		}
 	}
-	vols := map[string]string{}
+	vols := map[string]corev1.Volume{}
 	for _, v := range ps.Volumes {
-		if v.Secret != nil {
-			vols[v.Name] = v.Secret.SecretName
+		vols[v.Name] = v
+	}
+	if v := vols[TLSVolumeName]; v.Secret == nil || v.Secret.SecretName != "cert" {
+		t.Errorf("tls volume %+v", v)
+	}
+	// One projected volume: the user's tokens whole (tokens added later
+	// reach the brokers without a restart), then the operator's token
+	// alone, last so that it wins a clash of names.
+	auth := vols[AuthVolumeName].Projected
+	if auth == nil || len(auth.Sources) != 2 {
+		t.Fatalf("auth volume %+v: want one projected volume of two Secrets", vols[AuthVolumeName])
+	}
+	user, op := auth.Sources[0].Secret, auth.Sources[1].Secret
+	if user == nil || user.Name != "tokens" || len(user.Items) != 0 || ptr.Deref(user.Optional, false) {
+		t.Errorf("user source %+v: want the whole Secret, required", user)
+	}
+	if op == nil || op.Name != "demo-operator-token" || !reflect.DeepEqual(op.Items, []corev1.KeyToPath{{Key: OperatorTokenKey, Path: OperatorTokenKey}}) {
+		t.Errorf("operator source %+v: want picomq-operator only (no metrics token without a ServiceMonitor)", op)
+	}
+	if ptr.Deref(auth.DefaultMode, 0) != 0o440 {
+		t.Errorf("auth mode %o", ptr.Deref(auth.DefaultMode, 0))
+	}
+	c.Spec.Auth.Metrics = streamsv1alpha1.MetricsAuthToken
+	c.Spec.Monitoring.ServiceMonitor = true
+	items := StatefulSet(c, params()).Spec.Template.Spec.Volumes
+	var got []string
+	for _, v := range items {
+		if v.Name == AuthVolumeName {
+			for _, it := range v.Projected.Sources[1].Secret.Items {
+				got = append(got, it.Path)
+			}
 		}
 	}
-	if vols[TLSVolumeName] != "cert" || vols[AuthVolumeName] != "tokens" {
-		t.Errorf("secret volumes %v", vols)
+	if !slices.Equal(got, []string{OperatorTokenKey, MetricsTokenKey}) {
+		t.Errorf("metrics Token with a ServiceMonitor: operator token files %v", got)
+	}
+	if r := ReservedTokenNames(c); !slices.Equal(r, []string{OperatorTokenKey, MetricsTokenKey}) {
+		t.Errorf("reserved %v", r)
 	}
 	mounts := map[string]corev1.VolumeMount{}
 	for _, m := range ctr.VolumeMounts {

@@ -13,7 +13,9 @@ import (
 var ServiceMonitorGVK = schema.GroupVersionKind{Group: "monitoring.coreos.com", Version: "v1", Kind: "ServiceMonitor"}
 
 // ServiceMonitor makes Prometheus scrape every broker's /metrics through
-// the headless Service (not-ready brokers included: their metrics say why).
+// the headless Service (not-ready brokers included: their metrics say why),
+// over HTTPS when spec.tls is set, and with the operator's metrics token
+// when spec.auth.metrics is Token.
 func ServiceMonitor(c *streamsv1alpha1.StreamCluster) *unstructured.Unstructured {
 	sel := map[string]any{}
 	for k, v := range SelectorLabels(c) {
@@ -28,6 +30,18 @@ func ServiceMonitor(c *streamsv1alpha1.StreamCluster) *unstructured.Unstructured
 		"port":   ClientPortName,
 		"path":   "/metrics",
 		"scheme": Scheme(c),
+	}
+	if c.Spec.TLS != nil {
+		// Prometheus dials the pods' addresses: it verifies the brokers'
+		// certificate against the Secret's CA under the client Service's
+		// name, which every broker's certificate covers.
+		endpoint["tlsConfig"] = map[string]any{
+			"ca":         map[string]any{"secret": map[string]any{"name": c.Spec.TLS.SecretName, "key": CAKey}},
+			"serverName": ClientServiceName(c) + "." + c.Namespace + ".svc",
+		}
+	}
+	if MetricsTokenProjected(c) {
+		endpoint["bearerTokenSecret"] = map[string]any{"name": OperatorTokenSecretName(c), "key": MetricsBearerKey}
 	}
 	owner := OwnerReference(c)
 	u := &unstructured.Unstructured{Object: map[string]any{

@@ -303,9 +303,7 @@ func volumes(c *streamsv1alpha1.StreamCluster) []corev1.Volume {
 		}})
 	}
 	if c.Spec.Auth != nil {
-		vs = append(vs, corev1.Volume{Name: AuthVolumeName, VolumeSource: corev1.VolumeSource{
-			Secret: &corev1.SecretVolumeSource{SecretName: c.Spec.Auth.SecretName, DefaultMode: ptr.To[int32](0o440)},
-		}})
+		vs = append(vs, authVolume(c))
 	}
 	return vs
 }
