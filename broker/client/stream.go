@@ -254,6 +254,11 @@ func (s *Stream) Compact(ctx context.Context, partition int) (stream.CompactValu
 
 // Commit implements stream.Committer.
 func (s *Stream) Commit(ctx context.Context, group string, partition int, next stream.Offset) error {
+	// Checked here as the other engines do: the broker refuses an empty
+	// group= as a malformed query, which is not the port's answer.
+	if err := stream.CheckGroup(group); err != nil {
+		return err
+	}
 	q := partitionQuery(partition)
 	q.Set("group", group)
 	q.Set("next", strconv.FormatUint(uint64(next), 10))
@@ -263,6 +268,11 @@ func (s *Stream) Commit(ctx context.Context, group string, partition int, next s
 
 // Committed implements stream.Committer.
 func (s *Stream) Committed(ctx context.Context, group string, partition int) (stream.Offset, error) {
+	// Checked here as the other engines do: the broker refuses an empty
+	// group= as a malformed query, which is not the port's answer.
+	if err := stream.CheckGroup(group); err != nil {
+		return 0, err
+	}
 	q := partitionQuery(partition)
 	q.Set("group", group)
 	resp, err := s.c.do(ctx, request{op: "committed", method: http.MethodGet, path: s.path + ":" + wire.OpCommitted, query: q})
