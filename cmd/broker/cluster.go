@@ -54,6 +54,10 @@ type cluster struct {
 	left      atomic.Bool
 	drained   atomic.Bool
 	leaving   atomic.Bool // the drain under way leaves the cluster
+	// leaveMu orders a drain's last step (the removal) and a cancel: a
+	// cancel that came between the step's check and the removal left the
+	// member removed, not restarted, and it served nothing for good.
+	leaveMu sync.Mutex
 	// held is why the drain's last step waits (empty: it does not): the
 	// voters that stay would have no majority answering.
 	held atomic.Pointer[string]

@@ -114,6 +114,8 @@ func drainRefusal(liveOthers, staying, replicationFactor int) error {
 // CancelDrain implements httpapi.Drainer: the broker is a full member
 // again and takes its share of the slots back.
 func (c *cluster) CancelDrain(ctx context.Context) error {
+	c.leaveMu.Lock()
+	defer c.leaveMu.Unlock()
 	if c.left.Load() {
 		// Too late to stay: the cluster removed this member for good. It
 		// restarts, sets its drained directory aside and joins as a new
@@ -244,6 +246,13 @@ func (c *cluster) finishDrain(ctx context.Context) {
 	}
 	if c.held.Swap(nil) != nil {
 		c.log.Info("drain: the voters that stay answer again; leaving")
+	}
+	// Checked again under the lock a cancel takes: cancelled meanwhile,
+	// the member stays.
+	c.leaveMu.Lock()
+	defer c.leaveMu.Unlock()
+	if !c.leaving.Load() || !c.owners.Status().Draining {
+		return
 	}
 	self := c.member.Identity().ID()
 	if err := writeDrainedMark(c.dataDir, self); err != nil {
