@@ -20,6 +20,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/picomq/picomq/broker/client"
+	"github.com/picomq/picomq/controllers/resources"
 	"github.com/picomq/picomq/devstack/controlplane"
 	"github.com/picomq/picomq/devstack/nodeagent"
 	"github.com/picomq/picomq/devstack/podnet"
@@ -158,6 +159,12 @@ func Run(ctx context.Context, o Options, cpBin string, progress io.Writer) (err 
 	}
 	step("every partition served")
 	if err := waitServing(ctx, "http://"+net.JoinHostPort(svc0.Spec.ClusterIP, strconv.Itoa(int(svc0.Spec.Ports[0].Port)))); err != nil {
+		return err
+	}
+	// And by each broker itself: the Service may reach only those that
+	// caught up with the metadata leader, while one restarted with the
+	// stack still refuses (METADATA_CATCHING_UP) what it would route.
+	if err := waitEachBrokerServing(ctx, k, int(resources.ClientPort)); err != nil {
 		return err
 	}
 	svc, err := k.CoreV1().Services(SampleNamespace).Get(ctx, SampleCluster, metav1.GetOptions{})
@@ -312,6 +319,46 @@ func waitServing(ctx context.Context, url string) error {
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("the streams are not served through the client Service after %s: %w", readyTimeout, last)
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
+// waitEachBrokerServing waits until every partition answers a read through
+// each broker pod of the sample cluster, at its pod address.
+func waitEachBrokerServing(ctx context.Context, k kubernetes.Interface, port int) error {
+	ctx, cancel := context.WithTimeout(ctx, readyTimeout)
+	defer cancel()
+	selector := resources.LabelInstance + "=" + SampleCluster + "," + resources.LabelComponent + "=" + resources.ComponentBroker
+	var last error
+	for {
+		last = func() error {
+			pods, err := k.CoreV1().Pods(SampleNamespace).List(ctx, metav1.ListOptions{LabelSelector: selector})
+			if err != nil {
+				return err
+			}
+			for _, p := range pods.Items {
+				if p.Status.PodIP == "" {
+					return fmt.Errorf("pod %s has no address yet", p.Name)
+				}
+				c, err := client.New("http://" + net.JoinHostPort(p.Status.PodIP, strconv.Itoa(port)))
+				if err != nil {
+					return err
+				}
+				err = readEveryPartition(ctx, c)
+				c.Close()
+				if err != nil {
+					return fmt.Errorf("through %s: %w", p.Name, err)
+				}
+			}
+			return nil
+		}()
+		if last == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("the streams are not served by every broker after %s: %w", readyTimeout, last)
 		case <-time.After(500 * time.Millisecond):
 		}
 	}
