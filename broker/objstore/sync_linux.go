@@ -4,7 +4,6 @@ package objstore
 
 import (
 	"errors"
-	"io"
 	"os"
 	"syscall"
 
@@ -64,34 +63,4 @@ func dropPages(f *os.File) error {
 	return onDescriptor(f, "fadvise", func(fd int) error {
 		return unix.Fadvise(fd, 0, 0, unix.FADV_DONTNEED)
 	})
-}
-
-// pwritev writes the pieces iovs one after the other to f from offset off,
-// with as few pwritev(2) calls as IOV_MAX and short writes allow. It may
-// reslice the elements of iovs.
-func pwritev(f *os.File, iovs [][]byte, off int64) error {
-	for len(iovs) > 0 {
-		batch := iovs[:min(len(iovs), maxRefs)]
-		var n int
-		err := onDescriptor(f, "pwritev", func(fd int) (err error) {
-			n, err = unix.Pwritev(fd, batch, off)
-			return err
-		})
-		if err != nil {
-			return err
-		}
-		if n == 0 {
-			return &os.PathError{Op: "pwritev", Path: f.Name(), Err: io.ErrShortWrite}
-		}
-		off += int64(n)
-		for n > 0 {
-			if n < len(iovs[0]) {
-				iovs[0] = iovs[0][n:]
-				break
-			}
-			n -= len(iovs[0])
-			iovs = iovs[1:]
-		}
-	}
-	return nil
 }
