@@ -6,9 +6,11 @@
 package diskspace
 
 import (
-	"errors"
+	"fmt"
 	"strconv"
 	"strings"
+
+	"github.com/picomq/picomq/broker/bytesize"
 )
 
 // Headroom is --disk-headroom: "auto" (the zero value), a byte size, or 0
@@ -48,21 +50,11 @@ func ParseHeadroom(s string) (Headroom, error) {
 	if s == "" || s == "auto" {
 		return Headroom{}, nil
 	}
-	mult := int64(1)
-	for _, u := range []struct {
-		suffix string
-		mult   int64
-	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}} {
-		if strings.HasSuffix(s, u.suffix) {
-			s, mult = strings.TrimSpace(strings.TrimSuffix(s, u.suffix)), u.mult
-			break
-		}
+	n, err := bytesize.Parse(s)
+	if err != nil {
+		return Headroom{}, fmt.Errorf(`not "auto", 0 or a byte size: %w`, err)
 	}
-	n, err := strconv.ParseInt(s, 10, 64)
-	if err != nil || n < 0 || n > (1<<62)/mult {
-		return Headroom{}, errors.New(`not "auto", 0 or a byte size such as 67108864 or 64MiB`)
-	}
-	return Headroom{Bytes: n * mult, Fixed: true}, nil
+	return Headroom{Bytes: n, Fixed: true}, nil
 }
 
 // Set parses s into h: a Headroom is a flag.Value.

@@ -19,6 +19,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/picomq/picomq/broker/bytesize"
 	"github.com/picomq/picomq/broker/core"
 	"github.com/picomq/picomq/broker/diskspace"
 	"github.com/picomq/picomq/broker/httpapi/wire"
@@ -451,21 +452,11 @@ type byteSize int64
 func (b *byteSize) String() string { return strconv.FormatInt(int64(*b), 10) }
 
 func (b *byteSize) Set(s string) error {
-	mult := int64(1)
-	for _, u := range []struct {
-		suffix string
-		mult   int64
-	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}} {
-		if strings.HasSuffix(s, u.suffix) {
-			s, mult = strings.TrimSpace(strings.TrimSuffix(s, u.suffix)), u.mult
-			break
-		}
+	n, err := bytesize.Parse(s)
+	if err != nil {
+		return err
 	}
-	n, err := strconv.ParseInt(s, 10, 64)
-	if err != nil || n < 0 || n > (1<<62)/mult {
-		return errors.New("not a byte size such as 8388608 or 8MiB")
-	}
-	*b = byteSize(n * mult)
+	*b = byteSize(n)
 	return nil
 }
 
