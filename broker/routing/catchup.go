@@ -1,9 +1,12 @@
 package routing
 
 import (
+	"bytes"
 	"context"
 	"net/http"
 	"time"
+
+	"github.com/picomq/picomq/broker/httpapi/wire"
 )
 
 // catchupWait bounds one catch-up with the metadata leader: a read index
@@ -89,3 +92,44 @@ func (rt *Router) serveCaughtUp(w http.ResponseWriter, r *http.Request) {
 	}
 	rt.cfg.Local.ServeHTTP(w, r)
 }
+
+// serveReadyz adds to the broker's own readiness that its copy of the
+// metadata was vouched for once since it started: a broker restarted (or
+// joined) and not yet caught up with the leader refuses every routed
+// request with METADATA_CATCHING_UP, so the Service must not send it any.
+// The broker's own refusal (draining, removed, storage failed, no leader)
+// comes first: it says more. The probe itself tries the catch-up. Only
+// the first one gates: a later failure (the leader moving, a broker cut
+// off) is the metadata log's to report, which the broker's own /readyz
+// does, and gating on it would take every broker out of the Service at
+// each election.
+func (rt *Router) serveReadyz(w http.ResponseWriter, r *http.Request) {
+	if rt.everCaughtUp() {
+		rt.cfg.Local.ServeHTTP(w, r)
+		return
+	}
+	own := &capture{header: http.Header{}, code: http.StatusOK}
+	rt.cfg.Local.ServeHTTP(own, r)
+	if own.code == http.StatusOK {
+		if err := rt.ready(r.Context()); err != nil {
+			rt.fail(w, r, wire.NotReady.Wrap(err, "reason", "not caught up with the metadata leader since start"))
+			return
+		}
+	}
+	for k, v := range own.header {
+		w.Header()[k] = v
+	}
+	w.WriteHeader(own.code)
+	_, _ = w.Write(own.body.Bytes())
+}
+
+// capture holds a small answer (a probe's) to look at before sending it.
+type capture struct {
+	header http.Header
+	code   int
+	body   bytes.Buffer
+}
+
+func (c *capture) Header() http.Header         { return c.header }
+func (c *capture) WriteHeader(code int)        { c.code = code }
+func (c *capture) Write(b []byte) (int, error) { return c.body.Write(b) }

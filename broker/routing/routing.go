@@ -187,6 +187,8 @@ func (rt *Router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// append acknowledged before, and a stream created through another
 		// broker a moment ago is never "not found".
 		rt.serveCaughtUp(w, r)
+	case path == "/readyz":
+		rt.serveReadyz(w, r)
 	default:
 		rt.cfg.Local.ServeHTTP(w, r) // admin, probes, metrics: this broker's
 	}

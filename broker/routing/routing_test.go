@@ -611,3 +611,60 @@ func TestStaleReadNeedsACatchupSinceStart(t *testing.T) {
 		t.Fatalf("quorum lost, a name not here: %d %q, want 503 METADATA_CATCHING_UP, not a stale \"not found\"", code, body)
 	}
 }
+
+// A broker not caught up once since it started is not ready (the probe
+// tries the catch-up); once it caught up, a later failed catch-up leaves
+// readiness to the broker's own /readyz.
+func TestReadyzWaitsForTheFirstCatchup(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	for s := range 4 {
+		w.set(s, "a")
+	}
+	var fail atomic.Bool
+	var calls atomic.Int32
+	fail.Store(true)
+	ra := w.routers["a"]
+	ra.cfg.Catchup = failingCatchup(&fail, &calls)
+	a := w.servers["a"].URL
+	for range 2 {
+		code, body, _ := get(t, a, "/readyz")
+		if code != http.StatusServiceUnavailable || !strings.Contains(body, "NOT_READY") || !strings.Contains(body, "caught up") {
+			t.Fatalf("never caught up: /readyz %d %q, want 503 NOT_READY", code, body)
+		}
+	}
+	if n := calls.Load(); n != 2 {
+		t.Errorf("%d catch-ups tried by 2 probes, want 2", n)
+	}
+	// The broker's own refusal says more (removed, draining, storage
+	// failed): it is passed on, and no catch-up is tried for it.
+	local := ra.cfg.Local
+	ra.cfg.Local = http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		rw.Header().Set("Content-Type", "application/problem+json")
+		rw.WriteHeader(http.StatusServiceUnavailable)
+		_, _ = rw.Write([]byte(`{"code":"MEMBER_REMOVED"}`))
+	})
+	before := calls.Load()
+	if code, body, h := get(t, a, "/readyz"); code != http.StatusServiceUnavailable || body != `{"code":"MEMBER_REMOVED"}` || h.Get("Content-Type") != "application/problem+json" {
+		t.Errorf("the broker's own refusal: /readyz %d %q %v, want it passed on", code, body, h)
+	}
+	if calls.Load() != before {
+		t.Error("a catch-up tried though the broker refused on its own")
+	}
+	ra.cfg.Local = local
+	fail.Store(false)
+	if code, body, _ := get(t, a, "/readyz"); code != 200 || body != "a" {
+		t.Fatalf("caught up: /readyz %d %q, want the broker's own answer", code, body)
+	}
+	fail.Store(true)
+	if code, body, _ := get(t, a, "/v1/admin/streams"); code != http.StatusServiceUnavailable {
+		t.Fatalf("a catch-up failing again: listing %d %q, want refused", code, body)
+	}
+	before = calls.Load()
+	if code, body, _ := get(t, a, "/readyz"); code != 200 || body != "a" {
+		t.Errorf("caught up once, failing now: /readyz %d %q, want the broker's own answer", code, body)
+	}
+	if calls.Load() != before {
+		t.Error("/readyz tried a catch-up after the first success")
+	}
+}
