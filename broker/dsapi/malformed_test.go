@@ -1,13 +1,8 @@
 package dsapi
 
 import (
-	"bufio"
-	"fmt"
-	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
-	"sort"
 	"strconv"
 	"strings"
 	"testing"
@@ -15,25 +10,11 @@ import (
 
 	"github.com/picomq/picomq/broker/core"
 	"github.com/picomq/picomq/broker/framing"
+	"github.com/picomq/picomq/broker/framing/framingtest"
 	"github.com/picomq/picomq/broker/frontend"
 	"github.com/picomq/picomq/broker/node"
+	"github.com/picomq/picomq/broker/node/nodetest"
 )
-
-// state is what a refused request must leave unchanged: every stream's
-// name, bounds, closed flag and producers.
-func state(t *testing.T, b node.Broker) string {
-	t.Helper()
-	var lines []string
-	for _, e := range b.List() {
-		tail, err := b.TailOf(e.Name, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		lines = append(lines, fmt.Sprintf("%s [%d,%d) closed=%v producers=%v", e.Name, tail.Start, tail.End, e.Closed, e.Producers))
-	}
-	sort.Strings(lines)
-	return strings.Join(lines, "\n")
-}
 
 // TestMalformedRequestsWriteNothing: every class of malformed Durable
 // Streams request — ambiguous framing over raw TCP, empty, repeated or
@@ -73,12 +54,12 @@ func TestMalformedRequestsWriteNothing(t *testing.T) {
 		req("PUT", "j", "application/json", ""),
 		req("POST", "j", "application/json", `{"a":1}`),
 	} {
-		if status, body := exchange1(t, addr, setup); status >= 300 {
+		if status, body := framingtest.Exchange(t, addr, setup); status >= 300 {
 			t.Fatalf("setup: %d %s", status, body)
 		}
 	}
-	before := state(t, b)
-	if !strings.Contains(before, "s [0,1) closed=false producers=map[p:") || !strings.Contains(before, "j [0,1)") {
+	before := nodetest.State(t, b)
+	if !strings.HasPrefix(before, "j closed=false producers=map[] p0=[0,1)\ns closed=false producers=map[p:") || !strings.HasSuffix(before, "] p0=[0,1)") {
 		t.Fatalf("setup left %s", before)
 	}
 	deep := strings.Repeat("d/", node.MaxNameDepth) + "d"
@@ -111,34 +92,13 @@ func TestMalformedRequestsWriteNothing(t *testing.T) {
 		{"name over 16 segments", req("PUT", deep, "text/plain", ""), 400, "STREAM_MISCONFIGURED"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			status, body := exchange1(t, addr, tc.req)
+			status, body := framingtest.Exchange(t, addr, tc.req)
 			if status != tc.status || !strings.Contains(body, `"`+tc.code+`"`) {
 				t.Fatalf("%d %s, want %d %s", status, body, tc.status, tc.code)
 			}
-			if after := state(t, b); after != before {
+			if after := nodetest.State(t, b); after != before {
 				t.Fatalf("the broker changed:\nbefore %s\nafter  %s", before, after)
 			}
 		})
 	}
-}
-
-// exchange1 sends req as written on a new connection and reads one answer.
-func exchange1(t *testing.T, addr, req string) (int, string) {
-	t.Helper()
-	c, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(30 * time.Second))
-	if _, err := io.WriteString(c, req); err != nil {
-		t.Fatal(err)
-	}
-	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
-	if err != nil {
-		t.Fatalf("no answer: %v", err)
-	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	return resp.StatusCode, string(body)
 }

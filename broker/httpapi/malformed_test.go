@@ -1,68 +1,21 @@
 package httpapi
 
 import (
-	"bufio"
 	"fmt"
-	"io"
-	"net"
-	"net/http"
 	"net/http/httptest"
 	"reflect"
-	"sort"
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/picomq/picomq/broker/framing"
+	"github.com/picomq/picomq/broker/framing/framingtest"
 	"github.com/picomq/picomq/broker/frontend"
 	"github.com/picomq/picomq/broker/httpapi/wire"
 	"github.com/picomq/picomq/broker/node"
+	"github.com/picomq/picomq/broker/node/nodetest"
 	"github.com/picomq/picomq/broker/stream"
 )
-
-// brokerState is what a refused request must leave unchanged: every
-// stream's name, each partition's bounds, the closed flag and the
-// producers' state.
-func brokerState(t *testing.T, b node.Broker) string {
-	t.Helper()
-	var lines []string
-	for _, e := range b.List() {
-		line := fmt.Sprintf("%s closed=%v producers=%v", e.Name, e.Closed, e.Producers)
-		for p := range e.Partitions {
-			tail, err := b.TailOf(e.Name, p)
-			if err != nil {
-				t.Fatal(err)
-			}
-			line += fmt.Sprintf(" p%d=[%d,%d)", p, tail.Start, tail.End)
-		}
-		lines = append(lines, line)
-	}
-	sort.Strings(lines)
-	return strings.Join(lines, "\n")
-}
-
-// rawExchange sends req as written on a new connection and reads one
-// answer.
-func rawExchange(t *testing.T, addr, req string) (int, string) {
-	t.Helper()
-	c, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(30 * time.Second))
-	if _, err := io.WriteString(c, req); err != nil {
-		t.Fatal(err)
-	}
-	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
-	if err != nil {
-		t.Fatalf("no answer: %v", err)
-	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	return resp.StatusCode, string(body)
-}
 
 // TestMalformedRequestsWriteNothing sends every class of malformed request
 // — ambiguous framing over raw TCP, oversize heads and URLs, empty and
@@ -86,7 +39,7 @@ func TestMalformedRequestsWriteNothing(t *testing.T) {
 	if resp.StatusCode != 200 {
 		t.Fatalf("first append: %d %s", resp.StatusCode, data)
 	}
-	before := brokerState(t, f.b)
+	before := nodetest.State(t, f.b)
 
 	batch := string(wire.EncodeRecords([]stream.RecordValue{{Payload: []byte("x")}}))
 	post := func(path string, headers ...string) string {
@@ -130,16 +83,16 @@ func TestMalformedRequestsWriteNothing(t *testing.T) {
 		{"admin JSON not UTF-8", putJSON("/v1/admin/streams/new", "{\"policy\":{\"retainFor\":\"\xff\xfe\"}}"), 400, "MALFORMED_BODY"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			status, body := rawExchange(t, addr, tc.req)
+			status, body := framingtest.Exchange(t, addr, tc.req)
 			if status != tc.status || !strings.Contains(body, `"`+tc.code+`"`) {
 				t.Fatalf("%d %s, want %d %s", status, body, tc.status, tc.code)
 			}
-			if after := brokerState(t, f.b); after != before {
+			if after := nodetest.State(t, f.b); after != before {
 				t.Fatalf("the broker changed:\nbefore %s\nafter  %s", before, after)
 			}
 		})
 	}
-	if !reflect.DeepEqual(brokerState(t, f.b), before) {
+	if !reflect.DeepEqual(nodetest.State(t, f.b), before) {
 		t.Fatal("the broker changed")
 	}
 }
