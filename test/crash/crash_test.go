@@ -9,10 +9,7 @@ import (
 	"flag"
 	"fmt"
 	"math/rand/v2"
-	"net"
-	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -22,6 +19,7 @@ import (
 
 	"github.com/picomq/picomq/broker/client"
 	"github.com/picomq/picomq/broker/stream"
+	"github.com/picomq/picomq/test/brokerproc"
 )
 
 var (
@@ -47,95 +45,24 @@ func TestMain(m *testing.M) {
 		// The unit tier: build nothing; the test skips, saying why.
 		os.Exit(m.Run())
 	}
-	dir, err := os.MkdirTemp("", "picomq-crash-bin")
+	bin, cleanup, err := brokerproc.Build()
 	if err != nil {
-		panic(err)
-	}
-	binary = filepath.Join(dir, "broker")
-	build := exec.Command("go", "build", "-o", binary, "github.com/picomq/picomq/cmd/broker")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "building the broker:", err)
+		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
+	binary = bin
 	code := m.Run()
-	os.RemoveAll(dir)
+	cleanup()
 	os.Exit(code)
 }
 
-// broker is one run of the binary.
-type broker struct {
-	cmd    *exec.Cmd
-	url    string
-	logs   *os.File
-	exited <-chan error // cmd.Wait's result; nil once received
-}
-
-func start(t *testing.T, dataDir string) *broker {
+// start runs the broker on dataDir, its log beside it, until ready.
+func start(t *testing.T, dataDir string) *brokerproc.Broker {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
-	logs, err := os.OpenFile(filepath.Join(filepath.Dir(dataDir), "broker.log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(binary, "--data-dir", dataDir, "--listen", addr, "--node-id", "crash-0", "--log-level", "warn")
-	cmd.Stdout, cmd.Stderr = logs, logs
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	b := &broker{cmd: cmd, url: "http://" + addr, logs: logs}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	b.exited = exited
-	// Poll /readyz every 20ms, and stop at once if the broker exits.
-	deadline := time.After(30 * time.Second)
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	for !ready(b.url) {
-		select {
-		case err := <-exited:
-			b.exited = nil
-			t.Fatalf("broker exited before it was ready (%v); its log ends:\n%s", err, logTail(logs.Name()))
-		case <-deadline:
-			b.kill()
-			t.Fatalf("broker not ready after 30s; its log ends:\n%s", logTail(logs.Name()))
-		case <-tick.C:
-		}
-	}
-	return b
-}
-
-// ready reports whether the broker at url answers /readyz with 200.
-func ready(url string) bool {
-	resp, err := http.Get(url + "/readyz")
-	if err != nil {
-		return false
-	}
-	resp.Body.Close()
-	return resp.StatusCode == http.StatusOK
-}
-
-// logTail returns the last 4 KiB of the broker's log, for a failure
-// message: the log itself goes with the test's temporary directory.
-func logTail(path string) string {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return err.Error()
-	}
-	return string(b[max(0, len(b)-4096):])
-}
-
-func (b *broker) kill() {
-	_ = b.cmd.Process.Kill() // SIGKILL: no flush, no close, no goodbye
-	if b.exited != nil {
-		<-b.exited
-	}
-	b.logs.Close()
+	return brokerproc.Start(t, brokerproc.Options{
+		Binary: binary, DataDir: dataDir, Log: filepath.Join(filepath.Dir(dataDir), "broker.log"),
+		NodeID: "crash-0", Flags: []string{"--log-level", "warn"}, ReadyTimeout: 30 * time.Second,
+	})
 }
 
 // ledger is what the appenders were told: every acknowledged record.
@@ -198,19 +125,19 @@ func TestKill9KeepsEveryAcknowledgedRecord(t *testing.T) {
 			slowest, slowestTrial = d, trial
 		}
 		ctx := context.Background()
-		c, err := client.New(b.url)
+		c, err := client.New(b.URL)
 		if err != nil {
-			b.kill()
+			b.Kill()
 			t.Fatal(err)
 		}
 		plain, err := c.Open(ctx, plainName, client.StreamConfig{Policy: stream.PolicyValue{Partitions: partitions}})
 		if err != nil {
-			b.kill()
+			b.Kill()
 			t.Fatalf("trial %d: open %s: %v", trial, plainName, err)
 		}
 		idem, err := c.Open(ctx, idemName, client.StreamConfig{})
 		if err != nil {
-			b.kill()
+			b.Kill()
 			t.Fatalf("trial %d: open %s: %v", trial, idemName, err)
 		}
 		verify(t, trial, plain, idem, led)
@@ -286,7 +213,7 @@ func TestKill9KeepsEveryAcknowledgedRecord(t *testing.T) {
 		// Not a wait for a condition: the moment of the SIGKILL is the
 		// trial's random variable, 50 to 750ms into the load.
 		time.Sleep(time.Duration(50+r.IntN(700)) * time.Millisecond)
-		b.kill()
+		b.Kill()
 		close(stop)
 		wg.Wait()
 		c.Close()
@@ -304,8 +231,8 @@ func TestKill9KeepsEveryAcknowledgedRecord(t *testing.T) {
 		}
 	}
 	b := start(t, dataDir)
-	defer b.kill()
-	c, err := client.New(b.url)
+	defer b.Kill()
+	c, err := client.New(b.URL)
 	if err != nil {
 		t.Fatal(err)
 	}
