@@ -229,7 +229,7 @@ func singlePhases(ctx context.Context, bin, dir string, shapes []shape, res *com
 		return err
 	}
 	defer b.stop()
-	c, err := client.New(b.url, client.WithHTTPClient(&http.Client{Transport: &client.Transport{MaxIdlePerHost: 256}}))
+	c, err := client.New(b.URL, client.WithHTTPClient(&http.Client{Transport: &client.Transport{MaxIdlePerHost: 256}}))
 	if err != nil {
 		return err
 	}
@@ -243,16 +243,16 @@ func singlePhases(ctx context.Context, bin, dir string, shapes []shape, res *com
 		if err != nil {
 			return err
 		}
-		m0 := scrape(b.url)
-		cpu0, t0 := sampleCPU(b.cmd.Process.Pid), time.Now()
+		m0 := scrape(b.URL)
+		cpu0, t0 := sampleCPU(b.Pid()), time.Now()
 		r := spreadLoad(ctx, *writers, s.batch, *duration, func(w, i int) (*client.Stream, bool) {
 			return hs[(w+i**writers)%len(hs)], false
 		})
-		r.use, r.cpuOK = sampleCPU(b.cmd.Process.Pid).since(cpu0, time.Since(t0))
+		r.use, r.cpuOK = sampleCPU(b.Pid()).since(cpu0, time.Since(t0))
 		r.proxied = -1
 		res.single[s.name] = r
 		printLoad("single", s, r)
-		fmt.Printf("%-15s   %s\n", "", describeMetrics(m0, scrape(b.url)))
+		fmt.Printf("%-15s   %s\n", "", describeMetrics(m0, scrape(b.URL)))
 		if r.errs > 0 {
 			res.note("single node, %s: %d appends failed: %q", s.name, r.errs, r.firstErrs)
 		}

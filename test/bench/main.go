@@ -24,10 +24,8 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime/pprof"
 	"sort"
@@ -42,6 +40,7 @@ import (
 	"github.com/picomq/picomq/broker/client"
 	"github.com/picomq/picomq/broker/httpapi/wire"
 	"github.com/picomq/picomq/broker/stream"
+	"github.com/picomq/picomq/test/brokerproc"
 )
 
 var (
@@ -91,10 +90,8 @@ func run() error {
 		ms(raw.syncP50), ms(raw.syncP99), raw.seqMBs)
 
 	bin := filepath.Join(base, "broker")
-	build := exec.Command("go", "build", "-o", bin, "github.com/picomq/picomq/cmd/broker")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		return fmt.Errorf("building the broker: %w", err)
+	if err := brokerproc.BuildTo(bin); err != nil {
+		return err
 	}
 	if *brokers > 1 {
 		return runCompare(base, bin)
@@ -104,7 +101,7 @@ func run() error {
 		return err
 	}
 	defer b.stop()
-	c, err := client.New(b.url, client.WithHTTPClient(&http.Client{Transport: &client.Transport{MaxIdlePerHost: 256}}))
+	c, err := client.New(b.URL, client.WithHTTPClient(&http.Client{Transport: &client.Transport{MaxIdlePerHost: 256}}))
 	if err != nil {
 		return err
 	}
@@ -122,7 +119,7 @@ func run() error {
 		batch           []stream.RecordValue
 	}
 	results := map[string]result{}
-	before := scrape(b.url)
+	before := scrape(b.URL)
 	for _, s := range []scenario{
 		{"single-writer", 1, 1, one},
 		{"64-writers-1-stream", 1, 64, one},
@@ -143,14 +140,14 @@ func run() error {
 		if err != nil {
 			return err
 		}
-		cpu0, t0 := sampleCPU(b.cmd.Process.Pid), time.Now()
+		cpu0, t0 := sampleCPU(b.Pid()), time.Now()
 		r, err := appendLoad(ctx, c, names, s.writer, s.batch, *duration)
 		if err != nil {
 			return fmt.Errorf("%s: %w", s.name, err)
 		}
-		use, cpuOK := sampleCPU(b.cmd.Process.Pid).since(cpu0, time.Since(t0))
+		use, cpuOK := sampleCPU(b.Pid()).since(cpu0, time.Since(t0))
 		results[s.name] = r
-		after := scrape(b.url)
+		after := scrape(b.URL)
 		fmt.Printf("%-22s %3d writers %5d streams: %9.0f appends/s %9.0f records/s %7.1f MB/s  p50 %s p99 %s p999 %s\n",
 			s.name, s.writer, s.streams, r.appendsPerSec, r.recordsPerSec, r.mbPerSec, ms(r.p50), ms(r.p99), ms(r.p999))
 		objects := after["picomq_flush_appends_count"] - before["picomq_flush_appends_count"]
@@ -429,47 +426,23 @@ var baseURL string
 
 func urlOf(*client.Client) string { return baseURL }
 
-type brokerProc struct {
-	cmd *exec.Cmd
-	url string
-}
+// brokerProc is the broker the benchmark runs, with its output on
+// standard error.
+type brokerProc struct{ *brokerproc.Broker }
 
 func startBroker(bin, dataDir string) (*brokerProc, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	b, err := brokerproc.Run(brokerproc.Options{
+		Binary: bin, DataDir: dataDir, ReadyTimeout: 30 * time.Second,
+		Flags: append([]string{"--log-level", "warn"}, strings.Fields(*extraFlags)...),
+	})
 	if err != nil {
 		return nil, err
 	}
-	addr := l.Addr().String()
-	l.Close()
-	cmd := exec.Command(bin, append([]string{"--data-dir", dataDir, "--listen", addr, "--log-level", "warn"}, strings.Fields(*extraFlags)...)...)
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		return nil, err
-	}
-	p := &brokerProc{cmd: cmd, url: "http://" + addr}
-	baseURL = p.url
-	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		if resp, err := http.Get(p.url + "/readyz"); err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == 200 {
-				return p, nil
-			}
-		}
-	}
-	p.stop()
-	return nil, fmt.Errorf("broker not ready after 30s")
+	baseURL = b.URL
+	return &brokerProc{b}, nil
 }
 
-func (p *brokerProc) stop() {
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	done := make(chan struct{})
-	go func() { _, _ = p.cmd.Process.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(20 * time.Second):
-		_ = p.cmd.Process.Kill()
-	}
-}
+func (p *brokerProc) stop() { p.Stop(20 * time.Second) }
 
 type disk struct {
 	syncP50, syncP99 time.Duration

@@ -1,10 +1,12 @@
-// Package brokerproc builds the broker binary and runs it as a process for
-// the process-tier tests of one broker (test/crash, test/disk): started on
-// a free port and waited on until ready, killed with SIGKILL.
+// Package brokerproc builds the broker binary and runs it as a process, for
+// the process-tier tests of one broker (test/crash, test/disk) and the
+// benchmark (test/bench): started on a free port and waited on until
+// ready, killed with SIGKILL or stopped with SIGTERM.
 package brokerproc
 
 import (
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -23,13 +25,21 @@ func Build() (binary string, cleanup func(), err error) {
 		return "", nil, err
 	}
 	binary = filepath.Join(dir, "broker")
+	if err := BuildTo(binary); err != nil {
+		os.RemoveAll(dir)
+		return "", nil, err
+	}
+	return binary, func() { os.RemoveAll(dir) }, nil
+}
+
+// BuildTo compiles cmd/broker to the path binary.
+func BuildTo(binary string) error {
 	build := exec.Command("go", "build", "-o", binary, "github.com/picomq/picomq/cmd/broker")
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
-		os.RemoveAll(dir)
-		return "", nil, fmt.Errorf("building the broker: %w", err)
+		return fmt.Errorf("building the broker: %w", err)
 	}
-	return binary, func() { os.RemoveAll(dir) }, nil
+	return nil
 }
 
 // Options of one run.
@@ -37,9 +47,10 @@ type Options struct {
 	Binary  string
 	DataDir string
 	// Log is the file the broker's output is appended to (it outlives the
-	// run, so that a restart's log follows the last one's).
+	// run, so that a restart's log follows the last one's); empty: this
+	// process's standard error.
 	Log          string
-	NodeID       string
+	NodeID       string        // empty: the broker's default
 	Flags        []string      // more flags, after the data dir, address and node id
 	ReadyTimeout time.Duration // default 60s
 }
@@ -52,31 +63,36 @@ type Broker struct {
 	exited chan error // cmd.Wait's result, put back once read
 }
 
-// Start runs the broker and waits until it answers /readyz with 200,
-// failing t at once if it exits first or is not ready in time. The
-// process is killed at t's cleanup.
-func Start(t testing.TB, o Options) *Broker {
-	t.Helper()
+// Run starts the broker and waits until it answers /readyz with 200. It
+// fails, the process gone, when the broker exits first or is not ready in
+// time; the error ends with the broker's log when it has a file.
+func Run(o Options) (*Broker, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	addr := l.Addr().String()
 	l.Close()
-	logs, err := os.OpenFile(o.Log, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
-	if err != nil {
-		t.Fatal(err)
+	var out io.Writer = os.Stderr
+	if o.Log != "" {
+		logs, err := os.OpenFile(o.Log, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
+		if err != nil {
+			return nil, err
+		}
+		defer logs.Close() // the child holds its own copy
+		out = logs
 	}
-	defer logs.Close() // the child holds its own copy
-	args := append([]string{"--data-dir", o.DataDir, "--listen", addr, "--node-id", o.NodeID}, o.Flags...)
-	cmd := exec.Command(o.Binary, args...)
-	cmd.Stdout, cmd.Stderr = logs, logs
+	args := []string{"--data-dir", o.DataDir, "--listen", addr}
+	if o.NodeID != "" {
+		args = append(args, "--node-id", o.NodeID)
+	}
+	cmd := exec.Command(o.Binary, append(args, o.Flags...)...)
+	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	b := &Broker{URL: "http://" + addr, Log: o.Log, cmd: cmd, exited: make(chan error, 1)}
 	go func() { b.exited <- cmd.Wait() }()
-	t.Cleanup(b.Kill)
 	timeout := o.ReadyTimeout
 	if timeout <= 0 {
 		timeout = 60 * time.Second
@@ -88,14 +104,30 @@ func Start(t testing.TB, o Options) *Broker {
 		select {
 		case err := <-b.exited:
 			b.exited <- err
-			t.Fatalf("broker exited before it was ready (%v); its log ends:\n%s", err, b.LogTail())
+			return nil, fmt.Errorf("broker exited before it was ready (%v)%s", err, b.logEnd())
 		case <-deadline:
-			t.Fatalf("broker not ready after %v; its log ends:\n%s", timeout, b.LogTail())
+			b.Kill()
+			return nil, fmt.Errorf("broker not ready after %v%s", timeout, b.logEnd())
 		case <-tick.C:
 		}
 	}
+	return b, nil
+}
+
+// Start is Run for a test: it fails t at once when the broker does not
+// become ready, and kills the process at t's cleanup.
+func Start(t testing.TB, o Options) *Broker {
+	t.Helper()
+	b, err := Run(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(b.Kill)
 	return b
 }
+
+// Pid is the process's id.
+func (b *Broker) Pid() int { return b.cmd.Process.Pid }
 
 // Ready reports whether the broker answers /readyz with 200.
 func (b *Broker) Ready() bool {
@@ -115,9 +147,29 @@ func (b *Broker) Kill() {
 	b.exited <- err
 }
 
+// Stop sends SIGTERM, a graceful stop, and kills the process if it has
+// not exited within grace.
+func (b *Broker) Stop(grace time.Duration) {
+	_ = b.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case err := <-b.exited:
+		b.exited <- err
+	case <-time.After(grace):
+		b.Kill()
+	}
+}
+
 // LogTail returns the last 6,000 bytes of the broker's log, for a failure
 // message.
 func (b *Broker) LogTail() string { return LogTail(b.Log) }
+
+// logEnd is "; its log ends:" and the log's tail, when it has a file.
+func (b *Broker) logEnd() string {
+	if b.Log == "" {
+		return ""
+	}
+	return "; its log ends:\n" + b.LogTail()
+}
 
 // LogTail returns the last 6,000 bytes of the file at path.
 func LogTail(path string) string {
