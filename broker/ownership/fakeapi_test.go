@@ -220,3 +220,11 @@ func (a *fakeAPI) takeViolations() []string {
 	a.violations = nil
 	return v
 }
+
+// writeCount is how many Lease writes the API took so far; brokers may be
+// writing still.
+func (a *fakeAPI) writeCount() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.writes
+}

@@ -216,7 +216,7 @@ func TestRunWithInformerOnFakeClock(t *testing.T) {
 	if o := overlaps(bs); len(o) > 0 {
 		t.Fatalf("two writers of one slot at once: %v", o)
 	}
-	t.Logf("crash taken over in %v of the fake clock; %d writes", took, api.writes)
+	t.Logf("crash taken over in %v of the fake clock; %d writes", took, api.writeCount())
 
 	for _, b := range rest {
 		b.cancel()
