@@ -121,9 +121,7 @@ func Open(cfg Config) (*Broker, error) {
 	}
 	lc := metalog.Config{
 		Dir: metaDir, NodeID: cfg.NodeID, Bootstrap: true, LogOutput: cfg.RaftLog,
-		// Entries may carry objects' frames (inline commits): keep few past
-		// a snapshot. A lone voter has no follower to catch up from them.
-		TrailingLogs: 1024,
+		TrailingLogs: trailingLogs(cfg.Cluster),
 		SegmentBytes: cfg.WALSegmentBytes,
 		SyncFailed:   func(path string, err error) { b.storageFailed("metalog.fsync", path, err) },
 		FS:           cfg.FS,

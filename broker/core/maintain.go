@@ -183,7 +183,30 @@ func (b *Broker) snapshotIfDue() {
 	if !due {
 		return
 	}
-	if err := b.log.Snapshot(); err != nil {
+	snapshot := b.log.Snapshot
+	if d := b.cfg.Disk; d != nil && d.Full() {
+		// The entries kept for followers' catch-up can hold more bytes
+		// than deletes free: a follower behind them gets the snapshot.
+		snapshot = func() error { return b.log.SnapshotKeeping(fewTrailingLogs) }
+	}
+	if err := snapshot(); err != nil {
 		b.cfg.Logger.Warn("snapshot of the metadata log failed", "err", err)
 	}
+}
+
+// Log entries may carry objects' frames (inline commits), so the entries
+// kept past a snapshot can be most of the log's bytes: a member keeps
+// enough for a follower's short absence, a lone broker, with no follower
+// to catch up, only a few (raft's count of entries, not bytes: 1024
+// entries of 32 KiB commits were 32 MiB, half a 64 MiB volume).
+const (
+	fewTrailingLogs    = 32
+	memberTrailingLogs = 1024
+)
+
+func trailingLogs(cl *ClusterConfig) uint64 {
+	if cl == nil {
+		return fewTrailingLogs
+	}
+	return memberTrailingLogs
 }

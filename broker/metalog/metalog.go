@@ -393,6 +393,10 @@ type Log struct {
 	configMu   sync.Mutex
 	lastConfig configEntry
 
+	// compactMu serializes SnapshotKeeping's change and restore of raft's
+	// TrailingLogs.
+	compactMu sync.Mutex
+
 	// closed is closed by Close once raft has shut down. Waiters select on
 	// it because raft does not always answer a proposal it received just
 	// before shutting down (hashicorp/raft#498): without it such an Apply
@@ -727,6 +731,38 @@ func (l *Log) Snapshot() error {
 		return l.wrap("snapshot", err)
 	}
 	return nil
+}
+
+// SnapshotKeeping is Snapshot compacting the log down to its newest keep
+// entries rather than TrailingLogs, which it then restores. It is for a
+// volume short of space: the entries kept for followers' catch-up may hold
+// most of the log's bytes (inline frames), and a follower that would have
+// needed them is sent the snapshot instead. keep at or above TrailingLogs
+// is a plain Snapshot; zero is refused (raft always keeps the snapshot's
+// own index in reach through the snapshot, but a trailing of 0 reads as
+// "the default" in Config).
+func (l *Log) SnapshotKeeping(keep uint64) error {
+	if keep == 0 {
+		return l.wrap("snapshot", fmt.Errorf("SnapshotKeeping(0): keep at least one entry"))
+	}
+	l.compactMu.Lock()
+	defer l.compactMu.Unlock()
+	rc := l.raft.ReloadableConfig()
+	usual := rc.TrailingLogs
+	if keep >= usual {
+		return l.Snapshot()
+	}
+	rc.TrailingLogs = keep
+	if err := l.raft.ReloadConfig(rc); err != nil {
+		return l.wrap("snapshot", err)
+	}
+	defer func() {
+		// Read again: only TrailingLogs is ours to put back.
+		rc := l.raft.ReloadableConfig()
+		rc.TrailingLogs = usual
+		_ = l.raft.ReloadConfig(rc) // valid: it was raft's own a moment ago
+	}()
+	return l.Snapshot()
 }
 
 // Leader returns the address and ID of the current leader as this node knows

@@ -269,6 +269,62 @@ func TestReopenReplaysLog(t *testing.T) {
 	}
 }
 
+// TestSnapshotKeeping: SnapshotKeeping compacts the log down to the entries
+// it names, where a plain Snapshot keeps TrailingLogs of them, and puts
+// TrailingLogs back for the snapshots after it.
+func TestSnapshotKeeping(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	cfg := testConfig(t, dir)
+	cfg.TrailingLogs = 1000
+	fsm := newToyFSM()
+	l := open(t, cfg, fsm)
+	first := func() uint64 {
+		t.Helper()
+		i, err := l.logs.FirstIndex()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return i
+	}
+	for i := range 200 {
+		apply(t, l, mustCmd("add", "a", int64(i)))
+	}
+	if err := l.Snapshot(); err != nil {
+		t.Fatal(err)
+	}
+	if f := first(); f > 1 {
+		t.Fatalf("a plain snapshot of %d entries compacted the log to %d: TrailingLogs is 1000", l.LastIndex(), f)
+	}
+	if err := l.SnapshotKeeping(10); err != nil {
+		t.Fatal(err)
+	}
+	last := l.LastIndex()
+	if f := first(); last-f+1 > 10 {
+		t.Fatalf("after SnapshotKeeping(10) the log holds %d..%d, %d entries", f, last, last-f+1)
+	}
+	if got := l.raft.ReloadableConfig().TrailingLogs; got != 1000 {
+		t.Fatalf("TrailingLogs after SnapshotKeeping = %d, want 1000 put back", got)
+	}
+	// The next plain snapshot keeps TrailingLogs again.
+	was := first()
+	for i := range 200 {
+		apply(t, l, mustCmd("add", "b", int64(i)))
+	}
+	if err := l.Snapshot(); err != nil {
+		t.Fatal(err)
+	}
+	if f := first(); f != was {
+		t.Fatalf("a plain snapshot after SnapshotKeeping compacted the log from %d to %d", was, f)
+	}
+	if err := l.SnapshotKeeping(0); err == nil {
+		t.Fatal("SnapshotKeeping(0) accepted")
+	}
+	if got, want := fsm.state()["a"]+fsm.state()["b"], int64(2*199*200/2); got != want {
+		t.Fatalf("state after compactions: a+b = %d, want %d", got, want)
+	}
+}
+
 func TestSnapshotThenReopen(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
