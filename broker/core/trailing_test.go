@@ -24,7 +24,7 @@ func TestLoneBrokerSnapshotDropsItsLogsFrames(t *testing.T) {
 	ctx := context.Background()
 	mustCreate(t, b, "s", node.CreateOptions{})
 	payload := strings.Repeat("x", 16<<10) // committed inline: below InlineBytes
-	const n = 400                           // 6.4 MiB of frames: several segments
+	const n = 400                          // 6.4 MiB of frames: several segments
 	for i := range n {
 		if _, err := b.Append(ctx, "s", recs(payload), node.AppendOptions{Partition: -1}); err != nil {
 			t.Fatalf("append %d: %v", i, err)

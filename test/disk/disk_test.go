@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -92,20 +93,55 @@ func growTmpfs(t *testing.T, dir, size string) {
 	}
 }
 
-// leaveFree writes a file on the volume at dir that leaves it free bytes
-// free.
-func leaveFree(t *testing.T, dir string, free int64) {
+// leaveFree grows a file named name on the volume at dir until the volume
+// has at most free bytes free. It writes a MiB at a time and measures
+// again, since a running broker takes and frees space meanwhile (its
+// reserve file comes back once space returns); a write the volume refuses
+// (ENOSPC) means it is fuller still, and ends the filling.
+func leaveFree(t *testing.T, dir, name string, free int64) {
 	t.Helper()
-	var st syscall.Statfs_t
-	if err := syscall.Statfs(dir, &st); err != nil {
+	f, err := os.OpenFile(filepath.Join(dir, name), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
 		t.Fatal(err)
 	}
-	avail := int64(st.Bavail) * st.Bsize
-	if avail <= free {
-		return
+	defer f.Close()
+	chunk := make([]byte, 1<<20)
+	for {
+		var st syscall.Statfs_t
+		if err := syscall.Statfs(dir, &st); err != nil {
+			t.Fatal(err)
+		}
+		avail := int64(st.Bavail) * st.Bsize
+		if avail <= free {
+			return
+		}
+		if _, err := f.Write(chunk[:min(avail-free, int64(len(chunk)))]); errors.Is(err, syscall.ENOSPC) {
+			return
+		} else if err != nil {
+			t.Fatalf("filling the volume: %v", err)
+		}
 	}
-	if err := os.WriteFile(filepath.Join(dir, "filler"), make([]byte, avail-free), 0o600); err != nil {
-		t.Fatalf("filling the volume: %v", err)
+}
+
+// settle waits until the free space of the volume at dir has not changed
+// for 5 s: the broker's own clean-up after the writers stopped is done.
+func settle(t *testing.T, dir string) {
+	t.Helper()
+	avail := func() int64 {
+		var st syscall.Statfs_t
+		if err := syscall.Statfs(dir, &st); err != nil {
+			t.Fatal(err)
+		}
+		return int64(st.Bavail) * st.Bsize
+	}
+	last, since := avail(), time.Now()
+	for began := time.Now(); time.Since(since) < 5*time.Second; time.Sleep(250 * time.Millisecond) {
+		if time.Since(began) > time.Minute {
+			t.Fatalf("the volume's free space still changes a minute after the writers stopped (now %d bytes)", last)
+		}
+		if a := avail(); a != last {
+			last, since = a, time.Now()
+		}
 	}
 }
 
@@ -136,6 +172,17 @@ func (b *broker) metric(t *testing.T, name string) string {
 		}
 	}
 	return ""
+}
+
+// metricInt is a metric's value as an integer (Prometheus writes large
+// ones in exponent form).
+func (b *broker) metricInt(t *testing.T, name string) int64 {
+	t.Helper()
+	v, err := strconv.ParseFloat(b.metric(t, name), 64)
+	if err != nil {
+		t.Fatalf("metric %s: %v", name, err)
+	}
+	return int64(v)
 }
 
 // ledger is every acknowledged record: stream -> key -> offset. A record's
@@ -306,14 +353,22 @@ func TestFullVolumeRefusesThenRecovers(t *testing.T) {
 		}
 	}
 	t.Logf("full: %d + %d records acknowledged; refusal: %v", len(led.acked[keep]), len(led.acked[drop]), refusals[0])
+	// Once appends stop the broker frees some space of its own: merges
+	// rewrite small objects and remove them 2 s later, a full volume's
+	// snapshot compacts the metadata log. Let that end, then take what it
+	// freed back, so the volume is still full for the create and until
+	// the delete — with 4 MiB more to free than the headroom.
+	settle(t, vol)
+	headroom := b.metricInt(t, "picomq_disk_headroom_bytes")
+	leaveFree(t, vol, "filler", headroom-4<<20)
+	if _, _, err := c.CreateStream(ctx, "disk/new", client.StreamConfig{}); !errors.Is(err, node.StorageFull) {
+		t.Errorf("a create on a full volume answered %v, want STORAGE_FULL", err)
+	}
 	if got := b.metric(t, "picomq_disk_appends_refused"); got != "1" {
 		t.Errorf("picomq_disk_appends_refused = %q while appends are refused, want 1", got)
 	}
 	if !b.Ready() {
 		t.Errorf("/readyz not ready on a full volume: reads and deletes are still served")
-	}
-	if _, _, err := c.CreateStream(ctx, "disk/new", client.StreamConfig{}); !errors.Is(err, node.StorageFull) {
-		t.Errorf("a create on a full volume answered %v, want STORAGE_FULL", err)
 	}
 
 	// A delete is a metadata commit: it must go through and free space.
@@ -337,14 +392,24 @@ func TestFullVolumeRefusesThenRecovers(t *testing.T) {
 		}
 	}
 	b.Kill()
-	// The writers stopped as free space fell just below the headroom: the
-	// restart's own clean-up (an append's object never committed) may
-	// lift it back above. A file beside the data directory takes all but
-	// 1 MiB, so the restart meets a volume full by any measure.
-	leaveFree(t, vol, 1<<20)
+	// The writers stopped as free space fell just below the headroom. A
+	// file beside the data directory takes all but 1 MiB, so the restart
+	// meets a volume full by any measure.
+	leaveFree(t, vol, "filler-before-restart", 1<<20)
+	logged, err := os.Stat(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
 	began := time.Now()
 	b = start(t, dataDir, logPath)
 	t.Logf("restarted on the full volume, ready in %v", time.Since(began).Round(time.Millisecond))
+	restartLog, err := os.ReadFile(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if restartLog = restartLog[logged.Size():]; !strings.Contains(string(restartLog), "data volume almost full") {
+		t.Errorf("the restart did not say it met a full volume; its log:\n%s", restartLog)
+	}
 	c2, err := client.New(b.URL)
 	if err != nil {
 		t.Fatal(err)
@@ -356,6 +421,11 @@ func TestFullVolumeRefusesThenRecovers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The restart's clean-up may have freed space of its own: objects a
+	// merge replaced, kept for readers' grace, and appends' objects never
+	// committed go at start (up to 15 MiB here). Take it back so the
+	// append meets a full volume too.
+	leaveFree(t, vol, "filler-after-restart", 1<<20)
 	if _, err := s.Append(ctx, []stream.RecordValue{{Payload: payload("restarted|")}}); !errors.Is(err, node.StorageFull) {
 		t.Errorf("an append after the restart on the full volume answered %v, want STORAGE_FULL", err)
 	}
