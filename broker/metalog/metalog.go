@@ -738,9 +738,8 @@ func (l *Log) Snapshot() error {
 // volume short of space: the entries kept for followers' catch-up may hold
 // most of the log's bytes (inline frames), and a follower that would have
 // needed them is sent the snapshot instead. keep at or above TrailingLogs
-// is a plain Snapshot; zero is refused (raft always keeps the snapshot's
-// own index in reach through the snapshot, but a trailing of 0 reads as
-// "the default" in Config).
+// is a plain Snapshot; zero is refused, as Config reads a TrailingLogs of
+// zero as "the default".
 func (l *Log) SnapshotKeeping(keep uint64) error {
 	if keep == 0 {
 		return l.wrap("snapshot", fmt.Errorf("SnapshotKeeping(0): keep at least one entry"))
