@@ -171,12 +171,13 @@ func (b *Broker) persistTouches(ctx context.Context) {
 // past the last one. (raft's own SnapshotThreshold counts entries, and
 // checks them only every SnapshotInterval.)
 func (b *Broker) snapshotIfDue() {
+	full := b.cfg.Disk != nil && b.cfg.Disk.Full()
 	o := b.inline
 	o.mu.Lock()
 	due := o.logBytes >= b.cfg.InlineLogBytes
 	// On a full volume the log's segments hold what deletes and trims
 	// released until a snapshot lets them go: take one, at most every 5 s.
-	if d := b.cfg.Disk; d != nil && d.Full() && o.logBytes > 0 && time.Since(b.fullSnapshot) >= 5*time.Second {
+	if full && o.logBytes > 0 && time.Since(b.fullSnapshot) >= 5*time.Second {
 		b.fullSnapshot, due = time.Now(), true
 	}
 	o.mu.Unlock()
@@ -184,7 +185,7 @@ func (b *Broker) snapshotIfDue() {
 		return
 	}
 	snapshot := b.log.Snapshot
-	if d := b.cfg.Disk; d != nil && d.Full() {
+	if full {
 		// The entries kept for followers' catch-up can hold more bytes
 		// than deletes free: a follower behind them gets the snapshot.
 		snapshot = func() error { return b.log.SnapshotKeeping(fewTrailingLogs) }

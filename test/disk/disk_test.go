@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/picomq/picomq/broker/client"
+	"github.com/picomq/picomq/broker/diskspace"
 	"github.com/picomq/picomq/broker/node"
 	"github.com/picomq/picomq/broker/stream"
 	"github.com/picomq/picomq/test/brokerproc"
@@ -107,11 +108,7 @@ func leaveFree(t *testing.T, dir, name string, free int64) {
 	defer f.Close()
 	chunk := make([]byte, 1<<20)
 	for {
-		var st syscall.Statfs_t
-		if err := syscall.Statfs(dir, &st); err != nil {
-			t.Fatal(err)
-		}
-		avail := int64(st.Bavail) * st.Bsize
+		avail := freeBytes(t, dir)
 		if avail <= free {
 			return
 		}
@@ -123,23 +120,26 @@ func leaveFree(t *testing.T, dir, name string, free int64) {
 	}
 }
 
+// freeBytes is the volume's free space as the broker measures it.
+func freeBytes(t *testing.T, dir string) int64 {
+	t.Helper()
+	u, err := diskspace.Statfs(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return u.Free
+}
+
 // settle waits until the free space of the volume at dir has not changed
 // for 5 s: the broker's own clean-up after the writers stopped is done.
 func settle(t *testing.T, dir string) {
 	t.Helper()
-	avail := func() int64 {
-		var st syscall.Statfs_t
-		if err := syscall.Statfs(dir, &st); err != nil {
-			t.Fatal(err)
-		}
-		return int64(st.Bavail) * st.Bsize
-	}
-	last, since := avail(), time.Now()
+	last, since := freeBytes(t, dir), time.Now()
 	for began := time.Now(); time.Since(since) < 5*time.Second; time.Sleep(250 * time.Millisecond) {
 		if time.Since(began) > time.Minute {
 			t.Fatalf("the volume's free space still changes a minute after the writers stopped (now %d bytes)", last)
 		}
-		if a := avail(); a != last {
+		if a := freeBytes(t, dir); a != last {
 			last, since = a, time.Now()
 		}
 	}
