@@ -1,8 +1,14 @@
 package clusterharness
 
 import (
+	"errors"
+	"net"
+	"os"
+	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -169,5 +175,31 @@ func TestNodeInfoDecodesWhatClusterModeAdds(t *testing.T) {
 		if count, _, ok := n.Slots(); count != tc.count || ok != tc.ok {
 			t.Errorf("slots %s: %d %v", tc.slots, count, ok)
 		}
+	}
+}
+
+// TestQuietPortsAreClaimedAcrossProcesses: a port freeAddr hands out is
+// locked in the claims folder, so another harness process (another open
+// file description: flock's unit) cannot take it.
+func TestQuietPortsAreClaimedAcrossProcesses(t *testing.T) {
+	if lo, _ := ephemeralRange(); lo <= quietPortsFrom+1000 {
+		t.Skipf("the ephemeral range starts at %d: no quiet ports below it to claim", lo)
+	}
+	addr, err := freeAddr()
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, port, _ := net.SplitHostPort(addr)
+	f, err := os.Open(filepath.Join(portClaims, port))
+	if err != nil {
+		t.Fatalf("no claim for the port handed out (%s): %v", addr, err)
+	}
+	defer f.Close()
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); !errors.Is(err, syscall.EWOULDBLOCK) {
+		t.Fatalf("another process could lock the claim of %s: %v", addr, err)
+	}
+	n, _ := strconv.Atoi(port)
+	if claimPort(n) {
+		t.Fatalf("a second claim of %s in this process succeeded", addr)
 	}
 }

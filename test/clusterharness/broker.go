@@ -53,7 +53,9 @@ func brokerName(i int) string { return fmt.Sprintf("broker-%d", i) }
 // range, free when checked, may meanwhile become the source port of some
 // process's outgoing loopback connection (the tests make thousands) before
 // the broker binds it, as a CI run saw ("bind: address already in use").
-// Only another process picking the same port by chance can collide now.
+// Harness processes (test packages run in parallel) claim each such port
+// through a lock file (claimPort), so they do not draw the same one; only
+// a process outside the harness picking the port by chance can collide.
 func freeAddr() (string, error) {
 	if addr := quietAddr(); addr != "" {
 		return addr, nil
@@ -88,9 +90,43 @@ func quietAddr() string {
 		addr := l.Addr().String()
 		l.Close()
 		handedOut.ports[port] = true
+		if !claimPort(port) {
+			continue // another harness process's, its broker not bound yet or down
+		}
 		return addr
 	}
 	return ""
+}
+
+// portClaims is where harness processes claim quiet ports: one lock file
+// per port, locked for the claiming process's life.
+var portClaims = filepath.Join(os.TempDir(), "picomq-harness-ports")
+
+// claimed holds the claims' files open: the kernel drops a flock when its
+// file is closed, or when the process exits, however it exits.
+var claimed []*os.File
+
+// claimPort claims port for this process among every harness process on
+// the machine, and reports whether it could. Each process has its own
+// handedOut, and a port stays free between its draw and its broker's bind
+// (seconds when the broker is down in a trial): a CI run's fault trial saw
+// a broker fail "bind: address already in use" on a port another test
+// package's harness had drawn too. Where the claims folder cannot be used
+// the port is taken unclaimed, as before claims. Called under handedOut.
+func claimPort(port int) bool {
+	if err := os.MkdirAll(portClaims, 0o755); err != nil {
+		return true
+	}
+	f, err := os.OpenFile(filepath.Join(portClaims, strconv.Itoa(port)), os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return true
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		return false
+	}
+	claimed = append(claimed, f)
+	return true
 }
 
 // quietPortsFrom is the lowest port freeAddr draws from: above the
