@@ -39,20 +39,38 @@ func (l *listener) Accept() (net.Conn, error) {
 // head ends the stream for net/http (io.EOF: it finishes answering what it
 // already read, then closes), and Close answers the refusal before it
 // closes, so the refusal never interleaves with another response.
+//
+// An idle connection holds no buffer of its own: a server keeps thousands
+// of them open (live readers between pages), each blocked in Read. Bytes
+// are read into the caller's buffer where it is large enough, and only
+// what must outlive the call — the rest of a read past what it returns, a
+// head arriving in pieces — is kept, in a buffer given back once drained.
 type conn struct {
 	net.Conn
 	s    *Scanner
-	rbuf []byte // bytes read from Conn
-	in   []byte // read, not scanned yet
-	hold []byte // the head being held back
-	out  []byte // scanned, for net/http
-	err  error  // sticky: what Read answers once out is drained
-	rerr error  // the underlying Read's error, once in is scanned
+	rbuf *[]byte // owned read buffer, from readBuffers; nil when none is held
+	in   []byte  // read, not scanned yet: in rbuf, or during a call in its p (inP)
+	inP  bool
+	one  [1]byte // an idle wait's read
+	hold []byte  // the head being held back, when it arrives in pieces
+	out  []byte  // scanned, for net/http
+	err  error   // sticky: what Read answers once out is drained
+	rerr error   // the underlying Read's error, once in is scanned
 
 	closeOnce sync.Once
 	refusal   atomic.Pointer[errs.Error] // set by Read, answered by Close (Shutdown closes idle conns from another goroutine)
 	closeErr  error
 }
+
+// readBufferBytes is the size of an owned read buffer, net/http's own.
+const readBufferBytes = 4096
+
+// directReadMin is the smallest caller's buffer read into directly; a
+// smaller one (net/http's one-byte background read) is read through an
+// owned buffer, so that a head is not gathered a byte per system call.
+var directReadMin = 512
+
+var readBuffers = sync.Pool{New: func() any { b := make([]byte, readBufferBytes); return &b }}
 
 func newConn(c net.Conn, lim Limits) *conn {
 	return &conn{Conn: c, s: NewScanner(lim)}
@@ -62,10 +80,15 @@ func (c *conn) Read(p []byte) (int, error) {
 	for {
 		switch {
 		case len(c.out) > 0:
+			// What is left of in may lie in p: keep it before out is
+			// copied over it.
+			c.keepIn()
 			n := copy(p, c.out)
 			c.out = c.out[n:]
+			c.release()
 			return n, nil
 		case c.err != nil:
+			c.release()
 			return 0, c.err
 		case len(c.in) > 0:
 			c.scan()
@@ -86,29 +109,76 @@ func (c *conn) Read(p []byte) (int, error) {
 		case !c.s.InHead():
 			// Body bytes: read straight into p, give what belongs to the
 			// body, keep a head that starts after it.
+			c.release()
 			n, err := c.Conn.Read(p)
 			c.rerr = err
 			k, _, serr := c.s.Scan(p[:n])
 			if serr != nil {
 				c.stop(serr)
 			} else if k < n {
-				c.rbuf = append(c.rbuf[:0], p[k:n]...)
-				c.in = c.rbuf
+				c.in, c.inP = p[k:n], true
+				c.keepIn()
 			}
 			if k > 0 {
 				return k, nil
 			}
 			continue
 		}
-		if cap(c.rbuf) < 4096 {
-			c.rbuf = make([]byte, 4096)
+		if len(p) >= directReadMin {
+			n, err := c.Conn.Read(p)
+			c.in, c.inP, c.rerr = p[:n], true, err
+			continue
 		}
-		n, err := c.Conn.Read(c.rbuf[:cap(c.rbuf)])
-		c.in, c.rerr = c.rbuf[:n], err
+		if c.rbuf == nil {
+			// Wait for the next byte without a buffer: this is where a
+			// live reader's connection idles (net/http's background
+			// read). The rest of what arrived is read into one next.
+			n, err := c.Conn.Read(c.one[:])
+			c.rerr = err
+			if n > 0 {
+				buf := c.buffer()
+				buf[0] = c.one[0]
+				c.in, c.inP = buf[:1], false
+			}
+			continue
+		}
+		n, err := c.Conn.Read(*c.rbuf)
+		c.in, c.inP, c.rerr = (*c.rbuf)[:n], false, err
 	}
 }
 
-// scan runs the scanner over in and moves what it took to hold or out.
+// buffer returns the owned read buffer, taken from the pool when none is
+// held.
+func (c *conn) buffer() []byte {
+	if c.rbuf == nil {
+		c.rbuf = readBuffers.Get().(*[]byte)
+	}
+	return *c.rbuf
+}
+
+// keepIn moves in out of the caller's buffer into the owned one (in never
+// outgrows it: it is what one read left).
+func (c *conn) keepIn() {
+	if c.inP && len(c.in) > 0 {
+		buf := c.buffer()
+		c.in = buf[:copy(buf, c.in)]
+	}
+	c.inP = false
+}
+
+// release gives the owned buffer back once nothing is left in it, so that
+// a connection waiting for its next request holds none.
+func (c *conn) release() {
+	if c.rbuf == nil || len(c.in) > 0 || len(c.out) > 0 {
+		return
+	}
+	readBuffers.Put(c.rbuf)
+	c.rbuf = nil
+}
+
+// scan runs the scanner over in and moves what it took to hold or out. A
+// head that arrived whole is given out where it lies; one arriving in
+// pieces is gathered in hold, which is let go once given out.
 func (c *conn) scan() {
 	head, in := c.s.InHead(), c.in
 	k, headEnd, err := c.s.Scan(in)
@@ -119,10 +189,12 @@ func (c *conn) scan() {
 		if !head {
 			c.out = in[:k] // the body bytes before the fault
 		}
+	case head && headEnd && len(c.hold) == 0:
+		c.out = in[:k]
 	case head:
 		c.hold = append(c.hold, in[:k]...)
 		if headEnd {
-			c.out, c.hold = c.hold, c.hold[:0]
+			c.out, c.hold = c.hold, nil
 		}
 	default:
 		c.out = in[:k]

@@ -48,19 +48,26 @@ func (c *pieceConn) LocalAddr() net.Addr              { return &net.TCPAddr{} }
 func (c *pieceConn) SetDeadline(t time.Time) error    { return nil }
 
 // FuzzConn: any byte stream, arriving in pieces of any size and read with
-// buffers of any size, goes through the wrapper without a panic; what
+// buffers of any size (through the connection's own buffer, or directly), goes through the wrapper without a panic; what
 // comes out is a prefix of what went in, and no complete head in it is
 // ambiguous (read by net/http's own primitives); a refusal is answered
 // once, at Close.
 func FuzzConn(f *testing.F) {
 	for _, s := range fuzzSeeds {
 		f.Add([]byte(s), uint8(3), uint8(5))
+		f.Add([]byte(s), uint8(40), uint8(200))
 	}
 	f.Fuzz(func(t *testing.T, b []byte, step, bufSize uint8) {
 		pc := &pieceConn{data: bytes.Clone(b), step: int(step%64) + 1}
 		c := newConn(pc, Limits{})
 		var out []byte
-		buf := make([]byte, int(bufSize%128)+1)
+		// Buffers under directReadMin are read through the connection's
+		// own; larger ones are read into directly.
+		size := int(bufSize%128) + 1
+		if bufSize >= 128 {
+			size = directReadMin + int(bufSize-128)*32
+		}
+		buf := make([]byte, size)
 		for i := 0; ; i++ {
 			n, err := c.Read(buf)
 			out = append(out, buf[:n]...)
