@@ -1,7 +1,6 @@
 package dsapi
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -142,11 +141,10 @@ func TestOffsetsSortAndRoundTrip(t *testing.T) {
 
 func TestSSEDataCannotInjectEvents(t *testing.T) {
 	t.Parallel()
-	var b bytes.Buffer
-	writeData(&b, []byte("a\r\n\r\nevent: control\rdata: x\n\nz"))
+	got := appendData(nil, []byte("a\r\n\r\nevent: control\rdata: x\n\nz"))
 	want := "data:a\ndata:\ndata:event: control\ndata:data: x\ndata:\ndata:z\n\n"
-	if b.String() != want {
-		t.Fatalf("got %q want %q", b.String(), want)
+	if string(got) != want {
+		t.Fatalf("got %q want %q", got, want)
 	}
 }
 

@@ -83,6 +83,7 @@ type Handler struct {
 	drainOnce sync.Once
 	drain     chan struct{}
 	waiting   atomic.Int64 // long-polls and SSE responses waiting for records
+	pages     *pageCache   // pages shared by the live readers at one offset
 }
 
 // Waiting reports how many long-polls and SSE responses are waiting for
@@ -91,7 +92,7 @@ func (h *Handler) Waiting() int64 { return h.waiting.Load() }
 
 // New returns the protocol's handler over b.
 func New(b node.Broker, opts Options) *Handler {
-	return &Handler{b: b, opts: opts.withDefaults(), drain: make(chan struct{})}
+	return &Handler{b: b, opts: opts.withDefaults(), drain: make(chan struct{}), pages: newPageCache(pageCacheBytes)}
 }
 
 // Drain ends every long-poll and SSE response at once (before a shutdown).

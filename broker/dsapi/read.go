@@ -2,9 +2,10 @@ package dsapi
 
 import (
 	"bytes"
-	"encoding/base64"
+	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"net/http"
 	"time"
 
@@ -17,20 +18,21 @@ type page struct {
 	from     uint64
 	records  []stream.EntryValue
 	next     uint64 // the offset after the last record (from when none)
+	readAt   uint64 // the tail the read saw
 	upToDate bool   // next reached the tail the read saw
 }
 
 // read reads a page of name from offset from.
-func (h *Handler) read(r *http.Request, name string, from uint64) (page, error) {
-	entries, bounds, err := h.b.Read(r.Context(), name, 0, from, maxReadRecords, node.ReadOptions{MaxBytes: h.opts.MaxReadBytes})
+func (h *Handler) read(ctx context.Context, name string, from uint64) (page, error) {
+	entries, bounds, err := h.b.Read(ctx, name, 0, from, maxReadRecords, node.ReadOptions{MaxBytes: h.opts.MaxReadBytes})
 	if errors.Is(err, stream.OffsetAhead) {
 		// Past the tail: nothing there yet.
-		return page{from: from, next: from, upToDate: true}, nil
+		return page{from: from, next: from, readAt: from, upToDate: true}, nil
 	}
 	if err != nil {
 		return page{}, err
 	}
-	p := page{from: from, records: entries, next: from}
+	p := page{from: from, records: entries, next: from, readAt: uint64(bounds.Next)}
 	if n := len(entries); n > 0 {
 		p.next = uint64(entries[n-1].Offset) + 1
 	}
@@ -139,17 +141,25 @@ func (h *Handler) get(w http.ResponseWriter, r *http.Request, name string) {
 		_, _ = w.Write(out)
 		return
 	}
-	p, err := h.read(r, name, from)
+	p, err := h.read(r.Context(), name, from)
 	if err != nil {
 		h.fail(w, r, err)
 		return
 	}
-	h.answerPage(w, r, name, p, "")
+	h.answerPage(w, r, name, rendered{from: p.from, next: p.next, upToDate: p.upToDate, out: body(t.Entry.ContentType, p.records)}, "")
 }
 
-// answerPage answers a page with 200 (or 304 for a matching If-None-Match).
-// cursor, when set, is a long-poll's Stream-Cursor.
-func (h *Handler) answerPage(w http.ResponseWriter, r *http.Request, name string, p page, cursor string) {
+// rendered is a page as it is answered: the records [from, next) as the
+// response's body.
+type rendered struct {
+	from, next uint64
+	upToDate   bool
+	out        []byte
+}
+
+// answerPage answers a page with 200 (or 304 for a matching
+// If-None-Match). cursor, when set, is a long-poll's Stream-Cursor.
+func (h *Handler) answerPage(w http.ResponseWriter, r *http.Request, name string, p rendered, cursor string) {
 	t, err := h.tail(name)
 	if err != nil {
 		h.fail(w, r, err)
@@ -183,37 +193,39 @@ func (h *Handler) answerPage(w http.ResponseWriter, r *http.Request, name string
 		w.WriteHeader(http.StatusNotModified)
 		return
 	}
-	out := body(t.Entry.ContentType, p.records)
-	hd.Set("Content-Length", itoa(len(out)))
+	hd.Set("Content-Length", itoa(len(p.out)))
 	w.WriteHeader(http.StatusOK)
-	_, _ = w.Write(out)
+	_, _ = w.Write(p.out)
 }
 
 // longPoll answers at once when there is data at from (or the stream is
 // closed there); else it waits up to LongPollTimeout for an append, and
-// answers 204 when none came.
+// answers 204 when none came. The page it answers is shared with the other
+// readers waiting at from (see pages.go).
 func (h *Handler) longPoll(w http.ResponseWriter, r *http.Request, name string, from uint64, t node.Tail) {
 	cursor := nextCursor(r.URL.Query().Get("cursor"), time.Now())
 	timer := time.NewTimer(h.opts.LongPollTimeout)
 	defer timer.Stop()
 	for {
-		wake, err := h.b.Wake(name) // before the read that may find nothing
+		wake, err := h.b.Wake(name) // before the tail that may show nothing new
 		if err != nil {
 			h.fail(w, r, err)
-			return
-		}
-		p, err := h.read(r, name, from)
-		if err != nil {
-			h.fail(w, r, err)
-			return
-		}
-		if len(p.records) > 0 {
-			h.answerPage(w, r, name, p, cursor)
 			return
 		}
 		if t, err = h.tail(name); err != nil {
 			h.fail(w, r, err)
 			return
+		}
+		if from < t.End {
+			next, out, err := h.pageAt(name, from, t, asBody)
+			if err != nil {
+				h.fail(w, r, err)
+				return
+			}
+			if next > from {
+				h.answerPage(w, r, name, rendered{from: from, next: next, upToDate: next >= t.End, out: out}, cursor)
+				return
+			}
 		}
 		if t.Entry.Closed && from >= t.End {
 			h.noContent(w, from, cursor, true)
@@ -245,6 +257,16 @@ func (h *Handler) longPoll(w http.ResponseWriter, r *http.Request, name string, 
 	}
 }
 
+// pageAt is the page of name at from for a reader whose tail is t,
+// rendered as kind: the offset after it and its rendering, shared among
+// the readers waiting at from.
+func (h *Handler) pageAt(name string, from uint64, t node.Tail, kind pageKind) (next uint64, out []byte, err error) {
+	k := pageKey{stream: t.Entry.Partitions[0], from: from, kind: kind}
+	return h.pages.get(k, t.End, func() (uint64, uint64, []byte, error) {
+		return h.renderPage(name, from, t.Entry.ContentType, kind)
+	})
+}
+
 func (h *Handler) noContent(w http.ResponseWriter, next uint64, cursor string, closed bool) {
 	hd := w.Header()
 	hd.Set(hNextOffset, formatOffset(next))
@@ -267,91 +289,86 @@ type control struct {
 
 // sse streams the records from from on as Server-Sent Events: each page is
 // one data event (the stream's text, its JSON array, or base64 of its
-// bytes — each event decodes alone) followed at once by a control event
-// with the next offset; an idle stream gets a control event now and then;
-// a closed stream ends with a control event saying so, and the response.
+// bytes — each event decodes alone, and is shared with the other readers
+// at from, see pages.go) followed at once by a control event with the next
+// offset; an idle stream gets a control event now and then; a closed
+// stream ends with a control event saying so, and the response.
 func (h *Handler) sse(w http.ResponseWriter, r *http.Request, name string, from uint64, t node.Tail) {
 	rc := http.NewResponseController(w)
-	ct := t.Entry.ContentType
-	b64 := !isText(ct)
 	hd := w.Header()
 	hd.Set("Content-Type", "text/event-stream")
 	hd.Set("Cache-Control", "no-cache")
 	hd.Set("X-Accel-Buffering", "no")
-	if b64 {
+	if !isText(t.Entry.ContentType) {
 		hd.Set(hSSEEncoding, "base64")
 	}
 	w.WriteHeader(http.StatusOK)
 	clientCursor := r.URL.Query().Get("cursor")
-	var buf bytes.Buffer
-	buf.WriteString("retry: 1000\n")
+	// Sent with the first event.
+	_, _ = io.WriteString(w, "retry: 1000\n")
+	// Control events are small: what a waiting reader holds between
+	// pages is this and its timers, never a page.
+	ctl := make([]byte, 0, 256)
 	end := time.NewTimer(h.opts.SSEMaxDuration)
 	defer end.Stop()
 	keepAlive := time.NewTimer(h.opts.SSEKeepAlive)
 	defer keepAlive.Stop()
 	idleSent := false
-	flush := func() bool {
-		if buf.Len() == 0 {
-			return true
+	// send writes a data event (when given), then the control event c,
+	// and flushes both to the client.
+	send := func(event []byte, c control) bool {
+		if len(event) > 0 {
+			if _, err := w.Write(event); err != nil {
+				return false
+			}
 		}
-		_, err := w.Write(buf.Bytes())
-		buf.Reset()
+		raw, _ := json.Marshal(c)
+		ctl = append(ctl, "event: control\n"...)
+		ctl = appendData(ctl, raw)
+		_, err := w.Write(ctl)
+		ctl = ctl[:0]
 		if err == nil {
 			err = rc.Flush()
 		}
 		return err == nil
-	}
-	writeControl := func(c control) {
-		raw, _ := json.Marshal(c)
-		buf.WriteString("event: control\n")
-		writeData(&buf, raw)
 	}
 	for {
 		wake, err := h.b.Wake(name)
 		if err != nil {
 			return // deleted: end the response
 		}
-		p, err := h.read(r, name, from)
-		if err != nil {
-			return
-		}
 		if t, err = h.tail(name); err != nil {
 			return
 		}
-		closedAt := t.Entry.Closed && p.next >= t.End
-		if len(p.records) > 0 {
-			buf.WriteString("event: data\n")
-			out := body(ct, p.records)
-			if b64 {
-				enc := make([]byte, base64.StdEncoding.EncodedLen(len(out)))
-				base64.StdEncoding.Encode(enc, out)
-				out = enc
+		next, event := from, []byte(nil)
+		if from < t.End {
+			if next, event, err = h.pageAt(name, from, t, asSSEEvent); err != nil {
+				return
 			}
-			writeData(&buf, out)
-			from = p.next
+		}
+		closedAt := t.Entry.Closed && next >= t.End
+		if next > from {
+			from = next
 			if closedAt {
-				writeControl(control{NextOffset: formatOffset(from), Closed: true})
-				flush()
+				send(event, control{NextOffset: formatOffset(from), Closed: true})
 				return
 			}
-			writeControl(control{NextOffset: formatOffset(from), Cursor: nextCursor(clientCursor, time.Now()), UpToDate: p.upToDate})
-			idleSent = p.upToDate
-			if !flush() {
+			upToDate := from >= t.End
+			if !send(event, control{NextOffset: formatOffset(from), Cursor: nextCursor(clientCursor, time.Now()), UpToDate: upToDate}) {
 				return
 			}
+			idleSent = upToDate
 			continue
 		}
 		if closedAt {
-			writeControl(control{NextOffset: formatOffset(from), Closed: true})
-			flush()
+			send(nil, control{NextOffset: formatOffset(from), Closed: true})
 			return
 		}
 		if !idleSent {
-			writeControl(control{NextOffset: formatOffset(from), Cursor: nextCursor(clientCursor, time.Now()), UpToDate: true})
-			idleSent = true
-			if !flush() {
+			if !send(nil, control{NextOffset: formatOffset(from), Cursor: nextCursor(clientCursor, time.Now()), UpToDate: true}) {
 				return
 			}
+			idleSent = true
 		}
 		h.waiting.Add(1)
 		over := false
@@ -374,22 +391,27 @@ func (h *Handler) sse(w http.ResponseWriter, r *http.Request, name string, from 
 	}
 }
 
-// writeData writes an event's payload as data: lines, one per line of the
-// payload — split at CR, LF and CRLF alike, so that no payload can end the
-// event or start another —, then the blank line that ends the event.
+// dataEvent is an SSE data event carrying p.
+func dataEvent(p []byte) []byte {
+	out := make([]byte, 0, len("event: data\n")+len(p)+len(p)/64+8)
+	return appendData(append(out, "event: data\n"...), p)
+}
+
+// appendData appends an event's payload as data: lines, one per line of
+// the payload — split at CR, LF and CRLF alike, so that no payload can end
+// the event or start another —, then the blank line that ends the event.
 // There is no space after "data:": readers strip one, and a payload
 // starting with a space keeps it.
-func writeData(buf *bytes.Buffer, p []byte) {
+func appendData(dst, p []byte) []byte {
 	for {
 		i := bytes.IndexAny(p, "\r\n")
-		buf.WriteString("data:")
+		dst = append(dst, "data:"...)
 		if i < 0 {
-			buf.Write(p)
-			buf.WriteString("\n\n")
-			return
+			dst = append(dst, p...)
+			return append(dst, "\n\n"...)
 		}
-		buf.Write(p[:i])
-		buf.WriteByte('\n')
+		dst = append(dst, p[:i]...)
+		dst = append(dst, '\n')
 		if p[i] == '\r' && i+1 < len(p) && p[i+1] == '\n' {
 			i++
 		}
