@@ -224,7 +224,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		api.Handle("POST "+membership.RecoverPath, cl.member.ServeRecover(cl.restart))
 	}
 	if cfg.Pprof {
-		api.Handle("/debug/pprof/", http.HandlerFunc(pprof.Index))
+		api.Handle("/debug/pprof/", collectFirst(http.HandlerFunc(pprof.Index)))
 		api.Handle("/debug/pprof/profile", http.HandlerFunc(pprof.Profile))
 		api.Handle("/debug/pprof/trace", http.HandlerFunc(pprof.Trace))
 		logger.Warn("profiler enabled under /debug/pprof/ on the API port")
