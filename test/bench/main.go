@@ -82,6 +82,14 @@ func run() error {
 	}
 	fmt.Printf("PicoMQ broker benchmark — %s, data in %s\n\n", time.Now().Format(time.RFC3339), base)
 
+	if *readersN > 0 {
+		// Memory and wakes, not the disk: no raw-disk probe.
+		bin := filepath.Join(base, "broker")
+		if err := brokerproc.BuildTo(bin); err != nil {
+			return err
+		}
+		return runReaders(base, bin)
+	}
 	raw, err := measureDisk(base)
 	if err != nil {
 		return err
@@ -430,10 +438,10 @@ func urlOf(*client.Client) string { return baseURL }
 // standard error.
 type brokerProc struct{ *brokerproc.Broker }
 
-func startBroker(bin, dataDir string) (*brokerProc, error) {
+func startBroker(bin, dataDir string, flags ...string) (*brokerProc, error) {
 	b, err := brokerproc.Run(brokerproc.Options{
 		Binary: bin, DataDir: dataDir, ReadyTimeout: 30 * time.Second,
-		Flags: append([]string{"--log-level", "warn"}, strings.Fields(*extraFlags)...),
+		Flags: append(append([]string{"--log-level", "warn"}, flags...), strings.Fields(*extraFlags)...),
 	})
 	if err != nil {
 		return nil, err
