@@ -41,6 +41,7 @@ package core
 import (
 	"context"
 	"errors"
+	"math"
 	"path/filepath"
 	"sync"
 	"time"
@@ -84,6 +85,9 @@ type Broker struct {
 
 	opened       time.Time // when Open returned
 	fullSnapshot time.Time // the last snapshot taken because the volume was full (maintenance loop only)
+	// snapshotDue wakes the maintenance loop as soon as the log holds
+	// InlineLogBytes of frames (see inline.go), not at its next tick.
+	snapshotDue chan struct{}
 
 	stop chan struct{}
 	wg   sync.WaitGroup
@@ -105,13 +109,14 @@ func Open(cfg Config) (*Broker, error) {
 		return nil, err
 	}
 	b := &Broker{
-		cfg:    cfg,
-		fsm:    meta.NewFSM(),
-		named:  map[string]*named{},
-		byID:   map[uint64]*named{},
-		frames: newFrameCache(64 << 20),
-		inline: newInlineObjects(objectsDir(cfg.DataDir), cfg.syncObjects),
-		stop:   make(chan struct{}),
+		cfg:         cfg,
+		fsm:         meta.NewFSM(),
+		named:       map[string]*named{},
+		byID:        map[uint64]*named{},
+		frames:      newFrameCache(64 << 20),
+		inline:      newInlineObjects(objectsDir(cfg.DataDir), cfg.syncObjects),
+		snapshotDue: make(chan struct{}, 1),
+		stop:        make(chan struct{}),
 	}
 	// Set before the log replays: a replayed inline commit writes its object.
 	b.fsm.SetHooks(meta.Hooks{Applied: b.applied, Snapshot: b.snapshotting})
@@ -184,6 +189,50 @@ func (b *Broker) admitWrite() error {
 		return d.Admit()
 	}
 	return nil
+}
+
+// background answers whether background work that writes about writes
+// bytes and frees about frees may run on the volume now (see
+// diskspace.Monitor.Background): a full volume is not filled further by
+// work that only moves data.
+func (b *Broker) background(work string, writes, frees int64) bool {
+	if d := b.cfg.Disk; d != nil {
+		return d.Background(work, writes, frees)
+	}
+	return true
+}
+
+// backgroundBudget is how many bytes one maintenance pass may write (see
+// diskspace.Monitor.BackgroundBudget).
+func (b *Broker) backgroundBudget() int64 {
+	if d := b.cfg.Disk; d != nil {
+		return d.BackgroundBudget()
+	}
+	return math.MaxInt64
+}
+
+// freedBy is about what replacing the ranges old frees on this node's
+// volume: the objects no other range references, each rounded up to whole
+// 4 KiB blocks — their files, or for those held in memory their frames in
+// the metadata log, which the next snapshot lets go without writing them.
+func (b *Broker) freedBy(old []meta.Range) int64 {
+	uses := map[uint64]int{}
+	for _, r := range old {
+		uses[r.Object]++
+	}
+	sizes := map[uint64]int64{}
+	b.fsm.View(func(s *meta.State) {
+		for id, n := range uses {
+			if o, ok := s.Objects[id]; ok && o.Refs <= n {
+				sizes[id] = o.Size
+			}
+		}
+	})
+	var freed int64
+	for _, size := range sizes {
+		freed += (size + 4095) &^ 4095
+	}
+	return freed
 }
 
 // storageFailed tells Config.Disk that a write could not be made durable.

@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/picomq/picomq/broker/meta"
+	"github.com/picomq/picomq/broker/node"
 	"github.com/picomq/picomq/broker/stream"
 )
 
@@ -79,6 +80,19 @@ func (b *Broker) Compact(ctx context.Context, name string, partition int) (strea
 	v.Kept = v.Scanned - v.Dropped
 	if len(old) == 0 {
 		return v, nil
+	}
+	var writes int64
+	for _, g := range groups {
+		for _, rec := range g {
+			writes += int64(len(rec.key) + len(rec.value) + 24)
+		}
+	}
+	if !b.background("compaction", writes, b.freedBy(old)) {
+		// On a volume below its headroom a compaction must free what it
+		// writes; this one would not (its objects are shared, or held).
+		if d := b.cfg.Disk; d != nil {
+			return stream.CompactValue{}, node.StorageFull.With("free", d.Free(), "headroom", d.HeadroomBytes(), "dir", objectsDir(b.cfg.DataDir), "work", "compaction", "writes", writes)
+		}
 	}
 	obj, fresh, err := b.writeRanges(groups, bounds)
 	if err != nil {

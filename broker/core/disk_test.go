@@ -8,6 +8,7 @@ import (
 
 	"github.com/picomq/picomq/broker/diskio"
 	"github.com/picomq/picomq/broker/diskspace"
+	"github.com/picomq/picomq/broker/meta"
 	"github.com/picomq/picomq/broker/node"
 	"github.com/picomq/picomq/broker/objstore"
 )
@@ -99,5 +100,60 @@ func TestAppendFaultsThroughTheSeam(t *testing.T) {
 	}
 	if got := diskPayloads(t, b, "s"); !sameStrings(got, want) {
 		t.Fatalf("after the fsync failure the stream holds %q, want %q", got, want)
+	}
+}
+
+// TestMergeWritesWithinItsBudget: a merge writes no more than the pass's
+// budget — nothing with none, a part of its run with a part — and takes
+// what it wrote from it; the rest merges in a later pass. (The budget is
+// the disk's: diskspace.Monitor.BackgroundBudget.)
+func TestMergeWritesWithinItsBudget(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := openTest(t, t.TempDir(), func(c *Config) {
+		c.MergeMinRanges = 4
+		c.InlineBytes = -1
+	})
+	defer b.Close()
+	mustCreate(t, b, "a", node.CreateOptions{})
+	for i := 0; i < 20; i++ {
+		if _, err := b.Append(ctx, "a", recs("record-of-some-length"), node.AppendOptions{Partition: -1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := diskPayloads(t, b, "a")
+	n, id, err := b.partitionOf("a", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ranges := func() []meta.Range {
+		in, _ := b.fsm.Internal(id)
+		return in.Ranges
+	}
+	one := ranges()[0].Len
+
+	budget := int64(0)
+	if err := b.merge(ctx, n, id, &budget); err != nil || len(ranges()) != 20 {
+		t.Fatalf("with no budget: %d ranges, %v; want the 20 untouched", len(ranges()), err)
+	}
+	budget = 5*one + one/2
+	if err := b.merge(ctx, n, id, &budget); err != nil {
+		t.Fatal(err)
+	}
+	if got := len(ranges()); got != 16 {
+		t.Fatalf("with a budget of 5.5 ranges: %d ranges, want 16 (5 merged into 1)", got)
+	}
+	if budget != one/2 {
+		t.Fatalf("budget left %d, want %d", budget, one/2)
+	}
+	budget = 1 << 30
+	if err := b.merge(ctx, n, id, &budget); err != nil {
+		t.Fatal(err)
+	}
+	if got := len(ranges()); got != 1 {
+		t.Fatalf("with room: %d ranges, want 1 (the first merge's range is small too)", got)
+	}
+	if after := diskPayloads(t, b, "a"); !sameStrings(after, before) {
+		t.Fatalf("merges in parts changed the records: %q, want %q", after, before)
 	}
 }

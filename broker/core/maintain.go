@@ -44,6 +44,9 @@ func (b *Broker) maintainLoop() {
 				cancel()
 			}
 			return
+		case <-b.snapshotDue:
+			b.snapshotIfDue()
+			continue
 		case <-t.C:
 		}
 		ctx, cancel := context.WithTimeout(stopping, 30*time.Second)
@@ -61,9 +64,13 @@ func (b *Broker) maintainLoop() {
 			b.cfg.Logger.Warn("garbage collection failed", "err", err)
 		}
 		// Held objects the merge has not freed by now become files (see
-		// inline.go).
-		if err := b.objs.SpillOlder(b.cfg.HoldFor); err != nil {
-			b.cfg.Logger.Warn("writing held objects failed", "err", err)
+		// inline.go) — unless that would eat the headroom: they are
+		// durable in the log, and a snapshot writes them when it lets the
+		// log go.
+		if b.background("spill", b.objs.HeldBytes(), 0) {
+			if err := b.objs.SpillOlder(b.cfg.HoldFor); err != nil {
+				b.cfg.Logger.Warn("writing held objects failed", "err", err)
+			}
 		}
 		b.cfg.Metrics.HeldBytes.Set(float64(b.objs.HeldBytes()))
 		addGrowth(b.cfg.Metrics.HeldSpilled, &lastSpilled, b.objs.Spilled())
@@ -126,6 +133,8 @@ func (b *Broker) maintain(ctx context.Context) {
 			b.cfg.Logger.Info("stream expired", "name", e.Name)
 		}
 	}
+	// What the merges of this pass may write, in all (the disk's headroom).
+	budget := b.backgroundBudget()
 	for _, o := range loaded {
 		for _, id := range o.streams {
 			if b.cfg.Ownership.MayOpen(id) != nil {
@@ -134,7 +143,7 @@ func (b *Broker) maintain(ctx context.Context) {
 			if err := b.persistRetention(ctx, o.n, id); err != nil {
 				b.cfg.Logger.Warn("retention failed", "name", o.n.name, "err", err)
 			}
-			if err := b.merge(ctx, o.n, id); err != nil {
+			if err := b.merge(ctx, o.n, id, &budget); err != nil {
 				b.cfg.Logger.Warn("merge failed", "name", o.n.name, "err", err)
 			}
 		}
@@ -190,7 +199,15 @@ func (b *Broker) snapshotIfDue() {
 		// than deletes free: a follower behind them gets the snapshot.
 		snapshot = func() error { return b.log.SnapshotKeeping(fewTrailingLogs) }
 	}
-	if err := snapshot(); err != nil {
+	// A snapshot writes the held objects the log's entries still carry —
+	// no more than the log then lets go — so it runs on a full volume
+	// too; what it wrote there is counted.
+	spilled := b.objs.SpilledBytes()
+	err := snapshot()
+	if full {
+		b.cfg.Disk.WroteWhileFull("snapshot", b.objs.SpilledBytes()-spilled)
+	}
+	if err != nil {
 		b.cfg.Logger.Warn("snapshot of the metadata log failed", "err", err)
 	}
 }

@@ -10,8 +10,10 @@ import (
 // in objects shared with other streams — into segment frames of up to
 // FrameBytes, in objects of up to SegmentBytes, once MergeMinRanges of them
 // have gathered. Shared objects are then freed as their other streams merge
-// or trim too.
-func (b *Broker) merge(ctx context.Context, n *named, id uint64) error {
+// or trim too. It writes at most *budget bytes, and takes what it wrote
+// from it; on a volume below its headroom only objects that free as much
+// as they write are made (see Broker.background).
+func (b *Broker) merge(ctx context.Context, n *named, id uint64, budget *int64) error {
 	n.mu.Lock()
 	segmentBytes := n.policy.SegmentBytes
 	n.mu.Unlock()
@@ -43,10 +45,14 @@ func (b *Broker) merge(ctx context.Context, n *named, id uint64) error {
 	for len(run) > 0 {
 		var take []meta.Range
 		var size int64
-		for len(run) > 0 && (len(take) == 0 || size+run[0].Len <= segmentBytes) {
+		limit := min(segmentBytes, *budget)
+		for len(run) > 0 && (len(take) == 0 && run[0].Len <= *budget || size+run[0].Len <= limit) {
 			take = append(take, run[0])
 			size += run[0].Len
 			run = run[1:]
+		}
+		if len(take) == 0 {
+			return nil // no room this pass
 		}
 		var groups [][]record
 		var cur []record
@@ -71,6 +77,10 @@ func (b *Broker) merge(ctx context.Context, n *named, id uint64) error {
 		if len(cur) > 0 {
 			groups = append(groups, cur)
 		}
+		if !b.background("merge", size, b.freedBy(take)) {
+			return nil // put off until there is room
+		}
+		*budget -= size
 		obj, fresh, err := b.writeRanges(groups, nil)
 		if err != nil {
 			return err

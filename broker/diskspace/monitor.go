@@ -4,6 +4,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"math"
 	"os"
 	"path/filepath"
 	"sync"
@@ -65,6 +66,10 @@ type Monitor struct {
 	mu       sync.Mutex // serializes refreshes' transitions and the reserve
 	reserved int64      // the reserve file's size, 0 while released
 	failed   atomic.Pointer[error]
+
+	// What background work did below the headroom, by kind of work.
+	writtenFull *prometheus.CounterVec
+	deferred    *prometheus.CounterVec
 }
 
 // New measures the volume and, when the volume is full, releases the
@@ -80,7 +85,16 @@ func New(o Options) (*Monitor, error) {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	m := &Monitor{o: o, logger: o.Logger, reserve: filepath.Join(o.Dir, reserveFile)}
+	m := &Monitor{o: o, logger: o.Logger, reserve: filepath.Join(o.Dir, reserveFile),
+		writtenFull: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "picomq_disk_background_written_while_full_bytes_total",
+			Help: "Bytes background work (merges, snapshots, compactions) wrote while free space was, or would then be, below the headroom: only work that frees at least as much as it writes runs then.",
+		}, []string{"work"}),
+		deferred: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "picomq_disk_background_deferred_total",
+			Help: "Background work put off because it would have taken free space below the headroom without freeing as much as it writes.",
+		}, []string{"work"}),
+	}
 	if fi, err := os.Stat(m.reserve); err == nil {
 		m.reserved = fi.Size()
 	}
@@ -96,6 +110,7 @@ func New(o Options) (*Monitor, error) {
 			gauge("picomq_disk_headroom_bytes", "Free bytes kept for deletes, trims, merges and recovery: below them appends are refused (--disk-headroom).", func() float64 { return float64(m.headroom.Load()) }),
 			gauge("picomq_disk_appends_refused", "1 while appends are refused with STORAGE_FULL because free space is below the headroom.", func() float64 { return b2f(m.full.Load()) }),
 			gauge("picomq_storage_failed", "1 once a write could not be made durable: the broker acknowledges nothing until restarted.", func() float64 { return b2f(m.failed.Load() != nil) }),
+			m.writtenFull, m.deferred,
 		)
 	}
 	return m, nil
@@ -213,13 +228,68 @@ func (m *Monitor) Admit() error {
 	if err := m.Failed(); err != nil {
 		return err
 	}
-	if last := m.last.Load(); time.Now().UnixNano()-last > int64(m.o.Refresh) && m.last.CompareAndSwap(last, time.Now().UnixNano()) {
-		_ = m.Refresh() // a failed statfs keeps the last view
-	}
+	m.refreshIfStale()
 	if m.full.Load() {
 		return node.StorageFull.With("free", m.free.Load(), "headroom", m.headroom.Load(), "dir", m.o.Dir)
 	}
 	return nil
+}
+
+// Background answers whether background work — a merge, a spill of held
+// objects, a snapshot, a compaction — that writes about writes bytes and
+// then frees about frees bytes may run now. The headroom exists for what
+// frees space; work that only moves data must not eat it, or a full volume
+// goes on filling after appends are refused, down to nothing. So it may
+// run while it leaves the headroom free (or none is kept), and below that
+// only when it frees at least as much as it writes: the bytes of such work
+// are counted (picomq_disk_background_written_while_full_bytes_total), and
+// so is the work put off (picomq_disk_background_deferred_total).
+func (m *Monitor) Background(work string, writes, frees int64) bool {
+	m.refreshIfStale()
+	headroom := m.headroom.Load()
+	switch {
+	case headroom <= 0 || writes <= 0:
+		return true
+	case m.free.Load()-writes >= headroom:
+		return true
+	case frees >= writes:
+		m.writtenFull.WithLabelValues(work).Add(float64(writes))
+		return true
+	}
+	m.deferred.WithLabelValues(work).Inc()
+	return false
+}
+
+// WroteWhileFull counts n bytes background work wrote while free space was
+// below the headroom, for work that frees more than it writes by its
+// nature (a snapshot writes what the log it lets go held).
+func (m *Monitor) WroteWhileFull(work string, n int64) {
+	if n > 0 {
+		m.writtenFull.WithLabelValues(work).Add(float64(n))
+	}
+}
+
+// BackgroundBudget is how many bytes one pass of background work may write
+// in all: what is free above the headroom, or, below it, a quarter of what
+// is free past a quarter of the headroom — for work that frees at least as
+// much as it writes (Background), whose frees come only once the objects
+// it replaced are collected, a grace later. Unbounded when no headroom is
+// kept.
+func (m *Monitor) BackgroundBudget() int64 {
+	m.refreshIfStale()
+	free, headroom := m.free.Load(), m.headroom.Load()
+	if headroom <= 0 {
+		return math.MaxInt64
+	}
+	return max(free-headroom, (free-headroom/4)/4, 0)
+}
+
+// refreshIfStale measures the volume again when the view is older than
+// Refresh (one caller at a time; a failed statfs keeps the last view).
+func (m *Monitor) refreshIfStale() {
+	if last := m.last.Load(); time.Now().UnixNano()-last > int64(m.o.Refresh) && m.last.CompareAndSwap(last, time.Now().UnixNano()) {
+		_ = m.Refresh()
+	}
 }
 
 // Full reports whether appends are refused for want of space.
@@ -227,6 +297,9 @@ func (m *Monitor) Full() bool { return m.full.Load() }
 
 // Total returns the volume's size, as last measured.
 func (m *Monitor) Total() int64 { return m.total.Load() }
+
+// HeadroomBytes returns the free bytes kept, as last computed.
+func (m *Monitor) HeadroomBytes() int64 { return m.headroom.Load() }
 
 // Free returns the free bytes last measured.
 func (m *Monitor) Free() int64 { return m.free.Load() }

@@ -141,6 +141,9 @@ func (s *Store) HeldBytes() int64 {
 // Spilled returns how many held objects were written to files so far.
 func (s *Store) Spilled() int64 { return s.spilled.Load() }
 
+// SpilledBytes returns how many bytes spills wrote so far.
+func (s *Store) SpilledBytes() int64 { return s.spilledBytes.Load() }
+
 // heldSpan returns n bytes of held object id from pos (shared, read-only),
 // k < n when the object ends first, and false when id is not held.
 func (s *Store) heldSpan(id uint64, pos, n int64) (buf []byte, k int64, ok bool) {
@@ -245,6 +248,7 @@ func (s *Store) spill(id uint64) error {
 		os.Remove(s.path(id))
 	}
 	s.spilled.Add(1)
+	s.spilledBytes.Add(int64(HeaderSize + len(h.frames)))
 	return nil
 }
 

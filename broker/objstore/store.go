@@ -120,11 +120,12 @@ type Store struct {
 	recentHead  int            // recent[:recentHead] are dropped already
 	recentBytes int64          // the sizes' sum of recent[recentHead:]
 
-	dirSyncs    atomic.Int64 // directory fsyncs done, for tests
-	slowCreates atomic.Int64 // Creates that found the pool empty, for tests
-	recycled    atomic.Int64 // removed objects whose file went back to the pool
-	spilled     atomic.Int64 // held objects written to files
-	dropped     atomic.Int64 // bytes of written objects dropped from the page cache, for tests
+	dirSyncs     atomic.Int64 // directory fsyncs done, for tests
+	slowCreates  atomic.Int64 // Creates that found the pool empty, for tests
+	recycled     atomic.Int64 // removed objects whose file went back to the pool
+	spilled      atomic.Int64 // held objects written to files
+	spilledBytes atomic.Int64 // and their bytes
+	dropped      atomic.Int64 // bytes of written objects dropped from the page cache, for tests
 }
 
 // poolFile is a created, durable, not yet claimed object file.
