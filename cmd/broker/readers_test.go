@@ -19,10 +19,10 @@ import (
 // exact figure of the real binary.
 const readerBudgetBytes = 100_000
 
-// TestIdleLiveReadersFitTheirBudget opens 500 SSE responses and 500
-// long-polls on one stream of a broker in this process, waits until every
-// one waits for records, and fails when the broker's heap and stacks grew
-// by more than the budget per reader. The readers are raw connections that
+// TestIdleLiveReadersFitTheirBudget opens 500 SSE responses, then 500
+// long-polls, on one stream of a broker in this process, waits each time
+// until every one waits for records, and fails when the broker's heap and
+// stacks grew by more than the budget per reader of either kind. The readers are raw connections that
 // send their request and read nothing, so what grows is the broker's.
 func TestIdleLiveReadersFitTheirBudget(t *testing.T) {
 	const sse, longPolls = 500, 500
@@ -37,17 +37,23 @@ func TestIdleLiveReadersFitTheirBudget(t *testing.T) {
 	warm = append(warm, openReaders(t, base, "/v1/stream/readers/idle?offset=now&live=long-poll", 1)...)
 	waitForWaitingReads(t, base, 2)
 	before := footprint()
-
 	conns := openReaders(t, base, "/v1/stream/readers/idle?offset=now&live=sse", sse)
+	waitForWaitingReads(t, base, 2+sse)
+	mid := footprint()
 	conns = append(conns, openReaders(t, base, "/v1/stream/readers/idle?offset=now&live=long-poll", longPolls)...)
 	waitForWaitingReads(t, base, 2+sse+longPolls)
 	after := footprint()
 
-	per := (after.heap + after.stacks - before.heap - before.stacks) / (sse + longPolls)
-	t.Logf("per idle reader: %d bytes (heap %d, stacks %d; %d goroutines for %d readers)",
-		per, (after.heap-before.heap)/(sse+longPolls), (after.stacks-before.stacks)/(sse+longPolls), after.goroutines-before.goroutines, sse+longPolls)
-	if per > readerBudgetBytes {
-		t.Fatalf("an idle live reader costs the broker %d bytes of heap and stacks, over the budget of %d", per, readerBudgetBytes)
+	for _, kind := range []struct {
+		name     string
+		from, to usage
+		n        int
+	}{{"SSE response", before, mid, sse}, {"long-poll", mid, after, longPolls}} {
+		heap, stacks := (kind.to.heap-kind.from.heap)/kind.n, (kind.to.stacks-kind.from.stacks)/kind.n
+		t.Logf("per idle %s: %d bytes (heap %d, stacks %d; %d goroutines for %d)", kind.name, heap+stacks, heap, stacks, kind.to.goroutines-kind.from.goroutines, kind.n)
+		if heap+stacks > readerBudgetBytes {
+			t.Errorf("an idle %s costs the broker %d bytes of heap and stacks, over the budget of %d", kind.name, heap+stacks, readerBudgetBytes)
+		}
 	}
 	for _, c := range append(conns, warm...) {
 		_ = c.Close()

@@ -45,6 +45,7 @@ var (
 type readersResult struct {
 	label                          string
 	perReader                      float64 // heap + stacks, bytes
+	perSSE, perLongPoll            float64 // the same, of each kind
 	heapPerReader, stacksPerReader float64
 	goroutinesPerReader            float64
 	idleRSS                        int64
@@ -71,14 +72,14 @@ func runReaders(base, bin string) error {
 			}
 			r.label = b.label
 			results = append(results, r)
-			fmt.Printf("%-28s per idle reader %6.1f KB (heap %.1f KB, stacks %.1f KB, %.2f goroutines); idle RSS %d MB; writes: %d appends, p50 %s p99 %s, peak RSS %d MB, peak heap in use %.0f MB, %d records delivered\n",
-				r.label, r.perReader/1e3, r.heapPerReader/1e3, r.stacksPerReader/1e3, r.goroutinesPerReader, r.idleRSS>>20,
+			fmt.Printf("%-28s per idle reader %6.1f KB (SSE %.1f KB, long-poll %.1f KB; heap %.1f KB, stacks %.1f KB, %.2f goroutines); idle RSS %d MB; writes: %d appends, p50 %s p99 %s, peak RSS %d MB, peak heap in use %.0f MB, %d records delivered\n",
+				r.label, r.perReader/1e3, r.perSSE/1e3, r.perLongPoll/1e3, r.heapPerReader/1e3, r.stacksPerReader/1e3, r.goroutinesPerReader, r.idleRSS>>20,
 				r.appends, ms(r.p50), ms(r.p99), r.peakRSS>>20, r.heapInuseAtPeak/1e6, r.delivered)
 		}
 	}
-	fmt.Printf("\n| broker | readers | per idle reader (heap+stacks) | idle RSS | appends | append p50 | append p99 | peak RSS | peak heap in use |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	fmt.Printf("\n| broker | readers | per idle reader (heap+stacks) | SSE | long-poll | idle RSS | appends | append p50 | append p99 | peak RSS | peak heap in use |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, r := range results {
-		fmt.Printf("| %s | %d | %.1f KB | %d MB | %d | %s | %s | %d MB | %.0f MB |\n", r.label, *readersN, r.perReader/1e3, r.idleRSS>>20, r.appends, ms(r.p50), ms(r.p99), r.peakRSS>>20, r.heapInuseAtPeak/1e6)
+		fmt.Printf("| %s | %d | %.1f KB | %.1f KB | %.1f KB | %d MB | %d | %s | %s | %d MB | %.0f MB |\n", r.label, *readersN, r.perReader/1e3, r.perSSE/1e3, r.perLongPoll/1e3, r.idleRSS>>20, r.appends, ms(r.p50), ms(r.p99), r.peakRSS>>20, r.heapInuseAtPeak/1e6)
 	}
 	fmt.Printf("\ntarget: <= 100 KB per idle reader; append p99 no worse than the baseline's in the same run; 10,000 readers within 1.5 GB (peak RSS)\n")
 	return nil
@@ -123,37 +124,32 @@ func readersOnce(dataDir, bin string) (readersResult, error) {
 	defer wg.Wait() // after cancel: deferred calls run last first
 	defer cancel()
 	var delivered, waiting atomic.Int64
+	// SSE readers first, then long-polls: each kind's cost is measured on
+	// its own.
 	sse := *readersN / 2
-	for i := range *readersN {
-		wg.Add(1)
-		if i < sse {
-			go func() { defer wg.Done(); followSSE(ctx, hc, url, &delivered, &waiting) }()
-		} else {
-			go func() { defer wg.Done(); followLongPoll(ctx, hc, url, &delivered, &waiting) }()
-		}
-		if i%500 == 499 {
-			time.Sleep(50 * time.Millisecond) // do not flood the accept queue
+	open := func(n int, follow func()) {
+		for i := range n {
+			wg.Add(1)
+			go func() { defer wg.Done(); follow() }()
+			if i%500 == 499 {
+				time.Sleep(50 * time.Millisecond) // do not flood the accept queue
+			}
 		}
 	}
-	// Every reader waits once the broker says so — or, for a broker
-	// without picomq_stream_reads_waiting, once every SSE reader had its
-	// first control event and every long-poll was sent, and a few seconds
-	// more.
-	deadline := time.Now().Add(2 * time.Minute)
-	for {
-		g := scrapeGauges(hc, b.URL)
-		if w, ok := g["picomq_stream_reads_waiting"]; ok && w >= float64(*readersN) {
-			break
-		} else if !ok && waiting.Load() >= int64(*readersN) {
-			time.Sleep(3 * time.Second)
-			break
-		}
-		if time.Now().After(deadline) {
-			return res, fmt.Errorf("fewer than %d reads waiting after 2 minutes (the broker says %v, the readers %d)", *readersN, g["picomq_stream_reads_waiting"], waiting.Load())
-		}
-		time.Sleep(100 * time.Millisecond)
+	open(sse, func() { followSSE(ctx, hc, url, &delivered, &waiting) })
+	if err := waitForReaders(hc, b.URL, sse, &waiting); err != nil {
+		return res, err
+	}
+	mid := collected()
+	open(*readersN-sse, func() { followLongPoll(ctx, hc, url, &delivered, &waiting) })
+	if err := waitForReaders(hc, b.URL, *readersN, &waiting); err != nil {
+		return res, err
 	}
 	idle := collected()
+	perReader := func(from, to map[string]float64, n int) float64 {
+		return (to["go_memstats_heap_inuse_bytes"] + to["go_memstats_stack_inuse_bytes"] - from["go_memstats_heap_inuse_bytes"] - from["go_memstats_stack_inuse_bytes"]) / float64(n)
+	}
+	res.perSSE, res.perLongPoll = perReader(before, mid, sse), perReader(mid, idle, *readersN-sse)
 	n := float64(*readersN)
 	res.heapPerReader = (idle["go_memstats_heap_inuse_bytes"] - before["go_memstats_heap_inuse_bytes"]) / n
 	res.stacksPerReader = (idle["go_memstats_stack_inuse_bytes"] - before["go_memstats_stack_inuse_bytes"]) / n
@@ -206,6 +202,27 @@ func readersOnce(dataDir, bin string) (readersResult, error) {
 	res.p50, res.p99 = pct(lats, 0.50), pct(lats, 0.99)
 	cancel()
 	return res, nil
+}
+
+// waitForReaders waits until n readers wait: the broker says so — or, for
+// a broker without picomq_stream_reads_waiting, once the readers count
+// themselves waiting (an SSE reader's first control event, a long-poll
+// sent), and a few seconds more.
+func waitForReaders(hc *http.Client, url string, n int, waiting *atomic.Int64) error {
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		g := scrapeGauges(hc, url)
+		if w, ok := g["picomq_stream_reads_waiting"]; ok && w >= float64(n) {
+			return nil
+		} else if !ok && waiting.Load() >= int64(n) {
+			time.Sleep(3 * time.Second)
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("fewer than %d reads waiting after 2 minutes (the broker says %v, the readers %d)", n, g["picomq_stream_reads_waiting"], waiting.Load())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
 
 // followSSE reads the stream with SSE from its tail until ctx ends,
