@@ -88,11 +88,10 @@ func (b *Broker) Compact(ctx context.Context, name string, partition int) (strea
 		}
 	}
 	if !b.background("compaction", writes, b.freedBy(old)) {
-		// On a volume below its headroom a compaction must free what it
-		// writes; this one would not (its objects are shared, or held).
-		if d := b.cfg.Disk; d != nil {
-			return stream.CompactValue{}, node.StorageFull.With("free", d.Free(), "headroom", d.HeadroomBytes(), "dir", objectsDir(b.cfg.DataDir), "work", "compaction", "writes", writes)
-		}
+		// Into the headroom a compaction must free what it writes; this
+		// one would not (its objects hold other streams' ranges too).
+		d := b.cfg.Disk
+		return stream.CompactValue{}, node.StorageFull.With("free", d.Free(), "headroom", d.HeadroomBytes(), "dir", objectsDir(b.cfg.DataDir), "work", "compaction", "writes", writes)
 	}
 	obj, fresh, err := b.writeRanges(groups, bounds)
 	if err != nil {
