@@ -23,7 +23,7 @@ import (
 // a few writers' appends cost once every one of them wakes for each.
 //
 //	go run ./test/bench -readers 4000
-//	go run ./test/bench -readers 4000 -readers-baseline /tmp/broker-0c71f97 -readers-rounds 3
+//	go run ./test/bench -readers 4000 -readers-baseline /tmp/broker-0c71f97,/tmp/broker-eda265e -readers-rounds 3
 //
 // Half the readers follow the stream with SSE, half with long-polls that
 // poll again at once (this bench's own Go clients, net/http, one
@@ -32,11 +32,11 @@ import (
 // --pprof's /debug/pprof/heap?gc=1) with every reader waiting, over the
 // same figures before they came; then, with writers appending, the
 // appends acknowledged, their p50/p99, the broker's peak RSS (VmHWM) and
-// how many records the readers received. With a baseline binary the two
-// alternate, each round on a fresh data directory.
+// how many records the readers received. With baseline binaries they
+// alternate with this build, each run on a fresh data directory.
 var (
 	readersN        = flag.Int("readers", 0, "run only the live-readers benchmark with this many idle readers (half SSE, half long-poll)")
-	readersBaseline = flag.String("readers-baseline", "", "live-readers benchmark: another broker binary to run alternately (e.g. one built from an older commit)")
+	readersBaseline = flag.String("readers-baseline", "", "live-readers benchmark: other broker binaries, comma-separated, to run alternately with this build (e.g. ones built from older commits)")
 	readersRounds   = flag.Int("readers-rounds", 1, "live-readers benchmark: rounds (each runs every binary once)")
 	readersWriters  = flag.Int("readers-writers", 8, "live-readers benchmark: writers appending while the readers wait")
 	readersPayload  = flag.Int("readers-payload", 100, "live-readers benchmark: bytes of each append")
@@ -58,8 +58,10 @@ type readersResult struct {
 
 func runReaders(base, bin string) error {
 	bins := []struct{ label, path string }{{"this build", bin}}
-	if *readersBaseline != "" {
-		bins = append(bins, struct{ label, path string }{"baseline " + filepath.Base(*readersBaseline), *readersBaseline})
+	for _, other := range strings.Split(*readersBaseline, ",") {
+		if other != "" {
+			bins = append(bins, struct{ label, path string }{"baseline " + filepath.Base(other), other})
+		}
 	}
 	fmt.Printf("live readers: %d idle (half SSE, half long-poll) on one stream, then %d writers of %d B appends for %s\n\n",
 		*readersN, *readersWriters, *readersPayload, *duration)
