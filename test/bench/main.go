@@ -29,6 +29,7 @@ import (
 	"path/filepath"
 	"runtime/pprof"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -232,8 +233,16 @@ type metrics map[string]float64
 // scrape reads the broker's /metrics (text format) for _sum, _count and
 // _total.
 func scrape(url string) metrics {
+	return scrapeWith(http.DefaultClient, url, func(name string) bool {
+		return strings.HasSuffix(name, "_sum") || strings.HasSuffix(name, "_count") || strings.HasSuffix(name, "_total")
+	})
+}
+
+// scrapeWith reads the broker's /metrics with hc for the samples whose
+// name (labels included, as written) keep accepts.
+func scrapeWith(hc *http.Client, url string, keep func(name string) bool) metrics {
 	m := metrics{}
-	resp, err := http.Get(url + "/metrics")
+	resp, err := hc.Get(url + "/metrics")
 	if err != nil {
 		return m
 	}
@@ -241,10 +250,12 @@ func scrape(url string) metrics {
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {
-		var name string
-		var v float64
-		if _, err := fmt.Sscanf(sc.Text(), "%s %g", &name, &v); err == nil && (strings.HasSuffix(name, "_sum") || strings.HasSuffix(name, "_count") || strings.HasSuffix(name, "_total")) {
-			m[name] = v
+		f := strings.Fields(sc.Text())
+		if len(f) < 2 || strings.HasPrefix(f[0], "#") || !keep(f[0]) {
+			continue
+		}
+		if v, err := strconv.ParseFloat(f[1], 64); err == nil {
+			m[f[0]] = v
 		}
 	}
 	return m

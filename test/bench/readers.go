@@ -295,27 +295,8 @@ func followLongPoll(ctx context.Context, hc *http.Client, url string, delivered,
 }
 
 // scrapeGauges reads the broker's /metrics for its unlabelled samples.
-func scrapeGauges(hc *http.Client, url string) map[string]float64 {
-	m := map[string]float64{}
-	resp, err := hc.Get(url + "/metrics")
-	if err != nil {
-		return m
-	}
-	defer resp.Body.Close()
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		f := strings.Fields(sc.Text())
-		if len(f) != 2 || strings.HasPrefix(f[0], "#") || strings.Contains(f[0], "{") {
-			continue
-		}
-		v, err := strconv.ParseFloat(f[1], 64)
-		if err != nil {
-			continue
-		}
-		m[f[0]] = v
-	}
-	return m
+func scrapeGauges(hc *http.Client, url string) metrics {
+	return scrapeWith(hc, url, func(name string) bool { return !strings.Contains(name, "{") })
 }
 
 // peakRSS is a process's peak resident set (VmHWM), in bytes.
