@@ -1,0 +1,50 @@
+// Package journal is a broker's one append-only log of objects: its own
+// group commits and the copies its peers send it, made durable together by
+// one fdatasync per batch, and the fences that stop a stream's older
+// epochs from writing. It is the data path's storage (DESIGN.md, "Two
+// logs"); the metadata log decides what its objects mean.
+//
+// # Decisions
+//
+// One writer. Appends and fences go through one goroutine, which takes
+// everything that arrived while the last batch was being synced, checks
+// each request against the fences in the order the requests arrived,
+// writes what it accepted as one batch at the end of the current segment,
+// fdatasyncs it, and only then answers every request of the batch. So a
+// fence and an object of its stream are always ordered, and nothing is
+// answered before the fdatasync that covers it (tested on crashfs, which
+// keeps at a simulated crash only what a completed fdatasync covered).
+//
+// Fences. Fence(stream, epoch) makes the journal refuse, from its batch on,
+// every object with a part of that stream at an older epoch (the owner's
+// own included: a paused owner cannot gather a write quorum once a quorum
+// of its ensemble is fenced). A fence is written like an object and
+// answered only after its batch is synced, so it survives a crash right
+// after it was answered (BOOKKEEPER-815 lost fences on restart). Its answer
+// lists every object of the stream the journal holds before it: what
+// recovery reads. Fences only rise: an older one is a no-op, answered the
+// same way.
+//
+// Objects. An object is immutable: its id, the parts it holds (stream,
+// epoch, first offset, count), and its payload, opaque here (frames with
+// their descriptors). An object arriving again with an id the journal
+// holds is answered as durable without a second copy when its bytes are
+// the same (a resend after a lost answer), and refused when they differ.
+//
+// Files. Segments named journal-<16 hex digits>.log, each opened by a
+// header (magic, version, the member's incarnation, the segment's number)
+// and then batches. A batch is one record — length, CRC-32C, entries — so
+// a crash mid-write can tear only the last batch of the last segment, and
+// a torn batch is told from damage: a bad record that reaches the end of
+// the last segment (its length past the end, or its CRC wrong and nothing
+// after it, or only zeros from it on) is a torn tail, cut off at open; a
+// bad record anywhere else, or a header that is not this journal's, is
+// damage, and the journal opens as Damaged: its objects are not a fenced
+// copy for recovery (a member damaged mid-file is not shortened, it is
+// untrusted). A new segment's directory entry is synced before anything in
+// it is answered.
+//
+// Not here (the replication package decides): which objects may be
+// deleted (only on metadata evidence, never by age), what an ensemble is,
+// and how a recovery chooses among copies.
+package journal

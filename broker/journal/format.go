@@ -1,0 +1,188 @@
+package journal
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"strconv"
+	"strings"
+)
+
+// The on-disk format.
+//
+//	segment  = header batch*
+//	header   = "PMQJ" version:u16 0:u16 number:u64 len:u16 incarnation crc:u32
+//	batch    = len:u32 crc:u32 entry+            (crc: CRC-32C of the entries)
+//	entry    = 1:u8 object | 2:u8 fence
+//	object   = id:u64 parts:uvarint part* len:uvarint payload
+//	part     = stream:u64 epoch:u64 first:u64 count:u64
+//	fence    = stream:u64 epoch:u64
+//
+// Integers are little-endian; the header's CRC covers what precedes it.
+
+const (
+	magic          = "PMQJ"
+	version        = 1
+	batchHeader    = 8
+	entryObject    = 1
+	entryFence     = 2
+	partBytes      = 32
+	maxBatchBytes  = 1 << 30 // a length past it is not a batch
+	segmentPrefix  = "journal-"
+	segmentSuffix  = ".log"
+	maxIncarnation = 1 << 10
+)
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// Part is one stream's records in an object.
+type Part struct {
+	Stream uint64
+	Epoch  int64
+	First  uint64 // first offset
+	Count  uint64 // records
+}
+
+// Object is what an owner's group commit writes: parts of many streams,
+// and their payload (frames and descriptors, opaque here).
+type Object struct {
+	ID      uint64
+	Parts   []Part
+	Payload []byte
+}
+
+func segmentName(n uint64) string { return fmt.Sprintf("%s%016x%s", segmentPrefix, n, segmentSuffix) }
+
+// segmentNumber parses a segment's name; false for any other file.
+func segmentNumber(name string) (uint64, bool) {
+	s, ok := strings.CutPrefix(name, segmentPrefix)
+	if !ok {
+		return 0, false
+	}
+	if s, ok = strings.CutSuffix(s, segmentSuffix); !ok || len(s) != 16 {
+		return 0, false
+	}
+	n, err := strconv.ParseUint(s, 16, 64)
+	return n, err == nil
+}
+
+func appendHeader(b []byte, number uint64, incarnation string) []byte {
+	start := len(b)
+	b = append(b, magic...)
+	b = binary.LittleEndian.AppendUint16(b, version)
+	b = binary.LittleEndian.AppendUint16(b, 0)
+	b = binary.LittleEndian.AppendUint64(b, number)
+	b = binary.LittleEndian.AppendUint16(b, uint16(len(incarnation)))
+	b = append(b, incarnation...)
+	return binary.LittleEndian.AppendUint32(b, crc32.Checksum(b[start:], castagnoli))
+}
+
+// parseHeader reads a segment's header from its first bytes: its number,
+// incarnation and length.
+func parseHeader(b []byte) (number uint64, incarnation string, n int, err error) {
+	if len(b) < 18 || string(b[:4]) != magic {
+		return 0, "", 0, errors.New("no journal header")
+	}
+	if v := binary.LittleEndian.Uint16(b[4:]); v != version {
+		return 0, "", 0, fmt.Errorf("journal format version %d, this build reads %d", v, version)
+	}
+	number = binary.LittleEndian.Uint64(b[8:])
+	il := int(binary.LittleEndian.Uint16(b[16:]))
+	n = 18 + il + 4
+	if len(b) < n {
+		return 0, "", 0, errors.New("journal header cut short")
+	}
+	if crc32.Checksum(b[:n-4], castagnoli) != binary.LittleEndian.Uint32(b[n-4:]) {
+		return 0, "", 0, errors.New("journal header fails its checksum")
+	}
+	return number, string(b[18 : 18+il]), n, nil
+}
+
+// appendObject appends o's entry to a batch's entries.
+func appendObject(b []byte, o *Object) []byte {
+	b = append(b, entryObject)
+	b = binary.LittleEndian.AppendUint64(b, o.ID)
+	b = binary.AppendUvarint(b, uint64(len(o.Parts)))
+	for _, p := range o.Parts {
+		b = binary.LittleEndian.AppendUint64(b, p.Stream)
+		b = binary.LittleEndian.AppendUint64(b, uint64(p.Epoch))
+		b = binary.LittleEndian.AppendUint64(b, p.First)
+		b = binary.LittleEndian.AppendUint64(b, p.Count)
+	}
+	b = binary.AppendUvarint(b, uint64(len(o.Payload)))
+	return append(b, o.Payload...)
+}
+
+func appendFence(b []byte, stream uint64, epoch int64) []byte {
+	b = append(b, entryFence)
+	b = binary.LittleEndian.AppendUint64(b, stream)
+	return binary.LittleEndian.AppendUint64(b, uint64(epoch))
+}
+
+// sealBatch frames the entries b[batchHeader:] of a batch begun with
+// batchHeader zero bytes.
+func sealBatch(b []byte) []byte {
+	body := b[batchHeader:]
+	binary.LittleEndian.PutUint32(b[0:], uint32(len(body)))
+	binary.LittleEndian.PutUint32(b[4:], crc32.Checksum(body, castagnoli))
+	return b
+}
+
+// entry is one decoded entry; for an object, payloadAt is where its
+// payload starts in the batch's entries.
+type entry struct {
+	fence     bool
+	stream    uint64 // a fence's
+	epoch     int64  // a fence's
+	obj       Object // Payload aliases the batch
+	payloadAt int
+}
+
+// parseEntries decodes a batch's entries (checked by its CRC already).
+func parseEntries(body []byte) ([]entry, error) {
+	var out []entry
+	for i := 0; i < len(body); {
+		switch body[i] {
+		case entryFence:
+			if len(body)-i < 17 {
+				return nil, errors.New("fence entry cut short")
+			}
+			out = append(out, entry{fence: true, stream: binary.LittleEndian.Uint64(body[i+1:]), epoch: int64(binary.LittleEndian.Uint64(body[i+9:]))})
+			i += 17
+		case entryObject:
+			i++
+			if len(body)-i < 8 {
+				return nil, errors.New("object entry cut short")
+			}
+			e := entry{obj: Object{ID: binary.LittleEndian.Uint64(body[i:])}}
+			i += 8
+			np, k := binary.Uvarint(body[i:])
+			if k <= 0 || np > uint64(len(body)-i)/partBytes {
+				return nil, errors.New("object entry: bad part count")
+			}
+			i += k
+			for range np {
+				e.obj.Parts = append(e.obj.Parts, Part{
+					Stream: binary.LittleEndian.Uint64(body[i:]),
+					Epoch:  int64(binary.LittleEndian.Uint64(body[i+8:])),
+					First:  binary.LittleEndian.Uint64(body[i+16:]),
+					Count:  binary.LittleEndian.Uint64(body[i+24:]),
+				})
+				i += partBytes
+			}
+			pl, k := binary.Uvarint(body[i:])
+			if k <= 0 || pl > uint64(len(body)-i-k) {
+				return nil, errors.New("object entry: bad payload length")
+			}
+			i += k
+			e.payloadAt = i
+			e.obj.Payload = body[i : i+int(pl)]
+			i += int(pl)
+			out = append(out, e)
+		default:
+			return nil, fmt.Errorf("unknown entry type %d", body[i])
+		}
+	}
+	return out, nil
+}

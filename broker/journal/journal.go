@@ -1,0 +1,562 @@
+package journal
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"hash/crc32"
+	"io"
+	"slices"
+	"sync"
+)
+
+// Options configure Open.
+type Options struct {
+	// Incarnation is the member's: every segment carries it, and a
+	// journal of another incarnation (a wiped and re-formatted member's
+	// directory, handed to it again) opens Damaged.
+	Incarnation string
+	// SegmentBytes is the size past which a new segment begins (default
+	// 64 MiB).
+	SegmentBytes int64
+}
+
+// Ref is one part of an object the journal holds.
+type Ref struct {
+	Object uint64
+	Part   Part
+}
+
+// Journal is one broker's journal. Its methods are safe for concurrent
+// use; concurrent Appends and Fences share batches and fdatasyncs.
+type Journal struct {
+	fs   FS
+	opts Options
+	reqs chan *request
+	done chan struct{}
+	wg   sync.WaitGroup
+
+	mu       sync.Mutex // guards the index below, read by Objects and Read
+	fences   map[uint64]int64
+	byStream map[uint64][]Ref
+	objects  map[uint64]*stored
+	segments map[uint64]File
+	damaged  error // set at open, never cleared
+	failed   error // set by the writer, never cleared
+	closed   bool
+
+	// The writer's own.
+	cur     uint64 // the segment appended to
+	curSize int64
+}
+
+// stored is where an object's payload lies.
+type stored struct {
+	seg   uint64
+	off   int64 // of the payload in the segment
+	n     int
+	parts []Part
+	sum   uint32 // CRC-32C of parts and payload, to tell a resend from a conflict
+}
+
+type request struct {
+	obj    *Object
+	fence  bool
+	stream uint64
+	epoch  int64
+
+	refs []Ref // a fence's answer
+	err  error
+	done chan struct{}
+}
+
+// Open opens the journal in fs, cutting off a torn tail; a journal found
+// damaged is opened all the same, and answers Damaged (see Damaged).
+func Open(fs FS, opts Options) (*Journal, error) {
+	if opts.SegmentBytes <= 0 {
+		opts.SegmentBytes = 64 << 20
+	}
+	if len(opts.Incarnation) > maxIncarnation {
+		return nil, errors.New("journal: incarnation longer than 1 KiB")
+	}
+	j := &Journal{fs: fs, opts: opts, reqs: make(chan *request, 1024), done: make(chan struct{}),
+		fences: map[uint64]int64{}, byStream: map[uint64][]Ref{}, objects: map[uint64]*stored{}, segments: map[uint64]File{}}
+	if err := j.recover(); err != nil {
+		j.closeFiles()
+		return nil, err
+	}
+	if j.damaged == nil && len(j.segments) == 0 {
+		if err := j.newSegment(1); err != nil {
+			j.closeFiles()
+			return nil, err
+		}
+	}
+	j.wg.Add(1)
+	go j.run()
+	return j, nil
+}
+
+// Damaged is the damage open found (a JOURNAL_DAMAGED error), or nil.
+func (j *Journal) Damaged() error {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.damaged
+}
+
+// Append makes o durable in the journal and returns nil once an fdatasync
+// covers it — or refuses it, writing nothing: Fenced when a part's stream
+// is fenced past its epoch, Conflict when o's id is held with other
+// bytes. An object held already with the same bytes is answered at once.
+func (j *Journal) Append(o Object) error {
+	r := &request{obj: &o, done: make(chan struct{})}
+	return j.do(r).err
+}
+
+// Fence raises stream's fence to epoch (never lowers it) and returns, once
+// an fdatasync covers the fence, every part of stream the journal holds —
+// each object of the stream written before the fence. From the fence on,
+// objects with a part of stream at an older epoch are refused.
+func (j *Journal) Fence(stream uint64, epoch int64) ([]Ref, error) {
+	r := &request{fence: true, stream: stream, epoch: epoch, done: make(chan struct{})}
+	j.do(r)
+	return r.refs, r.err
+}
+
+func (j *Journal) do(r *request) *request {
+	j.mu.Lock()
+	switch {
+	case j.closed:
+		r.err = Closed
+	case j.damaged != nil:
+		r.err = j.damaged
+	case j.failed != nil:
+		r.err = j.failed
+	}
+	j.mu.Unlock()
+	if r.err != nil {
+		return r
+	}
+	select {
+	case j.reqs <- r:
+	case <-j.done:
+		r.err = Closed
+		return r
+	}
+	<-r.done
+	return r
+}
+
+// Objects returns every part of stream the journal holds, in the order
+// written.
+func (j *Journal) Objects(stream uint64) []Ref {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return slices.Clone(j.byStream[stream])
+}
+
+// FenceOf returns stream's fence (-1 when none).
+func (j *Journal) FenceOf(stream uint64) int64 {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if e, ok := j.fences[stream]; ok {
+		return e
+	}
+	return -1
+}
+
+// Read returns object id's parts and payload.
+func (j *Journal) Read(id uint64) ([]Part, []byte, error) {
+	j.mu.Lock()
+	s, ok := j.objects[id]
+	var f File
+	if ok {
+		f = j.segments[s.seg]
+	}
+	j.mu.Unlock()
+	if !ok || f == nil {
+		return nil, nil, NotHeld.With("object", id)
+	}
+	buf := make([]byte, s.n)
+	if s.n > 0 {
+		if _, err := f.ReadAt(buf, s.off); err != nil {
+			return nil, nil, err
+		}
+	}
+	return slices.Clone(s.parts), buf, nil
+}
+
+// Close stops the writer after the batch in progress; requests after it
+// are refused with Closed.
+func (j *Journal) Close() error {
+	j.mu.Lock()
+	if j.closed {
+		j.mu.Unlock()
+		return nil
+	}
+	j.closed = true
+	j.mu.Unlock()
+	close(j.done)
+	j.wg.Wait()
+	return j.closeFiles()
+}
+
+func (j *Journal) closeFiles() error {
+	var first error
+	for _, f := range j.segments {
+		if err := f.Close(); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+// run is the one writer.
+func (j *Journal) run() {
+	defer j.wg.Done()
+	for {
+		var batch []*request
+		select {
+		case r := <-j.reqs:
+			batch = append(batch, r)
+		case <-j.done:
+			j.refuseQueued()
+			return
+		}
+	more:
+		for {
+			select {
+			case r := <-j.reqs:
+				batch = append(batch, r)
+			default:
+				break more
+			}
+		}
+		j.commit(batch)
+	}
+}
+
+// refuseQueued answers what is still queued at Close.
+func (j *Journal) refuseQueued() {
+	for {
+		select {
+		case r := <-j.reqs:
+			r.err = Closed
+			close(r.done)
+		default:
+			return
+		}
+	}
+}
+
+// commit checks a batch's requests in order, writes what it accepted,
+// syncs, and answers them all.
+func (j *Journal) commit(batch []*request) {
+	defer func() {
+		for _, r := range batch {
+			close(r.done)
+		}
+	}()
+	if err := j.failedErr(); err != nil {
+		for _, r := range batch {
+			r.err = err
+		}
+		return
+	}
+	buf := make([]byte, batchHeader, 4096)
+	type placed struct {
+		obj *Object
+		at  int // of the payload, in buf
+	}
+	var accepted []placed
+	fences := map[uint64]int64{}    // raised in this batch
+	pending := map[uint64]*Object{} // accepted in this batch, by id
+	j.mu.Lock()
+	fenceOf := func(stream uint64) (int64, bool) {
+		if e, ok := fences[stream]; ok {
+			return e, true
+		}
+		e, ok := j.fences[stream]
+		return e, ok
+	}
+	for _, r := range batch {
+		if r.fence {
+			if e, ok := fenceOf(r.stream); !ok || r.epoch > e {
+				fences[r.stream] = r.epoch
+				buf = appendFence(buf, r.stream, r.epoch)
+			}
+			// Its answer: the stream's objects before it, this batch's
+			// included; given once the batch is synced.
+			r.refs = slices.Clone(j.byStream[r.stream])
+			for _, p := range accepted {
+				for _, part := range p.obj.Parts {
+					if part.Stream == r.stream {
+						r.refs = append(r.refs, Ref{Object: p.obj.ID, Part: part})
+					}
+				}
+			}
+			continue
+		}
+		o := r.obj
+		if held, ok := j.objects[o.ID]; ok {
+			if held.sum != objectSum(o) || !slices.Equal(held.parts, o.Parts) {
+				r.err = Conflict.With("object", o.ID)
+			}
+			continue // the same bytes: durable already
+		}
+		if prev, ok := pending[o.ID]; ok {
+			if objectSum(prev) != objectSum(o) || !slices.Equal(prev.Parts, o.Parts) {
+				r.err = Conflict.With("object", o.ID)
+			}
+			continue
+		}
+		for _, p := range o.Parts {
+			if e, ok := fenceOf(p.Stream); ok && p.Epoch < e {
+				r.err = Fenced.With("object", o.ID, "stream", p.Stream, "epoch", p.Epoch, "fence", e)
+				break
+			}
+		}
+		if r.err != nil {
+			continue
+		}
+		pending[o.ID] = o
+		buf = appendObject(buf, o)
+		accepted = append(accepted, placed{o, len(buf) - len(o.Payload)})
+	}
+	j.mu.Unlock()
+
+	if len(buf) > batchHeader {
+		seg, at := j.cur, j.curSize
+		f := j.segment(seg)
+		if _, err := f.WriteAt(sealBatch(buf), at); err != nil {
+			j.fail(err, seg, "write", batch)
+			return
+		}
+		if err := f.Sync(); err != nil {
+			j.fail(err, seg, "sync", batch)
+			return
+		}
+		j.curSize += int64(len(buf))
+		j.mu.Lock()
+		for s, e := range fences {
+			j.fences[s] = e
+		}
+		for _, p := range accepted {
+			j.index(p.obj, seg, at+int64(p.at))
+		}
+		j.mu.Unlock()
+	}
+	if j.curSize >= j.opts.SegmentBytes {
+		if err := j.newSegment(j.cur + 1); err != nil {
+			j.fail(err, j.cur+1, "create", nil)
+		}
+	}
+}
+
+// index records o, whose payload lies at off in segment seg. Called with
+// j.mu held.
+func (j *Journal) index(o *Object, seg uint64, off int64) {
+	parts := slices.Clone(o.Parts)
+	j.objects[o.ID] = &stored{seg: seg, off: off, n: len(o.Payload), parts: parts, sum: objectSum(o)}
+	for _, p := range parts {
+		j.byStream[p.Stream] = append(j.byStream[p.Stream], Ref{Object: o.ID, Part: p})
+	}
+}
+
+func (j *Journal) segment(n uint64) File {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.segments[n]
+}
+
+func (j *Journal) failedErr() error {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.failed
+}
+
+// fail latches the journal as failed and answers batch with it.
+func (j *Journal) fail(cause error, seg uint64, op string, batch []*request) {
+	err := Failed.Wrap(cause, "segment", segmentName(seg), "op", op)
+	j.mu.Lock()
+	if j.failed == nil {
+		j.failed = err
+	}
+	j.mu.Unlock()
+	for _, r := range batch {
+		r.err, r.refs = err, nil
+	}
+}
+
+// newSegment begins segment n: its header written and synced, its
+// directory entry synced, before anything in it is answered.
+func (j *Journal) newSegment(n uint64) error {
+	f, err := j.fs.Create(segmentName(n))
+	if err != nil {
+		return err
+	}
+	hdr := appendHeader(nil, n, j.opts.Incarnation)
+	if _, err := f.WriteAt(hdr, 0); err == nil {
+		err = f.Sync()
+	}
+	if err == nil {
+		err = j.fs.SyncDir()
+	}
+	if err != nil {
+		f.Close()
+		return err
+	}
+	j.mu.Lock()
+	j.segments[n] = f
+	j.mu.Unlock()
+	j.cur, j.curSize = n, int64(len(hdr))
+	return nil
+}
+
+// objectSum is a CRC-32C of o's parts and payload.
+func objectSum(o *Object) uint32 {
+	var b [partBytes]byte
+	sum := uint32(0)
+	for _, p := range o.Parts {
+		binary.LittleEndian.PutUint64(b[0:], p.Stream)
+		binary.LittleEndian.PutUint64(b[8:], uint64(p.Epoch))
+		binary.LittleEndian.PutUint64(b[16:], p.First)
+		binary.LittleEndian.PutUint64(b[24:], p.Count)
+		sum = crc32.Update(sum, castagnoli, b[:])
+	}
+	return crc32.Update(sum, castagnoli, o.Payload)
+}
+
+// recover reads every segment in order into the index, cuts off a torn
+// tail of the last, and marks the journal damaged at any other fault.
+func (j *Journal) recover() error {
+	names, err := j.fs.List()
+	if err != nil {
+		return err
+	}
+	var numbers []uint64
+	for _, name := range names {
+		if n, ok := segmentNumber(name); ok {
+			numbers = append(numbers, n)
+		}
+	}
+	slices.Sort(numbers)
+	for i, n := range numbers {
+		last := i == len(numbers)-1
+		if i > 0 && n != numbers[i-1]+1 {
+			j.damage(n, 0, "a segment is missing before this one")
+			return nil
+		}
+		f, err := j.fs.Open(segmentName(n))
+		if err != nil {
+			return err
+		}
+		j.segments[n] = f
+		size, err := f.Size()
+		if err != nil {
+			return err
+		}
+		data := make([]byte, size)
+		if _, err := f.ReadAt(data, 0); err != nil && !errors.Is(err, io.EOF) {
+			return err
+		}
+		num, inc, hlen, herr := parseHeader(data)
+		switch {
+		case herr != nil && last && (len(data) < len(appendHeader(nil, n, j.opts.Incarnation)) || allZero(data)):
+			// Created, its header torn (nothing is written after a
+			// header before it is synced): begin it again.
+			if err := f.Truncate(0); err != nil {
+				return err
+			}
+			hdr := appendHeader(nil, n, j.opts.Incarnation)
+			if _, err := f.WriteAt(hdr, 0); err != nil {
+				return err
+			}
+			if err := f.Sync(); err != nil {
+				return err
+			}
+			j.cur, j.curSize = n, int64(len(hdr))
+			continue
+		case herr != nil:
+			j.damage(n, 0, herr.Error())
+			return nil
+		case num != n:
+			j.damage(n, 0, "the header names another segment")
+			return nil
+		case inc != j.opts.Incarnation:
+			j.damage(n, 0, "a segment of another incarnation ("+inc+")")
+			return nil
+		}
+		end, reason, checked := j.scan(n, data, hlen)
+		if reason != "" {
+			if !last || checked || !tornTail(data, end) {
+				j.damage(n, end, reason)
+				return nil
+			}
+			// A torn tail: cut it off, durably, before appending after it.
+			if err := f.Truncate(end); err != nil {
+				return err
+			}
+			if err := f.Sync(); err != nil {
+				return err
+			}
+		}
+		j.cur, j.curSize = n, end
+	}
+	return nil
+}
+
+// scan indexes the batches of segment n in data from off; it returns where
+// the good batches end and, when a bad record stopped it, why — and
+// whether that record passed its checksum (then it is what was written,
+// and no tear explains it).
+func (j *Journal) scan(n uint64, data []byte, off int) (end int64, reason string, checked bool) {
+	for off < len(data) {
+		if len(data)-off < batchHeader {
+			return int64(off), "a batch header cut short", false
+		}
+		l := int(binary.LittleEndian.Uint32(data[off:]))
+		if l == 0 || l > maxBatchBytes || off+batchHeader+l > len(data) {
+			return int64(off), "a batch length past the segment", false
+		}
+		body := data[off+batchHeader : off+batchHeader+l]
+		if crc32.Checksum(body, castagnoli) != binary.LittleEndian.Uint32(data[off+4:]) {
+			return int64(off), "a batch failing its checksum", false
+		}
+		entries, err := parseEntries(body)
+		if err != nil {
+			return int64(off), err.Error(), true
+		}
+		for _, e := range entries {
+			if e.fence {
+				if prev, ok := j.fences[e.stream]; !ok || e.epoch > prev {
+					j.fences[e.stream] = e.epoch
+				}
+				continue
+			}
+			if _, ok := j.objects[e.obj.ID]; !ok {
+				j.index(&e.obj, n, int64(off+batchHeader+e.payloadAt))
+			}
+		}
+		off += batchHeader + l
+	}
+	return int64(off), "", false
+}
+
+// tornTail reports whether the bad record at off in the last segment is a
+// torn write: nothing valid can follow it — the segment ends inside the
+// record or right after it, or holds only zeros from it on.
+func tornTail(data []byte, off int64) bool {
+	rest := data[off:]
+	if len(rest) < batchHeader || allZero(rest) {
+		return true
+	}
+	l := int64(binary.LittleEndian.Uint32(rest))
+	return l > 0 && batchHeader+l >= int64(len(rest))
+}
+
+func allZero(b []byte) bool { return len(bytes.Trim(b, "\x00")) == 0 }
+
+// damage marks the journal damaged. Called at open only.
+func (j *Journal) damage(seg uint64, off int64, reason string) {
+	j.damaged = Damaged.With("segment", segmentName(seg), "offset", off, "reason", reason)
+}

@@ -1,0 +1,361 @@
+package journal
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"runtime"
+	"slices"
+	"sync"
+	"testing"
+
+	"github.com/picomq/picomq/broker/crashfs"
+)
+
+// memFS is a crashfs directory as a journal's FS.
+type memFS struct{ d *crashfs.Dir }
+
+func (m memFS) Create(name string) (File, error) {
+	f, err := m.d.Create(name)
+	if err != nil {
+		return nil, err
+	}
+	return f, nil
+}
+
+func (m memFS) Open(name string) (File, error) {
+	f, err := m.d.Open(name)
+	if err != nil {
+		return nil, err
+	}
+	return f, nil
+}
+
+func (m memFS) Remove(name string) error { return m.d.Remove(name) }
+func (m memFS) List() ([]string, error)  { return m.d.List(), nil }
+func (m memFS) SyncDir() error           { return m.d.SyncDir() }
+
+func open(t *testing.T, d *crashfs.Dir, opts ...func(*Options)) *Journal {
+	t.Helper()
+	o := Options{Incarnation: "broker-0/abc"}
+	for _, f := range opts {
+		f(&o)
+	}
+	j, err := Open(memFS{d}, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { j.Close() })
+	return j
+}
+
+func obj(id uint64, stream uint64, epoch int64, first uint64, payload string) Object {
+	return Object{ID: id, Parts: []Part{{Stream: stream, Epoch: epoch, First: first, Count: 1}}, Payload: []byte(payload)}
+}
+
+func mustAppend(t *testing.T, j *Journal, o Object) {
+	t.Helper()
+	if err := j.Append(o); err != nil {
+		t.Fatalf("append of object %d: %v", o.ID, err)
+	}
+}
+
+func ids(refs []Ref) []uint64 {
+	var out []uint64
+	for _, r := range refs {
+		out = append(out, r.Object)
+	}
+	return out
+}
+
+// TestAcknowledgedObjectsSurviveACrash: every object Append answered is
+// read back, byte for byte, after a crash that keeps only what fdatasyncs
+// covered — and it was covered when it was answered.
+func TestAcknowledgedObjectsSurviveACrash(t *testing.T) {
+	d := &crashfs.Dir{}
+	j := open(t, d)
+	for i := range uint64(20) {
+		mustAppend(t, j, obj(i+1, i%3, 0, i, fmt.Sprintf("payload-%d", i)))
+		j.mu.Lock()
+		s := j.objects[i+1]
+		j.mu.Unlock()
+		if !d.Synced(segmentName(s.seg), s.off, int64(s.n)) {
+			t.Fatalf("object %d answered before an fdatasync covered it", i+1)
+		}
+	}
+	d.Crash()
+	j2 := open(t, d)
+	for i := range uint64(20) {
+		parts, payload, err := j2.Read(i + 1)
+		if err != nil || string(payload) != fmt.Sprintf("payload-%d", i) || parts[0].First != i {
+			t.Fatalf("object %d after the crash: %v %q %v", i+1, parts, payload, err)
+		}
+	}
+	if got := ids(j2.Objects(1)); !slices.Equal(got, []uint64{2, 5, 8, 11, 14, 17, 20}) {
+		t.Fatalf("stream 1's objects after the crash: %v", got)
+	}
+}
+
+// TestFenceRefusesOlderEpochsAndSurvivesACrash: a fence answers with the
+// stream's objects before it; from then on an object of the stream at an
+// older epoch is refused, the owner's own included, a newer one accepted —
+// and so after a crash right after the fence was answered.
+func TestFenceRefusesOlderEpochsAndSurvivesACrash(t *testing.T) {
+	d := &crashfs.Dir{}
+	j := open(t, d)
+	mustAppend(t, j, obj(1, 7, 3, 0, "a"))
+	mustAppend(t, j, obj(2, 8, 3, 0, "other stream"))
+	mustAppend(t, j, obj(3, 7, 3, 1, "b"))
+	refs, err := j.Fence(7, 4)
+	if err != nil || !slices.Equal(ids(refs), []uint64{1, 3}) {
+		t.Fatalf("fence: %v %v, want objects 1 and 3", ids(refs), err)
+	}
+	d.Crash() // right after the answer
+	j = open(t, d)
+	if err := j.Append(obj(4, 7, 3, 2, "late")); !errors.Is(err, Fenced) {
+		t.Fatalf("an epoch-3 object after the fence at 4 (and a crash): %v, want JOURNAL_FENCED", err)
+	}
+	// A part of another stream in the same object does not save it.
+	mixed := Object{ID: 5, Parts: []Part{{Stream: 8, Epoch: 3}, {Stream: 7, Epoch: 3, First: 2}}, Payload: []byte("mixed")}
+	if err := j.Append(mixed); !errors.Is(err, Fenced) {
+		t.Fatalf("an object with one fenced part: %v", err)
+	}
+	mustAppend(t, j, obj(6, 7, 4, 2, "new owner"))
+	if _, _, err := j.Read(4); !errors.Is(err, NotHeld) {
+		t.Fatalf("a refused object was stored: %v", err)
+	}
+	// Fences only rise; a lower one changes nothing and answers the same.
+	refs, err = j.Fence(7, 2)
+	if err != nil || !slices.Equal(ids(refs), []uint64{1, 3, 6}) || j.FenceOf(7) != 4 {
+		t.Fatalf("a lower fence: %v %v, fence now %d", ids(refs), err, j.FenceOf(7))
+	}
+}
+
+// TestResendIsDurableOnceAndConflictRefused: an object sent again with the
+// same bytes (its answer was lost) is answered without a second copy; with
+// other bytes it is refused.
+func TestResendIsDurableOnceAndConflictRefused(t *testing.T) {
+	d := &crashfs.Dir{}
+	j := open(t, d)
+	mustAppend(t, j, obj(1, 7, 0, 0, "same"))
+	files, _ := d.Syncs()
+	mustAppend(t, j, obj(1, 7, 0, 0, "same"))
+	if after, _ := d.Syncs(); after != files {
+		t.Fatalf("a resend of held bytes was written again (%d syncs, then %d)", files, after)
+	}
+	if err := j.Append(obj(1, 7, 0, 0, "different")); !errors.Is(err, Conflict) {
+		t.Fatalf("the same id with other bytes: %v, want JOURNAL_CONFLICT", err)
+	}
+	if err := j.Append(obj(1, 7, 0, 5, "same")); !errors.Is(err, Conflict) {
+		t.Fatalf("the same id with other parts: %v, want JOURNAL_CONFLICT", err)
+	}
+}
+
+// TestTornTailIsCutAndDamageIsNot: a crash that tears the last batch
+// leaves a journal that opens with every acknowledged object and appends
+// after them; a bad batch anywhere else marks the journal damaged, not
+// shortened.
+func TestTornTailIsCutAndDamageIsNot(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 9))
+	var whole, cut int
+	for trial := range 100 {
+		d := &crashfs.Dir{}
+		j := open(t, d)
+		for i := range uint64(5) {
+			mustAppend(t, j, obj(i+1, 1, 0, i, "acked"))
+		}
+		// Written, not synced: what a crash mid-batch leaves in part.
+		seg := segmentName(j.cur)
+		f, _ := d.Open(seg)
+		tail := sealBatch(appendObject(make([]byte, batchHeader), &Object{ID: 99, Parts: []Part{{Stream: 1, First: 5, Count: 1}}, Payload: bytes.Repeat([]byte("t"), 100)}))
+		_, _ = f.WriteAt(tail, j.curSize)
+		j.Close()
+		d.CrashTorn(rng)
+		f, _ = d.Open(seg)
+		torn, _ := f.Size()
+		j2 := open(t, d)
+		if err := j2.Damaged(); err != nil {
+			t.Fatalf("trial %d: a torn tail opened as damage: %v", trial, err)
+		}
+		if _, _, err := j2.Read(99); err == nil {
+			whole++
+		} else if torn > j2.curSize {
+			cut++
+		}
+		for i := range uint64(5) {
+			if _, p, err := j2.Read(i + 1); err != nil || string(p) != "acked" {
+				t.Fatalf("trial %d: acknowledged object %d lost: %v", trial, i+1, err)
+			}
+		}
+		// Object 99 is there only if the whole batch survived.
+		mustAppend(t, j2, obj(100, 1, 0, 6, "after the tear"))
+		j2.Close()
+		d.Crash()
+		j3 := open(t, d)
+		if _, p, err := j3.Read(100); err != nil || string(p) != "after the tear" {
+			t.Fatalf("trial %d: an append after a cut tail: %q %v", trial, p, err)
+		}
+		j3.Close()
+	}
+	if whole == 0 || cut == 0 {
+		t.Fatalf("100 torn crashes: the unsynced batch survived whole %d times, was cut %d times; want both", whole, cut)
+	}
+
+	// A flipped byte in a batch followed by another: damage.
+	d := &crashfs.Dir{}
+	j := open(t, d)
+	mustAppend(t, j, obj(1, 1, 0, 0, "first batch"))
+	firstEnd := j.curSize
+	mustAppend(t, j, obj(2, 1, 0, 1, "second batch"))
+	seg := segmentName(j.cur)
+	j.Close()
+	f, _ := d.Open(seg)
+	_, _ = f.WriteAt([]byte{'X'}, firstEnd-3) // inside the first batch's payload
+	_ = f.Sync()
+	j2 := open(t, d)
+	if err := j2.Damaged(); !errors.Is(err, Damaged) {
+		t.Fatalf("a bad batch mid-file: %v, want JOURNAL_DAMAGED", err)
+	}
+	if err := j2.Append(obj(3, 1, 0, 2, "x")); !errors.Is(err, Damaged) {
+		t.Fatalf("an append to a damaged journal: %v", err)
+	}
+	if _, err := j2.Fence(1, 1); !errors.Is(err, Damaged) {
+		t.Fatalf("a fence of a damaged journal: %v", err)
+	}
+}
+
+// TestAnotherIncarnationsJournalIsDamaged: a directory written by another
+// incarnation of the member opens damaged.
+func TestAnotherIncarnationsJournalIsDamaged(t *testing.T) {
+	d := &crashfs.Dir{}
+	j := open(t, d)
+	mustAppend(t, j, obj(1, 1, 0, 0, "x"))
+	j.Close()
+	j2 := open(t, d, func(o *Options) { o.Incarnation = "broker-0/new" })
+	if err := j2.Damaged(); !errors.Is(err, Damaged) {
+		t.Fatalf("another incarnation's journal: %v", err)
+	}
+}
+
+// TestConcurrentPeersUnderLoad: objects from concurrent peers are each
+// answered only once durable, and segment boundaries crossed under load
+// lose nothing.
+func TestConcurrentPeersUnderLoad(t *testing.T) {
+	d := &crashfs.Dir{}
+	j := open(t, d, func(o *Options) { o.SegmentBytes = 4 << 10 })
+	const peers, each = 8, 50
+	var wg sync.WaitGroup
+	errs := make(chan error, peers*each)
+	for p := range peers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range each {
+				id := uint64(p*each + i + 1)
+				o := obj(id, uint64(p), 0, uint64(i), fmt.Sprintf("peer %d object %d", p, i))
+				if err := j.Append(o); err != nil {
+					errs <- err
+					return
+				}
+				j.mu.Lock()
+				s := j.objects[id]
+				j.mu.Unlock()
+				if !d.Synced(segmentName(s.seg), s.off, int64(s.n)) {
+					errs <- fmt.Errorf("object %d answered before it was durable", id)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	files, _ := d.Syncs()
+	t.Logf("%d objects from %d peers: %d fdatasyncs, %d segments", peers*each, peers, files, len(d.List()))
+	if len(d.List()) < 2 {
+		t.Errorf("no segment boundary crossed (%v)", d.List())
+	}
+	d.Crash()
+	j2 := open(t, d)
+	for p := range peers {
+		if got := len(j2.Objects(uint64(p))); got != each {
+			t.Fatalf("peer %d: %d objects after the crash, want %d", p, got, each)
+		}
+	}
+}
+
+// gatedFS holds every fdatasync of a segment until the test lets it go.
+type gatedFS struct {
+	memFS
+	syncing chan struct{} // a Sync began
+	release chan struct{} // let one finish
+}
+
+type gatedFile struct {
+	File
+	g *gatedFS
+}
+
+func (g *gatedFS) Create(name string) (File, error) {
+	f, err := g.memFS.Create(name)
+	return gatedFile{f, g}, err
+}
+
+func (f gatedFile) Sync() error {
+	f.g.syncing <- struct{}{}
+	<-f.g.release
+	return f.File.Sync()
+}
+
+// TestGroupCommit: the objects that arrive while a batch is being synced
+// go, all of them, into the next batch and its one fdatasync.
+func TestGroupCommit(t *testing.T) {
+	d := &crashfs.Dir{}
+	g := &gatedFS{memFS: memFS{d}, syncing: make(chan struct{}), release: make(chan struct{})}
+	go func() { <-g.syncing; g.release <- struct{}{} }() // the first segment's header
+	j, err := Open(g, Options{Incarnation: "broker-0/abc"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		go func() { // nothing syncs after the test's batches; in case
+			for range g.syncing {
+				g.release <- struct{}{}
+			}
+		}()
+		j.Close()
+		close(g.syncing)
+	}()
+	done := make(chan error, 8)
+	go func() { done <- j.Append(obj(1, 1, 0, 0, "first")) }()
+	<-g.syncing // the first batch, alone, is being synced
+	for i := range uint64(7) {
+		go func() { done <- j.Append(obj(i+2, i, 0, 0, "queued")) }()
+	}
+	for len(j.reqs) < 7 { // all seven wait behind the first sync
+		runtime.Gosched()
+	}
+	files, _ := d.Syncs()
+	g.release <- struct{}{}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	<-g.syncing // the second batch
+	select {
+	case err := <-done:
+		t.Fatalf("an object was answered before its batch's fdatasync: %v", err)
+	default:
+	}
+	g.release <- struct{}{}
+	for range 7 {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if after, _ := d.Syncs(); after-files != 2 {
+		t.Fatalf("%d fdatasyncs for the first object and the seven that arrived during its sync, want 2", after-files)
+	}
+}
