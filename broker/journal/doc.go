@@ -27,7 +27,10 @@
 //
 // Objects. An object is immutable: its id, the parts it holds (stream,
 // epoch, first offset, count), and its payload, opaque here (frames with
-// their descriptors). An object arriving again with an id the journal
+// their descriptors). A recovery copies the objects it adopts to the new
+// ensemble, whose members it fenced first: such a copy keeps its parts'
+// epochs but is written on the authority of the new epoch (Object.By),
+// which is what the fences are checked against. An object arriving again with an id the journal
 // holds is answered as durable without a second copy when its bytes are
 // the same (a resend after a lost answer), and refused when they differ.
 //

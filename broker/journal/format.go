@@ -14,7 +14,7 @@ import (
 //	segment  = header batch*
 //	header   = "PMQJ" version:u16 0:u16 number:u64 len:u16 incarnation crc:u32
 //	batch    = len:u32 crc:u32 entry+            (crc: CRC-32C of the entries)
-//	entry    = 1:u8 object | 2:u8 fence
+//	entry    = 1:u8 object | 2:u8 fence | 3:u8 by:u64 object
 //	object   = id:u64 parts:uvarint part* len:uvarint payload
 //	part     = stream:u64 epoch:u64 first:u64 count:u64
 //	fence    = stream:u64 epoch:u64
@@ -27,6 +27,7 @@ const (
 	batchHeader    = 8
 	entryObject    = 1
 	entryFence     = 2
+	entryCopy      = 3 // a recovery's copy, written on the authority of epoch by
 	partBytes      = 32
 	maxBatchBytes  = 1 << 30 // a length past it is not a batch
 	segmentPrefix  = "journal-"
@@ -50,6 +51,21 @@ type Object struct {
 	ID      uint64
 	Parts   []Part
 	Payload []byte
+	// Copied marks a recovery's copy of an object to a new ensemble: it
+	// is written on the authority of epoch By of its streams (the new
+	// owner's), which the fences are checked against, while its parts
+	// keep the epochs they were written in. It is the same object: a
+	// copy of one held already is held once.
+	Copied bool
+	By     int64
+}
+
+// authority is the epoch part p of o is written on.
+func (o *Object) authority(p Part) int64 {
+	if o.Copied {
+		return o.By
+	}
+	return p.Epoch
 }
 
 func segmentName(n uint64) string { return fmt.Sprintf("%s%016x%s", segmentPrefix, n, segmentSuffix) }
@@ -101,7 +117,12 @@ func parseHeader(b []byte) (number uint64, incarnation string, n int, err error)
 
 // appendObject appends o's entry to a batch's entries.
 func appendObject(b []byte, o *Object) []byte {
-	b = append(b, entryObject)
+	if o.Copied {
+		b = append(b, entryCopy)
+		b = binary.LittleEndian.AppendUint64(b, uint64(o.By))
+	} else {
+		b = append(b, entryObject)
+	}
 	b = binary.LittleEndian.AppendUint64(b, o.ID)
 	b = binary.AppendUvarint(b, uint64(len(o.Parts)))
 	for _, p := range o.Parts {
@@ -150,12 +171,20 @@ func parseEntries(body []byte) ([]entry, error) {
 			}
 			out = append(out, entry{fence: true, stream: binary.LittleEndian.Uint64(body[i+1:]), epoch: int64(binary.LittleEndian.Uint64(body[i+9:]))})
 			i += 17
-		case entryObject:
+		case entryObject, entryCopy:
+			var e entry
+			if body[i] == entryCopy {
+				if len(body)-i < 9 {
+					return nil, errors.New("copy entry cut short")
+				}
+				e.obj.Copied, e.obj.By = true, int64(binary.LittleEndian.Uint64(body[i+1:]))
+				i += 8
+			}
 			i++
 			if len(body)-i < 8 {
 				return nil, errors.New("object entry cut short")
 			}
-			e := entry{obj: Object{ID: binary.LittleEndian.Uint64(body[i:])}}
+			e.obj.ID = binary.LittleEndian.Uint64(body[i:])
 			i += 8
 			np, k := binary.Uvarint(body[i:])
 			if k <= 0 || np > uint64(len(body)-i)/partBytes {

@@ -105,8 +105,9 @@ func (j *Journal) Damaged() error {
 
 // Append makes o durable in the journal and returns nil once an fdatasync
 // covers it — or refuses it, writing nothing: Fenced when a part's stream
-// is fenced past its epoch, Conflict when o's id is held with other
-// bytes. An object held already with the same bytes is answered at once.
+// is fenced past its epoch (for a copy, past By), Conflict when o's id is
+// held with other bytes. An object held already with the same bytes is
+// answered at once.
 func (j *Journal) Append(o Object) error {
 	r := &request{obj: &o, done: make(chan struct{})}
 	return j.do(r).err
@@ -310,8 +311,8 @@ func (j *Journal) commit(batch []*request) {
 			continue
 		}
 		for _, p := range o.Parts {
-			if e, ok := fenceOf(p.Stream); ok && p.Epoch < e {
-				r.err = Fenced.With("object", o.ID, "stream", p.Stream, "epoch", p.Epoch, "fence", e)
+			if e, ok := fenceOf(p.Stream); ok && o.authority(p) < e {
+				r.err = Fenced.With("object", o.ID, "stream", p.Stream, "epoch", o.authority(p), "fence", e)
 				break
 			}
 		}

@@ -359,3 +359,44 @@ func TestGroupCommit(t *testing.T) {
 		t.Fatalf("%d fdatasyncs for the first object and the seven that arrived during its sync, want 2", after-files)
 	}
 }
+
+// TestRecoveryCopyPassesTheFenceOfItsEpoch: a member fenced at a new epoch
+// refuses the old owner's objects but takes the new owner's recovery copies
+// of them, which keep their epoch — across a crash too — and a copy of an
+// object held already is held once.
+func TestRecoveryCopyPassesTheFenceOfItsEpoch(t *testing.T) {
+	d := &crashfs.Dir{}
+	j := open(t, d)
+	mustAppend(t, j, obj(1, 7, 3, 0, "held"))
+	if _, err := j.Fence(7, 4); err != nil {
+		t.Fatal(err)
+	}
+	old := obj(2, 7, 3, 1, "adopted")
+	if err := j.Append(old); !errors.Is(err, Fenced) {
+		t.Fatalf("the old owner's object after the fence: %v", err)
+	}
+	cp := old
+	cp.Copied, cp.By = true, 4
+	mustAppend(t, j, cp)
+	stale := obj(3, 7, 3, 2, "copied by a stale recovery")
+	stale.Copied, stale.By = true, 3
+	if err := j.Append(stale); !errors.Is(err, Fenced) {
+		t.Fatalf("a copy on the authority of a fenced epoch: %v", err)
+	}
+	again := obj(1, 7, 3, 0, "held")
+	again.Copied, again.By = true, 4
+	files, _ := d.Syncs()
+	mustAppend(t, j, again)
+	if after, _ := d.Syncs(); after != files {
+		t.Fatalf("a copy of an object held already was written again")
+	}
+	d.Crash()
+	j = open(t, d)
+	parts, p, err := j.Read(2)
+	if err != nil || string(p) != "adopted" || parts[0].Epoch != 3 {
+		t.Fatalf("the copy after a crash: %v %q %v; want epoch 3's object", parts, p, err)
+	}
+	if got := ids(j.Objects(7)); !slices.Equal(got, []uint64{1, 2}) {
+		t.Fatalf("stream 7 holds %v", got)
+	}
+}
