@@ -109,5 +109,12 @@ func (a *Acks) done(object, stream uint64) {
 	}
 }
 
+// Waiting reports whether object was sent and still lacks its quorum:
+// what an owner sends again after a timeout.
+func (a *Acks) Waiting(object uint64) bool {
+	s, ok := a.objects[object]
+	return ok && !s.quorate
+}
+
 // Pending returns how many objects are not fully acknowledged.
 func (a *Acks) Pending() int { return len(a.objects) }

@@ -1,0 +1,448 @@
+package ensemble
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"testing"
+
+	"github.com/picomq/picomq/broker/crashfs"
+	"github.com/picomq/picomq/broker/journal"
+)
+
+// The protocol's deterministic tier, first cut: one stream, five brokers
+// with a journal each on crashfs, a metadata log that is always right, and
+// a network that delays, reorders and loses messages. Owners append and
+// send each object to their ensemble; members answer; brokers crash (torn
+// tails, page cache lost) and restart; new owners take the stream — the
+// old one, if alive, is not told (a paused owner resumed) — and recover:
+// fence, read, build the chain, copy it, commit. Checked at every recovery:
+// every acknowledged part is in the chain at its offset, and no offset is
+// ever acknowledged with two objects. Ensemble changes, drains, wiped
+// members and group offsets come with the replication package that runs
+// these rules (issue 29).
+
+var simSeeds = flag.Int("sim.seeds", 200, "protocol simulation: seeds to run")
+
+const simStream = 1
+
+type simMsg struct {
+	at       int
+	from, to string
+	reply    bool // an answer to an object sent
+	obj      journal.Object
+	epoch    int64 // the sending owner's
+	ok       bool  // an answer's
+	fenced   bool
+}
+
+type simBroker struct {
+	dir *crashfs.Dir
+	j   *journal.Journal // nil while down
+}
+
+type simOwner struct {
+	broker   string
+	epoch    int64
+	ensemble []string
+	next     uint64
+	acks     *Acks
+	sent     map[uint64]journal.Object
+	fenced   bool
+}
+
+type sim struct {
+	t       *testing.T
+	seed    uint64
+	rng     *rand.Rand
+	now     int
+	brokers map[string]*simBroker
+	names   []string
+	owners  []*simOwner // every owner ever, the newest last
+	epochs  []Epoch     // the log: every open
+	msgs    []simMsg
+	nextID  uint64
+	// acked: the committed truth — acknowledged parts and adopted chains,
+	// by offset.
+	acked map[uint64]Copy
+	// The last checkpoint: the acknowledged end it recorded, and the
+	// first open whose ensemble a recovery must still read (its owner's).
+	checkpoint      uint64
+	checkpointEpoch int
+	stats           struct{ appends, acks, crashes, recoveries, waits, refused, checkpoints int }
+}
+
+func TestProtocolSimulation(t *testing.T) {
+	var total sim
+	for seed := range uint64(*simSeeds) {
+		s := runSim(t, seed, 400)
+		total.stats.appends += s.stats.appends
+		total.stats.acks += s.stats.acks
+		total.stats.crashes += s.stats.crashes
+		total.stats.recoveries += s.stats.recoveries
+		total.stats.waits += s.stats.waits
+		total.stats.refused += s.stats.refused
+		total.stats.checkpoints += s.stats.checkpoints
+		if t.Failed() {
+			return
+		}
+	}
+	t.Logf("%d seeds: %d appends, %d parts acknowledged, %d checkpoints, %d crashes, %d recoveries (%d waited for fenced copies), %d objects refused by a fence",
+		*simSeeds, total.stats.appends, total.stats.acks, total.stats.checkpoints, total.stats.crashes, total.stats.recoveries, total.stats.waits, total.stats.refused)
+	if total.stats.acks == 0 || total.stats.recoveries == 0 || total.stats.refused == 0 {
+		t.Fatal("the simulation exercised nothing: no acknowledgement, recovery or fence refusal")
+	}
+}
+
+func runSim(t *testing.T, seed uint64, steps int) *sim {
+	s := &sim{t: t, seed: seed, rng: rand.New(rand.NewPCG(seed, 29)), brokers: map[string]*simBroker{}, acked: map[uint64]Copy{}, nextID: 1}
+	for i := range 5 {
+		name := fmt.Sprintf("b%d", i)
+		s.names = append(s.names, name)
+		s.brokers[name] = &simBroker{dir: &crashfs.Dir{}}
+		s.restart(name)
+	}
+	defer s.closeAll()
+	s.failover()
+	for s.now = 0; s.now < steps && !t.Failed(); s.now++ {
+		if o := s.current(); (o == nil || o.fenced || !s.up(o.broker)) && s.rng.IntN(5) == 0 {
+			s.failover() // the lease of a dead owner runs out
+			continue
+		}
+		switch r := s.rng.IntN(100); {
+		case r < 40:
+			s.appendObject()
+		case r < 78:
+			for range 1 + s.rng.IntN(4) {
+				s.deliver()
+			}
+		case r < 85:
+			s.resend()
+		case r < 89:
+			s.crash(s.names[s.rng.IntN(len(s.names))])
+		case r < 93:
+			s.restart(s.names[s.rng.IntN(len(s.names))])
+		case r < 97:
+			s.checkpointNow()
+		default:
+			s.failover()
+		}
+	}
+	// Everyone back, one last recovery: it must find everything.
+	for _, name := range s.names {
+		s.restart(name)
+	}
+	s.failover()
+	return s
+}
+
+func (s *sim) fail(format string, args ...any) {
+	s.t.Helper()
+	s.t.Fatalf("seed %d step %d: %s", s.seed, s.now, fmt.Sprintf(format, args...))
+}
+
+func (s *sim) up(name string) bool { return s.brokers[name].j != nil }
+
+func (s *sim) restart(name string) {
+	b := s.brokers[name]
+	if b.j != nil {
+		return
+	}
+	j, err := journal.Open(simFS{b.dir}, journal.Options{Incarnation: name + "/1"})
+	if err != nil {
+		s.fail("open %s: %v", name, err)
+	}
+	if err := j.Damaged(); err != nil {
+		s.fail("%s's journal damaged by a crash that only tears tails: %v", name, err)
+	}
+	b.j = j
+}
+
+func (s *sim) crash(name string) {
+	b := s.brokers[name]
+	if b.j == nil {
+		return
+	}
+	s.stats.crashes++
+	b.dir.CrashTorn(s.rng)
+	b.j.Close()
+	b.j = nil
+	// Its owner's memory is gone with it.
+	if o := s.current(); o != nil && o.broker == name {
+		o.fenced = true
+	}
+}
+
+func (s *sim) closeAll() {
+	for _, b := range s.brokers {
+		if b.j != nil {
+			b.j.Close()
+		}
+	}
+}
+
+func (s *sim) current() *simOwner {
+	if len(s.owners) == 0 {
+		return nil
+	}
+	return s.owners[len(s.owners)-1]
+}
+
+// appendObject has a live owner — the current one, or an older one still
+// running — write an object and send it to its ensemble.
+func (s *sim) appendObject() {
+	if len(s.owners) == 0 {
+		return
+	}
+	o := s.owners[len(s.owners)-1]
+	if len(s.owners) > 1 && s.rng.IntN(3) == 0 {
+		o = s.owners[len(s.owners)-2] // paused, resumed, not told
+	}
+	if o.fenced || !s.up(o.broker) {
+		return
+	}
+	obj := journal.Object{ID: s.nextID, Parts: []journal.Part{{Stream: simStream, Epoch: o.epoch, First: o.next, Count: 1 + uint64(s.rng.IntN(3))}}}
+	obj.Payload = []byte(fmt.Sprintf("object %d", obj.ID))
+	s.nextID++
+	o.next += obj.Parts[0].Count
+	o.sent[obj.ID] = obj
+	o.acks.Sent(obj.ID, []uint64{simStream}, o.ensemble)
+	s.stats.appends++
+	for _, m := range o.ensemble {
+		if m == o.broker {
+			err := s.brokers[m].j.Append(obj)
+			s.answered(o, m, obj.ID, err)
+			continue
+		}
+		s.send(simMsg{from: o.broker, to: m, obj: obj, epoch: o.epoch})
+	}
+}
+
+// resend has the current owner send its oldest unacknowledged object
+// again, the same bytes, to its ensemble: a timeout never rolls back.
+func (s *sim) resend() {
+	o := s.current()
+	if o == nil || o.fenced || !s.up(o.broker) {
+		return
+	}
+	oldest := uint64(0)
+	for id := range o.sent {
+		if (oldest == 0 || id < oldest) && o.acks.Waiting(id) {
+			oldest = id
+		}
+	}
+	if oldest == 0 {
+		return
+	}
+	for _, m := range o.ensemble {
+		if m != o.broker {
+			s.send(simMsg{from: o.broker, to: m, obj: o.sent[oldest], epoch: o.epoch})
+		}
+	}
+}
+
+// send queues a message, or loses it (one in eight).
+func (s *sim) send(m simMsg) {
+	if s.rng.IntN(8) == 0 {
+		return
+	}
+	m.at = s.now + 1 + s.rng.IntN(4)
+	s.msgs = append(s.msgs, m)
+}
+
+// deliver delivers one due message, picked at random (reordering).
+func (s *sim) deliver() {
+	var due []int
+	for i, m := range s.msgs {
+		if m.at <= s.now {
+			due = append(due, i)
+		}
+	}
+	if len(due) == 0 {
+		return
+	}
+	i := due[s.rng.IntN(len(due))]
+	m := s.msgs[i]
+	s.msgs = slices.Delete(s.msgs, i, i+1)
+	if !s.up(m.to) {
+		return
+	}
+	if !m.reply {
+		err := s.brokers[m.to].j.Append(m.obj)
+		s.send(simMsg{from: m.to, to: m.from, reply: true, obj: m.obj, epoch: m.epoch, ok: err == nil, fenced: errors.Is(err, journal.Fenced)})
+		return
+	}
+	for _, o := range s.owners {
+		if o.broker == m.to && o.epoch == m.epoch && !o.fenced {
+			var err error
+			if !m.ok {
+				err = journal.Fenced
+			}
+			s.answered(o, m.from, m.obj.ID, err)
+		}
+	}
+}
+
+// answered is an owner hearing member's answer for object id.
+func (s *sim) answered(o *simOwner, member string, id uint64, err error) {
+	if err != nil {
+		if errors.Is(err, journal.Fenced) {
+			// Its epoch is over: it stops.
+			s.stats.refused++
+			o.fenced = true
+			return
+		}
+		s.fail("owner %s epoch %d: %s answered %v", o.broker, o.epoch, member, err)
+	}
+	for _, a := range o.acks.Durable(id, member) {
+		p := o.sent[a.Object].Parts[0]
+		c := Copy{Object: a.Object, Epoch: p.Epoch, First: p.First, Count: p.Count}
+		for off := p.First; off < p.First+p.Count; off++ {
+			if prev, ok := s.acked[off]; ok && prev.Object != c.Object {
+				s.fail("offset %d acknowledged with object %d and object %d", off, prev.Object, c.Object)
+			}
+			s.acked[off] = c
+		}
+		s.stats.acks++
+	}
+}
+
+// checkpointNow has the current owner record its acknowledged end in the
+// log: recoveries then start there, and read only the ensembles of its
+// open and of later ones.
+func (s *sim) checkpointNow() {
+	o := s.current()
+	if o == nil || o.fenced || !s.up(o.broker) {
+		return
+	}
+	if o.epoch != s.epochs[len(s.epochs)-1].Epoch {
+		return // a later open: the log refuses an older epoch's checkpoint
+	}
+	end := s.checkpoint
+	for {
+		c, ok := s.acked[end]
+		if !ok {
+			break
+		}
+		end = c.First + c.Count
+	}
+	s.checkpoint, s.checkpointEpoch = end, len(s.epochs)-1
+	s.stats.checkpoints++
+}
+
+// failover: a live broker opens the stream at the next epoch and
+// recovers it; on success it serves from the recovered end.
+func (s *sim) failover() {
+	var live []string
+	for _, name := range s.names {
+		if s.up(name) {
+			live = append(live, name)
+		}
+	}
+	if len(live) < 3 {
+		return
+	}
+	owner := live[s.rng.IntN(len(live))]
+	epoch := int64(len(s.epochs))
+	ens := Choose(owner, live, 3)
+	prior := slices.Clone(s.epochs[s.checkpointEpoch:])
+	s.epochs = append(s.epochs, Epoch{Epoch: epoch, Ensemble: ens})
+	s.stats.recoveries++
+	// Fence and read every recorded ensemble's live members, and the new
+	// one's.
+	var reads []Read
+	fenced := map[string]bool{}
+	for _, e := range append(prior, s.epochs[len(s.epochs)-1]) {
+		for _, m := range e.Ensemble {
+			if fenced[m] || !s.up(m) {
+				continue
+			}
+			refs, err := s.brokers[m].j.Fence(simStream, epoch)
+			if err != nil {
+				s.fail("fence of %s: %v", m, err)
+			}
+			fenced[m] = true
+			r := Read{Member: m, Intact: true}
+			for _, ref := range refs {
+				r.Copies = append(r.Copies, Copy{Object: ref.Object, Epoch: ref.Part.Epoch, First: ref.Part.First, Count: ref.Part.Count})
+			}
+			reads = append(reads, r)
+		}
+	}
+	chain, err := Recover(s.checkpoint, prior, reads)
+	if errors.Is(err, TooFewFenced) {
+		s.stats.waits++
+		return // the open stays unrecovered; a later one retries
+	}
+	if err != nil {
+		s.fail("recovery at epoch %d: %v", epoch, err)
+	}
+	for off, a := range s.acked {
+		if off < s.checkpoint {
+			continue // recorded in the log by the checkpoint
+		}
+		if !slices.ContainsFunc(chain.Objects, func(c Copy) bool { return c == a }) {
+			s.fail("recovery at epoch %d: offset %d's acknowledged object %+v is not in the chain (end %d)", epoch, off, a, chain.End)
+		}
+	}
+	// Copy the chain to the new ensemble, then commit its end.
+	for _, c := range chain.Objects {
+		obj, ok := s.object(c.Object, reads)
+		if !ok {
+			s.fail("no member holds chain object %d", c.Object)
+		}
+		obj.Copied, obj.By = true, epoch
+		for _, m := range ens {
+			if err := s.brokers[m].j.Append(obj); err != nil {
+				s.fail("copy of %d to %s: %v", c.Object, m, err)
+			}
+		}
+	}
+	s.epochs[len(s.epochs)-1].Start, s.epochs[len(s.epochs)-1].Recovered = chain.End, true
+	// The chain is history now: committed, as acknowledged parts are.
+	for _, c := range chain.Objects {
+		for off := c.First; off < c.First+c.Count; off++ {
+			s.acked[off] = c
+		}
+	}
+	s.owners = append(s.owners, &simOwner{broker: owner, epoch: epoch, ensemble: ens, next: chain.End, acks: NewAcks(), sent: map[uint64]journal.Object{}})
+}
+
+// object reads chain object id from a member that read it.
+func (s *sim) object(id uint64, reads []Read) (journal.Object, bool) {
+	for _, r := range reads {
+		if !slices.ContainsFunc(r.Copies, func(c Copy) bool { return c.Object == id }) {
+			continue
+		}
+		parts, payload, err := s.brokers[r.Member].j.Read(id)
+		if err == nil {
+			return journal.Object{ID: id, Parts: parts, Payload: payload}, true
+		}
+	}
+	return journal.Object{}, false
+}
+
+// simFS is a crashfs directory as a journal's FS.
+type simFS struct{ d *crashfs.Dir }
+
+func (m simFS) Create(name string) (journal.File, error) {
+	f, err := m.d.Create(name)
+	if err != nil {
+		return nil, err
+	}
+	return f, nil
+}
+
+func (m simFS) Open(name string) (journal.File, error) {
+	f, err := m.d.Open(name)
+	if err != nil {
+		return nil, err
+	}
+	return f, nil
+}
+
+func (m simFS) Remove(name string) error { return m.d.Remove(name) }
+func (m simFS) List() ([]string, error)  { return m.d.List(), nil }
+func (m simFS) SyncDir() error           { return m.d.SyncDir() }
