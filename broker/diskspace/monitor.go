@@ -236,7 +236,7 @@ func (m *Monitor) Admit() error {
 }
 
 // Background answers whether background work — a merge, a spill of held
-// objects, a snapshot, a compaction — that writes about writes bytes and
+// objects, a compaction — that writes about writes bytes and
 // then frees about frees bytes may run now. The headroom exists for what
 // frees space; work that only moves data must not eat it, or a full volume
 // goes on filling after appends are refused, down to nothing. So it may
