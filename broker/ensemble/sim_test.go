@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/picomq/picomq/broker/crashfs"
@@ -16,13 +18,15 @@ import (
 // with a journal each on crashfs, a metadata log that is always right, and
 // a network that delays, reorders and loses messages. Owners append and
 // send each object to their ensemble; members answer; brokers crash (torn
-// tails, page cache lost) and restart; new owners take the stream — the
+// tails, page cache lost) and restart, or are wiped and come back as new
+// members (ensembles name members by incarnation, so a wiped one is no
+// fenced copy of what the old one held); new owners take the stream — the
 // old one, if alive, is not told (a paused owner resumed) — and recover:
 // fence, read, build the chain, copy it, commit. Checked at every recovery:
 // every acknowledged part is in the chain at its offset, and no offset is
-// ever acknowledged with two objects. Ensemble changes, drains, wiped
-// members and group offsets come with the replication package that runs
-// these rules (issue 29).
+// ever acknowledged with two objects. Ensemble changes, drains and group
+// offsets come with the replication package that runs these rules (issue
+// 29).
 
 var simSeeds = flag.Int("sim.seeds", 200, "protocol simulation: seeds to run")
 
@@ -71,7 +75,7 @@ type sim struct {
 	// first open whose ensemble a recovery must still read (its owner's).
 	checkpoint      uint64
 	checkpointEpoch int
-	stats           struct{ appends, acks, crashes, recoveries, waits, refused, checkpoints int }
+	stats           struct{ appends, acks, crashes, wipes, recoveries, waits, refused, checkpoints int }
 }
 
 func TestProtocolSimulation(t *testing.T) {
@@ -85,12 +89,13 @@ func TestProtocolSimulation(t *testing.T) {
 		total.stats.waits += s.stats.waits
 		total.stats.refused += s.stats.refused
 		total.stats.checkpoints += s.stats.checkpoints
+		total.stats.wipes += s.stats.wipes
 		if t.Failed() {
 			return
 		}
 	}
-	t.Logf("%d seeds: %d appends, %d parts acknowledged, %d checkpoints, %d crashes, %d recoveries (%d waited for fenced copies), %d objects refused by a fence",
-		*simSeeds, total.stats.appends, total.stats.acks, total.stats.checkpoints, total.stats.crashes, total.stats.recoveries, total.stats.waits, total.stats.refused)
+	t.Logf("%d seeds: %d appends, %d parts acknowledged, %d checkpoints, %d crashes (%d wiped), %d recoveries (%d waited for fenced copies), %d objects refused by a fence",
+		*simSeeds, total.stats.appends, total.stats.acks, total.stats.checkpoints, total.stats.crashes, total.stats.wipes, total.stats.recoveries, total.stats.waits, total.stats.refused)
 	if total.stats.acks == 0 || total.stats.recoveries == 0 || total.stats.refused == 0 {
 		t.Fatal("the simulation exercised nothing: no acknowledgement, recovery or fence refusal")
 	}
@@ -100,6 +105,7 @@ func runSim(t *testing.T, seed uint64, steps int) *sim {
 	s := &sim{t: t, seed: seed, rng: rand.New(rand.NewPCG(seed, 29)), brokers: map[string]*simBroker{}, acked: map[uint64]Copy{}, nextID: 1}
 	for i := range 5 {
 		name := fmt.Sprintf("b%d", i)
+		name += "/1" // its incarnation: a wiped broker comes back as another member
 		s.names = append(s.names, name)
 		s.brokers[name] = &simBroker{dir: &crashfs.Dir{}}
 		s.restart(name)
@@ -120,8 +126,10 @@ func runSim(t *testing.T, seed uint64, steps int) *sim {
 			}
 		case r < 85:
 			s.resend()
-		case r < 89:
+		case r < 88:
 			s.crash(s.names[s.rng.IntN(len(s.names))])
+		case r < 89:
+			s.wipe(s.rng.IntN(len(s.names)))
 		case r < 93:
 			s.restart(s.names[s.rng.IntN(len(s.names))])
 		case r < 97:
@@ -143,14 +151,17 @@ func (s *sim) fail(format string, args ...any) {
 	s.t.Fatalf("seed %d step %d: %s", s.seed, s.now, fmt.Sprintf(format, args...))
 }
 
-func (s *sim) up(name string) bool { return s.brokers[name].j != nil }
+func (s *sim) up(name string) bool {
+	b, ok := s.brokers[name]
+	return ok && b.j != nil
+}
 
 func (s *sim) restart(name string) {
 	b := s.brokers[name]
 	if b.j != nil {
 		return
 	}
-	j, err := journal.Open(simFS{b.dir}, journal.Options{Incarnation: name + "/1"})
+	j, err := journal.Open(simFS{b.dir}, journal.Options{Incarnation: name})
 	if err != nil {
 		s.fail("open %s: %v", name, err)
 	}
@@ -173,6 +184,21 @@ func (s *sim) crash(name string) {
 	if o := s.current(); o != nil && o.broker == name {
 		o.fenced = true
 	}
+}
+
+// wipe crashes broker i and gives it an empty directory: it comes back as
+// a new member (a new incarnation), whose journal is no copy of what the
+// old one held.
+func (s *sim) wipe(i int) {
+	old := s.names[i]
+	s.crash(old)
+	s.stats.wipes++
+	name, inc, _ := strings.Cut(old, "/")
+	n, _ := strconv.Atoi(inc)
+	fresh := fmt.Sprintf("%s/%d", name, n+1)
+	delete(s.brokers, old)
+	s.names[i] = fresh
+	s.brokers[fresh] = &simBroker{dir: &crashfs.Dir{}}
 }
 
 func (s *sim) closeAll() {
