@@ -400,3 +400,64 @@ func TestRecoveryCopyPassesTheFenceOfItsEpoch(t *testing.T) {
 		t.Fatalf("stream 7 holds %v", got)
 	}
 }
+
+// TestFenceAndObjectsInOneBatch: an object that arrives just before a
+// fence, in the same batch, is written and listed in the fence's answer;
+// one just after it is refused — the writer orders them as they came.
+func TestFenceAndObjectsInOneBatch(t *testing.T) {
+	d := &crashfs.Dir{}
+	g := &gatedFS{memFS: memFS{d}, syncing: make(chan struct{}), release: make(chan struct{})}
+	go func() { <-g.syncing; g.release <- struct{}{} }() // the segment's header
+	j, err := Open(g, Options{Incarnation: "broker-0/abc"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		go func() {
+			for range g.syncing {
+				g.release <- struct{}{}
+			}
+		}()
+		j.Close()
+		close(g.syncing)
+	}()
+	first := make(chan error, 1)
+	go func() { first <- j.Append(obj(1, 9, 0, 0, "holds the writer")) }()
+	<-g.syncing // the writer is busy: the next three queue, in this order
+	before := make(chan error, 1)
+	go func() { before <- j.Append(obj(2, 7, 3, 0, "before the fence")) }()
+	for len(j.reqs) < 1 {
+		runtime.Gosched()
+	}
+	fence := make(chan []Ref, 1)
+	go func() {
+		refs, err := j.Fence(7, 4)
+		if err != nil {
+			t.Error(err)
+		}
+		fence <- refs
+	}()
+	for len(j.reqs) < 2 {
+		runtime.Gosched()
+	}
+	after := make(chan error, 1)
+	go func() { after <- j.Append(obj(3, 7, 3, 1, "after the fence")) }()
+	for len(j.reqs) < 3 {
+		runtime.Gosched()
+	}
+	g.release <- struct{}{}
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	<-g.syncing // one batch: the object, the fence, the refused object
+	g.release <- struct{}{}
+	if err := <-before; err != nil {
+		t.Fatalf("the object queued before the fence: %v", err)
+	}
+	if refs := <-fence; !slices.Equal(ids(refs), []uint64{2}) {
+		t.Fatalf("the fence's answer %v, want the object queued before it", ids(refs))
+	}
+	if err := <-after; !errors.Is(err, Fenced) {
+		t.Fatalf("the object queued after the fence: %v, want JOURNAL_FENCED", err)
+	}
+}
