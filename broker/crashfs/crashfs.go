@@ -19,7 +19,8 @@
 //
 // After Crash every File opened before it fails with ErrCrashed: the
 // process that held it is gone. Tests then reopen the directory's files as
-// a restarted process would.
+// a restarted process would. Kill is the other way a process ends: its
+// Files die, the page cache — unsynced writes and entries — stays.
 //
 // Synced answers whether a range of a file is durable now, so that a test
 // can check, at the moment something is acknowledged, that the bytes the
@@ -177,14 +178,31 @@ func (d *Dir) Crash() { d.crash(nil) }
 // file system may, but the journal's torn-tail rule does not depend on it.)
 func (d *Dir) CrashTorn(rng *rand.Rand) { d.crash(rng) }
 
+// Kill ends every File opened before it, as killing the process that held
+// them would, and keeps everything else: the page cache survives a kill,
+// unsynced writes and entries included, still unsynced. (A program that
+// reads them back after a restart must sync them before it answers for
+// them: the power may go next.)
+func (d *Dir) Kill() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.gen++
+}
+
 func (d *Dir) crash(rng *rand.Rand) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.init()
 	d.gen++
 	d.names = copyNames(d.durableNames)
+	names := make([]string, 0, len(d.names))
+	for name := range d.names {
+		names = append(names, name)
+	}
+	slices.Sort(names) // the same seed tears the same files
 	seen := map[*inode]bool{}
-	for _, ino := range d.names {
+	for _, name := range names {
+		ino := d.names[name]
 		if seen[ino] {
 			continue
 		}

@@ -211,3 +211,47 @@ func TestErrorsAreFileSystemErrors(t *testing.T) {
 		t.Errorf("read past the end: %v", err)
 	}
 }
+
+// TestKillKeepsThePageCache: a killed process's files die, its unsynced
+// writes and entries stay (unsynced: a crash after still loses them).
+func TestKillKeepsThePageCache(t *testing.T) {
+	var d Dir
+	f, _ := d.Create("j")
+	mustWrite(t, f, "unsynced", 0)
+	d.Kill()
+	if _, err := f.WriteAt([]byte("x"), 0); !errors.Is(err, ErrCrashed) {
+		t.Fatalf("a File from before the kill wrote: %v", err)
+	}
+	if got := contents(t, &d, "j"); got != "unsynced" || d.Synced("j", 0, 8) {
+		t.Fatalf("after a kill: %q (synced %v), want the page cache, unsynced", got, d.Synced("j", 0, 8))
+	}
+	d.Crash()
+	if got := d.List(); len(got) != 0 {
+		t.Fatalf("a crash after the kill kept %v", got)
+	}
+}
+
+// TestCrashTornIsDeterministic: the same seed tears the same files the
+// same way, however many files hold unsynced writes.
+func TestCrashTornIsDeterministic(t *testing.T) {
+	run := func() []string {
+		var d Dir
+		for i := range 5 {
+			f, _ := d.Create(string(rune('a' + i)))
+			_ = d.SyncDir()
+			mustWrite(t, f, "0123456789", 0)
+		}
+		d.CrashTorn(rand.New(rand.NewPCG(3, 4)))
+		var out []string
+		for _, name := range d.List() {
+			out = append(out, contents(t, &d, name))
+		}
+		return out
+	}
+	first := run()
+	for range 20 {
+		if got := run(); !slices.Equal(got, first) {
+			t.Fatalf("same seed, other files: %q then %q", first, got)
+		}
+	}
+}

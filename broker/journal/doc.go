@@ -36,16 +36,22 @@
 //
 // Files. Segments named journal-<16 hex digits>.log, each opened by a
 // header (magic, version, the member's incarnation, the segment's number)
-// and then batches. A batch is one record — length, CRC-32C, entries — so
-// a crash mid-write can tear only the last batch of the last segment, and
-// a torn batch is told from damage: a bad record that reaches the end of
-// the last segment (its length past the end, or its CRC wrong and nothing
-// after it, or only zeros from it on) is a torn tail, cut off at open; a
-// bad record anywhere else, or a header that is not this journal's, is
-// damage, and the journal opens as Damaged: its objects are not a fenced
-// copy for recovery (a member damaged mid-file is not shortened, it is
-// untrusted). A new segment's directory entry is synced before anything in
-// it is answered.
+// and then batches. A batch is one record — a marker, its length, a
+// CRC-32C, its entries — written by one write and covered by one
+// fdatasync before the next is written, so a crash can tear only the last
+// batch of the last segment. A bad record after which no valid batch
+// begins (the marker lets the scan find one) is that torn tail, however
+// its bytes were written back, and is cut off at open; a bad record with a
+// valid batch after it, a bad one in an earlier segment, a missing segment
+// or a header that is not this journal's is damage, and the journal opens
+// as Damaged: its objects are not a fenced copy for recovery (a member
+// damaged mid-file is not shortened, it is untrusted). A bad final batch
+// that had been synced is not told from a torn one — nothing after it says
+// so. A new segment's directory entry is synced before anything in it is
+// answered, and open syncs what it read before answering anything: a
+// killed process's page cache keeps batches no fdatasync covered, and a
+// resend of one is answered "held already". A batch never outgrows 1 GiB
+// (the writer splits it); an object over half that is refused.
 //
 // Not here (the replication package decides): which objects may be
 // deleted (only on metadata evidence, never by age), what an ensemble is,

@@ -11,6 +11,7 @@ const (
 	CodeFailed   errs.Code = 0x00_10_0A_04
 	CodeClosed   errs.Code = 0x00_10_0A_05
 	CodeNotHeld  errs.Code = 0x00_10_0A_06
+	CodeTooLarge errs.Code = 0x00_10_0A_07
 )
 
 var (
@@ -51,6 +52,13 @@ var (
 		"This broker's journal holds no such object",
 		"broker/journal: a read of an object id never appended here; fields: object",
 		404, 66)
+
+	// TooLarge refuses an object larger than a batch may hold (512 MiB):
+	// nothing was written.
+	TooLarge = errs.Static(CodeTooLarge, "JOURNAL_OBJECT_TOO_LARGE",
+		"The object is larger than the journal takes in one write; nothing was written",
+		"broker/journal: an object's entry exceeds half the largest batch; fields: object, bytes, max",
+		413, 65)
 
 	// Closed answers requests to a closed journal.
 	Closed = errs.Static(CodeClosed, "JOURNAL_CLOSED",

@@ -13,7 +13,7 @@ import (
 //
 //	segment  = header batch*
 //	header   = "PMQJ" version:u16 0:u16 number:u64 len:u16 incarnation crc:u32
-//	batch    = len:u32 crc:u32 entry+            (crc: CRC-32C of the entries)
+//	batch    = "PMQB" len:u32 crc:u32 entry+     (crc: CRC-32C of the entries)
 //	entry    = 1:u8 object | 2:u8 fence | 3:u8 by:u64 object
 //	object   = id:u64 parts:uvarint part* len:uvarint payload
 //	part     = stream:u64 epoch:u64 first:u64 count:u64
@@ -24,12 +24,14 @@ import (
 const (
 	magic          = "PMQJ"
 	version        = 1
-	batchHeader    = 8
+	batchMagic     = "PMQB" // so that a scan past a bad batch finds the next one
+	batchHeader    = 12
 	entryObject    = 1
 	entryFence     = 2
 	entryCopy      = 3 // a recovery's copy, written on the authority of epoch by
 	partBytes      = 32
-	maxBatchBytes  = 1 << 30 // a length past it is not a batch
+	maxBatchBytes  = 1 << 30 // a length past it is not a batch; the writer splits before it
+	maxObjectBytes = maxBatchBytes / 2
 	segmentPrefix  = "journal-"
 	segmentSuffix  = ".log"
 	maxIncarnation = 1 << 10
@@ -145,9 +147,32 @@ func appendFence(b []byte, stream uint64, epoch int64) []byte {
 // batchHeader zero bytes.
 func sealBatch(b []byte) []byte {
 	body := b[batchHeader:]
-	binary.LittleEndian.PutUint32(b[0:], uint32(len(body)))
-	binary.LittleEndian.PutUint32(b[4:], crc32.Checksum(body, castagnoli))
+	copy(b, batchMagic)
+	binary.LittleEndian.PutUint32(b[4:], uint32(len(body)))
+	binary.LittleEndian.PutUint32(b[8:], crc32.Checksum(body, castagnoli))
 	return b
+}
+
+// batchAt returns the entries of the batch at off in data, if a whole one
+// that passes its checksum begins there.
+func batchAt(data []byte, off int64) ([]byte, bool) {
+	if int64(len(data))-off < batchHeader || string(data[off:off+4]) != batchMagic {
+		return nil, false
+	}
+	l := int64(binary.LittleEndian.Uint32(data[off+4:]))
+	if l == 0 || l > maxBatchBytes || off+batchHeader+l > int64(len(data)) {
+		return nil, false
+	}
+	body := data[off+batchHeader : off+batchHeader+l]
+	if crc32.Checksum(body, castagnoli) != binary.LittleEndian.Uint32(data[off+8:]) {
+		return nil, false
+	}
+	return body, true
+}
+
+// objectBytes is the size of o's entry in a batch, near enough.
+func objectBytes(o *Object) int {
+	return 1 + 8 + 8 + binary.MaxVarintLen64 + len(o.Parts)*partBytes + binary.MaxVarintLen64 + len(o.Payload)
 }
 
 // entry is one decoded entry; for an object, payloadAt is where its

@@ -35,6 +35,9 @@ type Journal struct {
 	reqs chan *request
 	done chan struct{}
 	wg   sync.WaitGroup
+	// sending is held by each request from its closed check to its send,
+	// and by Close to set closed.
+	sending sync.RWMutex
 
 	mu       sync.Mutex // guards the index below, read by Objects and Read
 	fences   map[uint64]int64
@@ -85,8 +88,22 @@ func Open(fs FS, opts Options) (*Journal, error) {
 		j.closeFiles()
 		return nil, err
 	}
-	if j.damaged == nil && len(j.segments) == 0 {
+	switch {
+	case j.damaged != nil:
+	case len(j.segments) == 0:
 		if err := j.newSegment(1); err != nil {
+			j.closeFiles()
+			return nil, err
+		}
+	default:
+		// What open read may be a killed process's page cache, never
+		// synced: a resend of it is answered as durable, a retried fence
+		// as in place. Make it so before anything is answered.
+		err := j.segments[j.cur].Sync()
+		if err == nil {
+			err = j.fs.SyncDir()
+		}
+		if err != nil {
 			j.closeFiles()
 			return nil, err
 		}
@@ -124,6 +141,9 @@ func (j *Journal) Fence(stream uint64, epoch int64) ([]Ref, error) {
 }
 
 func (j *Journal) do(r *request) *request {
+	// Held from the check to the send: Close waits for it, so a request
+	// sent is always one the writer will answer.
+	j.sending.RLock()
 	j.mu.Lock()
 	switch {
 	case j.closed:
@@ -134,16 +154,14 @@ func (j *Journal) do(r *request) *request {
 		r.err = j.failed
 	}
 	j.mu.Unlock()
-	if r.err != nil {
-		return r
+	sent := r.err == nil
+	if sent {
+		j.reqs <- r
 	}
-	select {
-	case j.reqs <- r:
-	case <-j.done:
-		r.err = Closed
-		return r
+	j.sending.RUnlock()
+	if sent {
+		<-r.done // the writer sets r's answer before it closes done
 	}
-	<-r.done
 	return r
 }
 
@@ -189,13 +207,15 @@ func (j *Journal) Read(id uint64) ([]Part, []byte, error) {
 // Close stops the writer after the batch in progress; requests after it
 // are refused with Closed.
 func (j *Journal) Close() error {
+	j.sending.Lock()
 	j.mu.Lock()
-	if j.closed {
-		j.mu.Unlock()
-		return nil
-	}
+	was := j.closed
 	j.closed = true
 	j.mu.Unlock()
+	j.sending.Unlock()
+	if was {
+		return nil
+	}
 	close(j.done)
 	j.wg.Wait()
 	return j.closeFiles()
@@ -249,8 +269,13 @@ func (j *Journal) refuseQueued() {
 	}
 }
 
-// commit checks a batch's requests in order, writes what it accepted,
-// syncs, and answers them all.
+// splitBytes is where the writer ends a batch and begins another (the
+// format's bound; tests lower it).
+var splitBytes = maxBatchBytes
+
+// commit checks a batch's requests in order, writes what it accepted —
+// in more than one write and fdatasync when it outgrows splitBytes — and
+// answers them all once every write is synced.
 func (j *Journal) commit(batch []*request) {
 	defer func() {
 		for _, r := range batch {
@@ -263,16 +288,49 @@ func (j *Journal) commit(batch []*request) {
 		}
 		return
 	}
-	buf := make([]byte, batchHeader, 4096)
 	type placed struct {
 		obj *Object
 		at  int // of the payload, in buf
 	}
+	buf := make([]byte, batchHeader, 4096)
 	var accepted []placed
-	fences := map[uint64]int64{}    // raised in this batch
-	pending := map[uint64]*Object{} // accepted in this batch, by id
-	j.mu.Lock()
-	fenceOf := func(stream uint64) (int64, bool) {
+	fences := map[uint64]int64{}    // raised in buf
+	pending := map[uint64]*Object{} // accepted in buf, by id
+	// flush writes and syncs buf, then makes its fences and objects the
+	// journal's; false when the write failed (the batch is answered).
+	flush := func() bool {
+		if len(buf) == batchHeader {
+			return true
+		}
+		seg, at := j.cur, j.curSize
+		f := j.segment(seg)
+		if _, err := f.WriteAt(sealBatch(buf), at); err != nil {
+			j.fail(err, seg, "write", batch)
+			return false
+		}
+		if err := f.Sync(); err != nil {
+			j.fail(err, seg, "sync", batch)
+			return false
+		}
+		j.curSize += int64(len(buf))
+		j.mu.Lock()
+		for st, e := range fences {
+			j.fences[st] = e
+		}
+		for _, p := range accepted {
+			j.index(p.obj, seg, at+int64(p.at))
+		}
+		j.mu.Unlock()
+		buf, accepted, fences, pending = buf[:batchHeader], nil, map[uint64]int64{}, map[uint64]*Object{}
+		if j.curSize >= j.opts.SegmentBytes {
+			if err := j.newSegment(j.cur + 1); err != nil {
+				j.fail(err, j.cur+1, "create", batch)
+				return false
+			}
+		}
+		return true
+	}
+	fenceOf := func(stream uint64) (int64, bool) { // called with j.mu held
 		if e, ok := fences[stream]; ok {
 			return e, true
 		}
@@ -281,13 +339,18 @@ func (j *Journal) commit(batch []*request) {
 	}
 	for _, r := range batch {
 		if r.fence {
+			if len(buf)+17 > splitBytes && !flush() {
+				return
+			}
+			j.mu.Lock()
 			if e, ok := fenceOf(r.stream); !ok || r.epoch > e {
 				fences[r.stream] = r.epoch
 				buf = appendFence(buf, r.stream, r.epoch)
 			}
-			// Its answer: the stream's objects before it, this batch's
-			// included; given once the batch is synced.
+			// Its answer: the stream's objects before it, those waiting
+			// in buf included; given once they are all synced.
 			r.refs = slices.Clone(j.byStream[r.stream])
+			j.mu.Unlock()
 			for _, p := range accepted {
 				for _, part := range p.obj.Parts {
 					if part.Stream == r.stream {
@@ -298,59 +361,41 @@ func (j *Journal) commit(batch []*request) {
 			continue
 		}
 		o := r.obj
-		if held, ok := j.objects[o.ID]; ok {
-			if held.sum != objectSum(o) || !slices.Equal(held.parts, o.Parts) {
-				r.err = Conflict.With("object", o.ID)
-			}
-			continue // the same bytes: durable already
-		}
-		if prev, ok := pending[o.ID]; ok {
-			if objectSum(prev) != objectSum(o) || !slices.Equal(prev.Parts, o.Parts) {
-				r.err = Conflict.With("object", o.ID)
-			}
+		size := objectBytes(o)
+		if size > maxObjectBytes {
+			r.err = TooLarge.With("object", o.ID, "bytes", size, "max", maxObjectBytes)
 			continue
 		}
+		j.mu.Lock()
+		held, isHeld := j.objects[o.ID]
+		var fenced error
 		for _, p := range o.Parts {
 			if e, ok := fenceOf(p.Stream); ok && o.authority(p) < e {
-				r.err = Fenced.With("object", o.ID, "stream", p.Stream, "epoch", o.authority(p), "fence", e)
+				fenced = Fenced.With("object", o.ID, "stream", p.Stream, "epoch", o.authority(p), "fence", e)
 				break
 			}
 		}
-		if r.err != nil {
+		j.mu.Unlock()
+		same := func(sum uint32, parts []Part) bool { return sum == objectSum(o) && slices.Equal(parts, o.Parts) }
+		switch prev, isPending := pending[o.ID]; {
+		case isHeld && same(held.sum, held.parts), isPending && same(objectSum(prev), prev.Parts):
+			// The same bytes, durable (or about to be) already: a resend.
 			continue
+		case fenced != nil:
+			r.err = fenced
+			continue
+		case isHeld || isPending:
+			r.err = Conflict.With("object", o.ID)
+			continue
+		}
+		if len(buf)+size > splitBytes && !flush() {
+			return
 		}
 		pending[o.ID] = o
 		buf = appendObject(buf, o)
 		accepted = append(accepted, placed{o, len(buf) - len(o.Payload)})
 	}
-	j.mu.Unlock()
-
-	if len(buf) > batchHeader {
-		seg, at := j.cur, j.curSize
-		f := j.segment(seg)
-		if _, err := f.WriteAt(sealBatch(buf), at); err != nil {
-			j.fail(err, seg, "write", batch)
-			return
-		}
-		if err := f.Sync(); err != nil {
-			j.fail(err, seg, "sync", batch)
-			return
-		}
-		j.curSize += int64(len(buf))
-		j.mu.Lock()
-		for s, e := range fences {
-			j.fences[s] = e
-		}
-		for _, p := range accepted {
-			j.index(p.obj, seg, at+int64(p.at))
-		}
-		j.mu.Unlock()
-	}
-	if j.curSize >= j.opts.SegmentBytes {
-		if err := j.newSegment(j.cur + 1); err != nil {
-			j.fail(err, j.cur+1, "create", nil)
-		}
-	}
+	flush()
 }
 
 // index records o, whose payload lies at off in segment seg. Called with
@@ -512,17 +557,11 @@ func (j *Journal) recover() error {
 // and no tear explains it).
 func (j *Journal) scan(n uint64, data []byte, off int) (end int64, reason string, checked bool) {
 	for off < len(data) {
-		if len(data)-off < batchHeader {
-			return int64(off), "a batch header cut short", false
+		body, ok := batchAt(data, int64(off))
+		if !ok {
+			return int64(off), "a batch cut short, or failing its checksum", false
 		}
-		l := int(binary.LittleEndian.Uint32(data[off:]))
-		if l == 0 || l > maxBatchBytes || off+batchHeader+l > len(data) {
-			return int64(off), "a batch length past the segment", false
-		}
-		body := data[off+batchHeader : off+batchHeader+l]
-		if crc32.Checksum(body, castagnoli) != binary.LittleEndian.Uint32(data[off+4:]) {
-			return int64(off), "a batch failing its checksum", false
-		}
+		l := len(body)
 		entries, err := parseEntries(body)
 		if err != nil {
 			return int64(off), err.Error(), true
@@ -544,15 +583,24 @@ func (j *Journal) scan(n uint64, data []byte, off int) (end int64, reason string
 }
 
 // tornTail reports whether the bad record at off in the last segment is a
-// torn write: nothing valid can follow it — the segment ends inside the
-// record or right after it, or holds only zeros from it on.
+// torn write: only the last batch can be unsynced at a crash, so it is torn
+// when no checksum-valid batch begins anywhere after it (whatever its own
+// bytes: a tail written back out of order reads as zeros, then data).
+// Damage that leaves a valid batch after it — a flipped length, a lost
+// page mid-file — is damage. (A bad final batch that was synced is not
+// told from a torn one: nothing after it says it was.)
 func tornTail(data []byte, off int64) bool {
-	rest := data[off:]
-	if len(rest) < batchHeader || allZero(rest) {
-		return true
+	for i := off + 1; i < int64(len(data)); {
+		k := bytes.Index(data[i:], []byte(batchMagic))
+		if k < 0 {
+			return true
+		}
+		if _, ok := batchAt(data, i+int64(k)); ok {
+			return false
+		}
+		i += int64(k) + 1
 	}
-	l := int64(binary.LittleEndian.Uint32(rest))
-	return l > 0 && batchHeader+l >= int64(len(rest))
+	return true
 }
 
 func allZero(b []byte) bool { return len(bytes.Trim(b, "\x00")) == 0 }

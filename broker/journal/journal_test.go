@@ -461,3 +461,128 @@ func TestFenceAndObjectsInOneBatch(t *testing.T) {
 		t.Fatalf("the object queued after the fence: %v, want JOURNAL_FENCED", err)
 	}
 }
+
+// TestWhatOpenReadsIsMadeDurable: a process killed after writing a batch
+// and before its fdatasync leaves the batch in the page cache; the next
+// open reads it — and syncs it before answering anything for it, so that
+// a resend answered "held already" survives the power failing next.
+func TestWhatOpenReadsIsMadeDurable(t *testing.T) {
+	d := &crashfs.Dir{}
+	j := open(t, d)
+	mustAppend(t, j, obj(1, 7, 0, 0, "synced"))
+	seg := segmentName(j.cur)
+	f, _ := d.Open(seg)
+	unsynced := sealBatch(appendFence(appendObject(make([]byte, batchHeader), &Object{ID: 2, Parts: []Part{{Stream: 7, First: 1, Count: 1}}, Payload: []byte("cached")}), 7, 5))
+	_, _ = f.WriteAt(unsynced, j.curSize)
+	d.Kill()
+	j = open(t, d)
+	mustAppend(t, j, obj(2, 7, 0, 1, "cached")) // held already: answered at once
+	d.Crash()
+	j = open(t, d)
+	if _, p, err := j.Read(2); err != nil || string(p) != "cached" {
+		t.Fatalf("an object answered as held after a kill was lost to the crash after: %q %v", p, err)
+	}
+	if j.FenceOf(7) != 5 {
+		t.Fatalf("a fence read back after a kill was lost to the crash after: %d", j.FenceOf(7))
+	}
+}
+
+// TestDamageBeforeValidBatchesIsNotATornTail: a bad length (or a lost
+// page) in a batch followed by valid ones is damage, not a tail to cut —
+// cutting would drop acknowledged objects and fences.
+func TestDamageBeforeValidBatchesIsNotATornTail(t *testing.T) {
+	d := &crashfs.Dir{}
+	j := open(t, d)
+	hdr := j.curSize
+	for i := range uint64(5) {
+		mustAppend(t, j, obj(i+1, 1, 0, i, "acked"))
+	}
+	seg := segmentName(j.cur)
+	j.Close()
+	f, _ := d.Open(seg)
+	_, _ = f.WriteAt([]byte{0xff, 0xff, 0xff, 0x7f}, hdr+4) // the first batch's length, past the end
+	_ = f.Sync()
+	if err := open(t, d).Damaged(); !errors.Is(err, Damaged) {
+		t.Fatalf("a flipped length before four valid batches: %v, want JOURNAL_DAMAGED", err)
+	}
+}
+
+// TestTailWrittenBackOutOfOrderIsTorn: the last batch's first bytes lost
+// (zeros) while later ones reached the disk is still a torn tail.
+func TestTailWrittenBackOutOfOrderIsTorn(t *testing.T) {
+	d := &crashfs.Dir{}
+	j := open(t, d)
+	mustAppend(t, j, obj(1, 1, 0, 0, "acked"))
+	end := j.curSize
+	seg := segmentName(j.cur)
+	j.Close()
+	f, _ := d.Open(seg)
+	tail := sealBatch(appendObject(make([]byte, batchHeader), &Object{ID: 2, Parts: []Part{{Stream: 1, First: 1, Count: 1}}, Payload: bytes.Repeat([]byte("t"), 64)}))
+	clear(tail[:16])
+	_, _ = f.WriteAt(tail, end)
+	_ = f.Sync()
+	j = open(t, d)
+	if err := j.Damaged(); err != nil {
+		t.Fatalf("a tail written back out of order: %v, want it cut", err)
+	}
+	if _, _, err := j.Read(1); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestCloseAnswersEveryRequest: requests racing Close are each answered
+// (durable, or JOURNAL_CLOSED), never left waiting.
+func TestCloseAnswersEveryRequest(t *testing.T) {
+	for trial := range 300 {
+		j := open(t, &crashfs.Dir{})
+		var wg sync.WaitGroup
+		for i := range 4 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if err := j.Append(obj(uint64(i+1), 1, 0, uint64(i), "x")); err != nil && !errors.Is(err, Closed) {
+					t.Errorf("trial %d: %v", trial, err)
+				}
+			}()
+		}
+		j.Close()
+		wg.Wait() // a request left unanswered hangs here
+	}
+}
+
+// TestBatchesSplitAtTheirBound: a batch that would outgrow the bound is
+// written as several, each synced, every request answered, all read back.
+func TestBatchesSplitAtTheirBound(t *testing.T) {
+	defer func(old int) { splitBytes = old }(splitBytes)
+	splitBytes = 1 << 10
+	d := &crashfs.Dir{}
+	g := &gatedFS{memFS: memFS{d}, syncing: make(chan struct{}), release: make(chan struct{})}
+	go func() {
+		for range g.syncing {
+			g.release <- struct{}{}
+		}
+	}()
+	defer close(g.syncing)
+	j, err := Open(g, Options{Incarnation: "broker-0/abc"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j.Close()
+	var wg sync.WaitGroup
+	for i := range uint64(20) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := j.Append(obj(i+1, 1, 0, i, string(bytes.Repeat([]byte("p"), 300)))); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	j.Close()
+	d.Crash()
+	j2 := open(t, d)
+	if got := len(j2.Objects(1)); got != 20 {
+		t.Fatalf("%d objects after the crash, want 20", got)
+	}
+}
