@@ -36,8 +36,11 @@ func NewAcks() *Acks {
 // Sent records object, with parts of streams, sent to the members of
 // ensembles: one ensemble, or the old and the new while a change is
 // pending. Its parts are acknowledged after every earlier part of their
-// stream.
+// stream. Sending it again changes nothing.
 func (a *Acks) Sent(object uint64, streams []uint64, ensembles ...[]string) {
+	if _, ok := a.objects[object]; ok {
+		return // sent again (a resend): already tracked
+	}
 	s := &sent{streams: slices.Clone(streams)}
 	for _, e := range ensembles {
 		s.ensembles = append(s.ensembles, slices.Clone(e))
@@ -106,6 +109,17 @@ func (a *Acks) done(object, stream uint64) {
 	s.streams = slices.DeleteFunc(s.streams, func(st uint64) bool { return st == stream })
 	if len(s.streams) == 0 {
 		delete(a.objects, object)
+	}
+}
+
+// Widen makes every object not yet acknowledged need a write quorum of
+// ensemble too: an ensemble change applies to what was sent before it as
+// well as after. The owner sends those objects to the new members.
+func (a *Acks) Widen(ensemble []string) {
+	for _, s := range a.objects {
+		if !s.quorate {
+			s.ensembles = append(s.ensembles, slices.Clone(ensemble))
+		}
 	}
 }
 

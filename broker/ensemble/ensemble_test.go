@@ -304,3 +304,40 @@ func pick(rng *rand.Rand, ms []string, n int) []string {
 	rng.Shuffle(len(p), func(i, j int) { p[i], p[j] = p[j], p[i] })
 	return p[:n]
 }
+
+// TestRecoverRefusesReadsThatEndBelowARecordedStart: an epoch recorded as
+// starting at 10 whose objects below 10 no read holds — not even one copy
+// of the epoch before — is a contradiction, not an empty chain.
+func TestRecoverRefusesReadsThatEndBelowARecordedStart(t *testing.T) {
+	epochs := []Epoch{{Epoch: 1, Ensemble: []string{"a", "b", "c"}, Recovered: true}, {Epoch: 2, Ensemble: []string{"a", "b", "c"}, Start: 10, Recovered: true}}
+	reads := []Read{
+		{Member: "a", Intact: true, Copies: copies(2, 10, 20, 10, 5)},
+		{Member: "b", Intact: true, Copies: copies(2, 10, 20, 10, 5)},
+	}
+	if _, err := Recover(0, epochs, reads); !errors.Is(err, Inconsistent) {
+		t.Fatalf("no copy below epoch 2's recorded start at 10: %v, want RECOVERY_INCONSISTENT", err)
+	}
+	zero := []Read{
+		{Member: "a", Intact: true, Copies: []Copy{{Object: 1, Epoch: 1, First: 0, Count: 0}}},
+		{Member: "b", Intact: true},
+	}
+	if _, err := Recover(0, epochs[:1], zero); !errors.Is(err, Inconsistent) {
+		t.Fatalf("a part of no record: %v", err)
+	}
+}
+
+// TestAcksWidenAndResend: an ensemble change widens what is still
+// waiting; a resend recorded again changes nothing.
+func TestAcksWidenAndResend(t *testing.T) {
+	a := NewAcks()
+	a.Sent(1, []uint64{10}, []string{"o", "m1", "m2"})
+	a.Sent(1, []uint64{10}, []string{"o", "m1", "m2"}) // a resend
+	a.Durable(1, "o")
+	a.Widen([]string{"o", "m1", "m3"})
+	if got := a.Durable(1, "m2"); got != nil {
+		t.Fatalf("a quorum of the old ensemble only, after a change: %v", got)
+	}
+	if got := a.Durable(1, "m3"); !slices.Equal(got, []Acked{{1, 10}}) {
+		t.Fatalf("quorums of both: %v", got)
+	}
+}

@@ -98,6 +98,9 @@ func Recover(checkpointEnd uint64, epochs []Epoch, reads []Read) (Chain, error) 
 	found := map[key]Copy{}
 	for _, r := range byMember {
 		for _, c := range r.Copies {
+			if c.Count == 0 {
+				return Chain{}, Inconsistent.With("epoch", c.Epoch, "offset", c.First, "reason", "an object part of no record")
+			}
 			k := key{c.Epoch, c.First}
 			if prev, ok := found[k]; ok && (prev.Object != c.Object || prev.Count != c.Count) {
 				return Chain{}, Inconsistent.With("epoch", c.Epoch, "offset", c.First, "reason", "two objects at one offset of one epoch")
@@ -140,6 +143,14 @@ func Recover(checkpointEnd uint64, epochs []Epoch, reads []Read) (Chain, error) 
 			// copied to the ensemble after it: a hole means the reads
 			// miss what the log says was there.
 			return Chain{}, Inconsistent.With("epoch", e, "offset", chain.End, "reason", "a gap below the next epoch's recorded start")
+		}
+	}
+	// Every recovered epoch began where the chain before it ended: one
+	// whose start the chain does not reach lost what lay below it from
+	// every read (an epoch with no copies at all escapes the check above).
+	for _, e := range epochs {
+		if e.Recovered && e.Start > chain.End {
+			return Chain{}, Inconsistent.With("epoch", e.Epoch, "offset", chain.End, "reason", "the reads end below a recorded start")
 		}
 	}
 	return chain, nil

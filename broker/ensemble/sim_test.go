@@ -71,6 +71,11 @@ type sim struct {
 	// acked: the committed truth — acknowledged parts and adopted chains,
 	// by offset.
 	acked map[uint64]Copy
+	// dirs: every member's directory, wiped ones' included, by member id;
+	// held: where each member's journal said it held each object when it
+	// answered (segment, range), for the durability check at ack time.
+	dirs map[string]*crashfs.Dir
+	held map[string]map[uint64]where
 	// The last checkpoint: the acknowledged end it recorded, and the
 	// first open whose ensemble a recovery must still read (its owner's).
 	checkpoint      uint64
@@ -102,12 +107,14 @@ func TestProtocolSimulation(t *testing.T) {
 }
 
 func runSim(t *testing.T, seed uint64, steps int) *sim {
-	s := &sim{t: t, seed: seed, rng: rand.New(rand.NewPCG(seed, 29)), brokers: map[string]*simBroker{}, acked: map[uint64]Copy{}, nextID: 1}
+	s := &sim{t: t, seed: seed, rng: rand.New(rand.NewPCG(seed, 29)), brokers: map[string]*simBroker{}, acked: map[uint64]Copy{}, nextID: 1,
+		dirs: map[string]*crashfs.Dir{}, held: map[string]map[uint64]where{}}
 	for i := range 5 {
 		name := fmt.Sprintf("b%d", i)
 		name += "/1" // its incarnation: a wiped broker comes back as another member
 		s.names = append(s.names, name)
 		s.brokers[name] = &simBroker{dir: &crashfs.Dir{}}
+		s.dirs[name] = s.brokers[name].dir
 		s.restart(name)
 	}
 	defer s.closeAll()
@@ -199,6 +206,7 @@ func (s *sim) wipe(i int) {
 	delete(s.brokers, old)
 	s.names[i] = fresh
 	s.brokers[fresh] = &simBroker{dir: &crashfs.Dir{}}
+	s.dirs[fresh] = s.brokers[fresh].dir
 }
 
 func (s *sim) closeAll() {
@@ -239,6 +247,7 @@ func (s *sim) appendObject() {
 	for _, m := range o.ensemble {
 		if m == o.broker {
 			err := s.brokers[m].j.Append(obj)
+			s.noteHeld(m, obj.ID, err)
 			s.answered(o, m, obj.ID, err)
 			continue
 		}
@@ -269,6 +278,28 @@ func (s *sim) resend() {
 	}
 }
 
+// noteHeld records where member's journal holds object id, once it
+// answered that it does.
+func (s *sim) noteHeld(member string, id uint64, err error) {
+	if err != nil {
+		return
+	}
+	seg, off, n, ok := s.brokers[member].j.Where(id)
+	if !ok {
+		s.fail("%s answered object %d durable and does not hold it", member, id)
+	}
+	if s.held[member] == nil {
+		s.held[member] = map[uint64]where{}
+	}
+	s.held[member][id] = where{seg, off, n}
+}
+
+// where is an object's payload in a member's journal.
+type where struct {
+	segment string
+	off, n  int64
+}
+
 // send queues a message, or loses it (one in eight).
 func (s *sim) send(m simMsg) {
 	if s.rng.IntN(8) == 0 {
@@ -297,6 +328,7 @@ func (s *sim) deliver() {
 	}
 	if !m.reply {
 		err := s.brokers[m.to].j.Append(m.obj)
+		s.noteHeld(m.to, m.obj.ID, err)
 		s.send(simMsg{from: m.to, to: m.from, reply: true, obj: m.obj, epoch: m.epoch, ok: err == nil, fenced: errors.Is(err, journal.Fenced)})
 		return
 	}
@@ -323,6 +355,17 @@ func (s *sim) answered(o *simOwner, member string, id uint64, err error) {
 		s.fail("owner %s epoch %d: %s answered %v", o.broker, o.epoch, member, err)
 	}
 	for _, a := range o.acks.Durable(id, member) {
+		// The model's own rule, not the package's: a majority of the
+		// ensemble holds the object durable, now, on disk.
+		durable := 0
+		for _, m := range o.ensemble {
+			if w, ok := s.held[m][a.Object]; ok && s.dirs[m].Synced(w.segment, w.off, w.n) {
+				durable++
+			}
+		}
+		if durable < len(o.ensemble)/2+1 {
+			s.fail("object %d acknowledged while durable on %d of %v", a.Object, durable, o.ensemble)
+		}
 		p := o.sent[a.Object].Parts[0]
 		c := Copy{Object: a.Object, Epoch: p.Epoch, First: p.First, Count: p.Count}
 		for off := p.First; off < p.First+p.Count; off++ {

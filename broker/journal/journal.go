@@ -183,6 +183,18 @@ func (j *Journal) FenceOf(stream uint64) int64 {
 	return -1
 }
 
+// Where returns the segment and the byte range holding object id's
+// payload: what a test checks is durable when the object is answered.
+func (j *Journal) Where(id uint64) (segment string, off, n int64, ok bool) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	s, ok := j.objects[id]
+	if !ok {
+		return "", 0, 0, false
+	}
+	return segmentName(s.seg), s.off, int64(s.n), true
+}
+
 // Read returns object id's parts and payload.
 func (j *Journal) Read(id uint64) ([]Part, []byte, error) {
 	j.mu.Lock()
