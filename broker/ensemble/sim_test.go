@@ -12,6 +12,7 @@ import (
 
 	"github.com/picomq/picomq/broker/crashfs"
 	"github.com/picomq/picomq/broker/journal"
+	"github.com/picomq/picomq/broker/journal/journaltest"
 )
 
 // The protocol's deterministic tier, first cut: one stream, five brokers
@@ -168,7 +169,7 @@ func (s *sim) restart(name string) {
 	if b.j != nil {
 		return
 	}
-	j, err := journal.Open(simFS{b.dir}, journal.Options{Incarnation: name})
+	j, err := journal.Open(journaltest.FS(b.dir), journal.Options{Incarnation: name})
 	if err != nil {
 		s.fail("open %s: %v", name, err)
 	}
@@ -492,26 +493,3 @@ func (s *sim) object(id uint64, reads []Read) (journal.Object, bool) {
 	}
 	return journal.Object{}, false
 }
-
-// simFS is a crashfs directory as a journal's FS.
-type simFS struct{ d *crashfs.Dir }
-
-func (m simFS) Create(name string) (journal.File, error) {
-	f, err := m.d.Create(name)
-	if err != nil {
-		return nil, err
-	}
-	return f, nil
-}
-
-func (m simFS) Open(name string) (journal.File, error) {
-	f, err := m.d.Open(name)
-	if err != nil {
-		return nil, err
-	}
-	return f, nil
-}
-
-func (m simFS) Remove(name string) error { return m.d.Remove(name) }
-func (m simFS) List() ([]string, error)  { return m.d.List(), nil }
-func (m simFS) SyncDir() error           { return m.d.SyncDir() }

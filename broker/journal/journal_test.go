@@ -13,7 +13,9 @@ import (
 	"github.com/picomq/picomq/broker/crashfs"
 )
 
-// memFS is a crashfs directory as a journal's FS.
+// memFS is a crashfs directory as a journal's FS: journaltest.FS for this
+// package's own tests, which cannot import journaltest (it imports this
+// package).
 type memFS struct{ d *crashfs.Dir }
 
 func (m memFS) Create(name string) (File, error) {
