@@ -336,8 +336,11 @@ func (s *sim) deliver() {
 	for _, o := range s.owners {
 		if o.broker == m.to && o.epoch == m.epoch && !o.fenced {
 			var err error
-			if !m.ok {
+			switch {
+			case m.fenced:
 				err = journal.Fenced
+			case !m.ok:
+				err = errors.New("refused, not by a fence")
 			}
 			s.answered(o, m.from, m.obj.ID, err)
 		}
