@@ -30,7 +30,8 @@ const (
 	entryFence     = 2
 	entryCopy      = 3 // a recovery's copy, written on the authority of epoch by
 	partBytes      = 32
-	maxBatchBytes  = 1 << 30 // a length past it is not a batch; the writer splits before it
+	fenceBytes     = 1 + 8 + 8 // a fence entry
+	maxBatchBytes  = 1 << 30   // a length past it is not a batch; the writer splits before it
 	maxObjectBytes = maxBatchBytes / 2
 	segmentPrefix  = "journal-"
 	segmentSuffix  = ".log"
@@ -191,11 +192,11 @@ func parseEntries(body []byte) ([]entry, error) {
 	for i := 0; i < len(body); {
 		switch body[i] {
 		case entryFence:
-			if len(body)-i < 17 {
+			if len(body)-i < fenceBytes {
 				return nil, errors.New("fence entry cut short")
 			}
 			out = append(out, entry{fence: true, stream: binary.LittleEndian.Uint64(body[i+1:]), epoch: int64(binary.LittleEndian.Uint64(body[i+9:]))})
-			i += 17
+			i += fenceBytes
 		case entryObject, entryCopy:
 			var e entry
 			if body[i] == entryCopy {

@@ -351,7 +351,7 @@ func (j *Journal) commit(batch []*request) {
 	}
 	for _, r := range batch {
 		if r.fence {
-			if len(buf)+17 > splitBytes && !flush() {
+			if len(buf)+fenceBytes > splitBytes && !flush() {
 				return
 			}
 			j.mu.Lock()
@@ -452,11 +452,7 @@ func (j *Journal) newSegment(n uint64) error {
 	if err != nil {
 		return err
 	}
-	hdr := appendHeader(nil, n, j.opts.Incarnation)
-	if _, err := f.WriteAt(hdr, 0); err == nil {
-		err = f.Sync()
-	}
-	if err == nil {
+	if err = j.writeHeader(f, n); err == nil {
 		err = j.fs.SyncDir()
 	}
 	if err != nil {
@@ -466,6 +462,19 @@ func (j *Journal) newSegment(n uint64) error {
 	j.mu.Lock()
 	j.segments[n] = f
 	j.mu.Unlock()
+	return nil
+}
+
+// writeHeader writes and syncs segment n's header at the start of f (an
+// empty file), and makes n the segment appended to.
+func (j *Journal) writeHeader(f File, n uint64) error {
+	hdr := appendHeader(nil, n, j.opts.Incarnation)
+	if _, err := f.WriteAt(hdr, 0); err != nil {
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		return err
+	}
 	j.cur, j.curSize = n, int64(len(hdr))
 	return nil
 }
@@ -525,14 +534,9 @@ func (j *Journal) recover() error {
 			if err := f.Truncate(0); err != nil {
 				return err
 			}
-			hdr := appendHeader(nil, n, j.opts.Incarnation)
-			if _, err := f.WriteAt(hdr, 0); err != nil {
+			if err := j.writeHeader(f, n); err != nil {
 				return err
 			}
-			if err := f.Sync(); err != nil {
-				return err
-			}
-			j.cur, j.curSize = n, int64(len(hdr))
 			continue
 		case herr != nil:
 			j.damage(n, 0, herr.Error())
