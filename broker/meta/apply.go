@@ -90,6 +90,14 @@ func (s *State) Apply(c *Command) any {
 		if c.Replicas != nil {
 			return s.replicas(c.Replicas)
 		}
+	case OpCheckpoint:
+		if c.Checkpoint != nil {
+			res := &CheckpointResult{Commits: make([]*CommitResult, len(c.Checkpoint.Commits))}
+			for i := range c.Checkpoint.Commits {
+				res.Commits[i], _ = s.commit(&c.Checkpoint.Commits[i]).(*CommitResult)
+			}
+			return res
+		}
 	}
 	return BadCommand.With("op", string(c.Op), "reason", "unknown op or missing body")
 }

@@ -29,6 +29,8 @@ import (
 //	            len(Old) { Object Pos }
 //	            len(New) { Range }
 //	replace v2: 0x05 as replace v1, then len(Replicas) { string }
+//	checkpoint: 0x06 len(Commits) { the commit's own entry, as a uvarint
+//	            length and the bytes }
 //	Range:      First Next Object Pos Len Bytes Count MinTime MaxTime
 //	Producer:   ID Epoch Seq
 //
@@ -39,11 +41,12 @@ import (
 // broker's entries stay readable by the version before it unless they need
 // what it lacks.
 const (
-	tagCommitV1  = 0x01
-	tagReplaceV1 = 0x02
-	tagCommitV2  = 0x03 // v1 + Frames; v1 still written when there are none
-	tagCommitV3  = 0x04 // v2 + Replicas, written only when there are some
-	tagReplaceV2 = 0x05 // v1 + Replicas, written only when there are some
+	tagCommitV1   = 0x01
+	tagReplaceV1  = 0x02
+	tagCommitV2   = 0x03 // v1 + Frames; v1 still written when there are none
+	tagCommitV3   = 0x04 // v2 + Replicas, written only when there are some
+	tagReplaceV2  = 0x05 // v1 + Replicas, written only when there are some
+	tagCheckpoint = 0x06
 	// tagLimit: bytes below it are binary tags, known or not.
 	tagLimit = 0x09
 )
@@ -77,6 +80,15 @@ func Encode(c *Command) ([]byte, error) {
 		return encodeCommit(c.Commit), nil
 	case c.Op == OpReplace && c.Replace != nil && *c == (Command{Op: OpReplace, Replace: c.Replace}):
 		return encodeReplace(c.Replace), nil
+	case c.Op == OpCheckpoint && c.Checkpoint != nil && *c == (Command{Op: OpCheckpoint, Checkpoint: c.Checkpoint}):
+		b := []byte{tagCheckpoint}
+		b = binary.AppendUvarint(b, uint64(len(c.Checkpoint.Commits)))
+		for i := range c.Checkpoint.Commits {
+			e := encodeCommit(&c.Checkpoint.Commits[i])
+			b = binary.AppendUvarint(b, uint64(len(e)))
+			b = append(b, e...)
+		}
+		return b, nil
 	}
 	return json.Marshal(c)
 }
@@ -107,6 +119,25 @@ func Decode(data []byte, c *Command) error {
 			rp.Replicas = d.strings()
 		}
 		*c = Command{Op: OpReplace, Replace: rp}
+	case tagCheckpoint:
+		n := d.uvarint()
+		if d.err == nil && n > uint64(len(d.b)) {
+			d.fail("checkpoint commit count past the entry")
+		}
+		cp := &Checkpoint{}
+		for i := uint64(0); i < n && d.err == nil; i++ {
+			e := d.bytes()
+			if d.err != nil {
+				break
+			}
+			var one Command
+			if err := Decode(e, &one); err != nil || one.Op != OpCommit || one.Commit == nil {
+				d.fail("checkpoint holds an entry that is not a commit")
+				break
+			}
+			cp.Commits = append(cp.Commits, *one.Commit)
+		}
+		*c = Command{Op: OpCheckpoint, Checkpoint: cp}
 	default:
 		// A later version's entry read by an older broker.
 		return fmt.Errorf("meta: unknown binary command tag %#x", data[0])

@@ -86,7 +86,12 @@ func randString(r *rand.Rand) string {
 
 // randBinaryCommand returns a random commit or replace.
 func randBinaryCommand(r *rand.Rand) *Command {
-	if r.IntN(2) == 0 {
+	switch r.IntN(3) {
+	case 2:
+		c := &Checkpoint{}
+		randFill(r, reflect.ValueOf(c).Elem())
+		return &Command{Op: OpCheckpoint, Checkpoint: c}
+	case 0:
 		c := &Commit{}
 		randFill(r, reflect.ValueOf(c).Elem())
 		return &Command{Op: OpCommit, Commit: c}
@@ -577,5 +582,68 @@ func TestCommitTagByFrames(t *testing.T) {
 	}
 	if got := decode(t, raw).Commit.Frames; string(got) != "frames of the object" {
 		t.Fatalf("frames came back as %q", got)
+	}
+}
+
+// TestCheckpointAppliesAsItsCommits: the random histories above, with runs
+// of consecutive commits folded into one checkpoint each (as an owner
+// checkpoints what its journal acknowledged), encoded and decoded as the
+// log would: each commit's result and the final state are those of the
+// commits applied one by one.
+func TestCheckpointAppliesAsItsCommits(t *testing.T) {
+	t.Parallel()
+	var folded int
+	for seed := uint64(1); seed <= 30; seed++ {
+		r := rand.New(rand.NewPCG(seed, seed*17))
+		s := NewState() // drives the generator, one command at a time
+		f := NewFSM()
+		var obj uint64
+		names := []string{"a", "b", "c"}
+		var run []Commit
+		var want []any
+		index := uint64(0)
+		flush := func() {
+			if len(run) == 0 {
+				return
+			}
+			index++
+			res := f.Apply(&raft.Log{Index: index, Data: mustEncode(t, &Command{Op: OpCheckpoint, Checkpoint: &Checkpoint{Commits: run}})})
+			cr, ok := res.(*CheckpointResult)
+			if !ok || len(cr.Commits) != len(want) {
+				t.Fatalf("seed %d: checkpoint result %s", seed, show(res))
+			}
+			for i := range want {
+				if !reflect.DeepEqual(cr.Commits[i], want[i]) {
+					t.Fatalf("seed %d: commit %d of a checkpoint: got %s, want %s", seed, i, show(cr.Commits[i]), show(want[i]))
+				}
+			}
+			folded += len(run)
+			run, want = nil, nil
+		}
+		for step := 0; step < 400; step++ {
+			c := randomCommand(r, s, names, &obj)
+			if c.Op == OpCommit {
+				dress(r, c.Commit)
+			}
+			res := s.Apply(c)
+			if c.Op == OpCommit && c.Commit != nil {
+				run = append(run, *c.Commit)
+				want = append(want, res)
+				if r.IntN(5) == 0 {
+					flush()
+				}
+				continue
+			}
+			flush()
+			index++
+			f.Apply(&raft.Log{Index: index, Data: mustEncode(t, c)})
+		}
+		flush()
+		if !reflect.DeepEqual(normalize(f.State()), normalize(s)) {
+			t.Fatalf("seed %d: checkpoints reached another state than their commits", seed)
+		}
+	}
+	if folded == 0 {
+		t.Fatal("no commit was checkpointed: the test proves nothing")
 	}
 }

@@ -26,6 +26,7 @@ const (
 	OpCluster        Op = "cluster"
 	OpMember         Op = "member"
 	OpReplicas       Op = "replicas"
+	OpCheckpoint     Op = "checkpoint"
 )
 
 // Command is one entry of the metadata log: Op and the matching field.
@@ -47,6 +48,7 @@ type Command struct {
 	Cluster        *Cluster        `json:"cluster,omitempty"`
 	Member         *MemberChange   `json:"member,omitempty"`
 	Replicas       *Replicas       `json:"replicas,omitempty"`
+	Checkpoint     *Checkpoint     `json:"checkpoint,omitempty"`
 }
 
 // Create allocates one internal stream per partition and stores the entry
@@ -152,6 +154,21 @@ type Append struct {
 	Producer  *ProducerTuple `json:"producer,omitempty"`
 	StreamSeq string         `json:"streamSeq,omitempty"`
 	Close     bool           `json:"close,omitempty"`
+}
+
+// Checkpoint records, in one command, the group commits an owner has
+// already made durable in its journal and acknowledged (see core's
+// journal.go): each Commit applies exactly as the command of that name
+// would, in order, and one refused changes nothing for the others. The
+// log thus holds one command per checkpoint, not one per group commit.
+// The commits carry no Frames: their objects are in the journal.
+type Checkpoint struct {
+	Commits []Commit `json:"commits"`
+}
+
+// CheckpointResult holds one CommitResult per Commit.
+type CheckpointResult struct {
+	Commits []*CommitResult
 }
 
 // CommitResult holds one error per Append (nil: accepted) and per group

@@ -155,8 +155,11 @@ const (
 	LevelBase = 1
 	// LevelReplicas: OpReplicas (repair and drain move copies).
 	LevelReplicas = 2
+	// LevelCheckpoint: OpCheckpoint (owners commit appends in their
+	// journals and checkpoint them in batches).
+	LevelCheckpoint = 3
 	// Level is this build's.
-	Level = LevelReplicas
+	Level = LevelCheckpoint
 )
 
 // EffectiveLevel is m's level, a build from before levels counting as
