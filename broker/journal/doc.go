@@ -53,7 +53,12 @@
 // resend of one is answered "held already". A batch never outgrows 1 GiB
 // (the writer splits it); an object over half that is refused.
 //
-// Not here (the replication package decides): which objects may be
-// deleted (only on metadata evidence, never by age), what an ensemble is,
+// Dropping. Segments go whole, oldest first (Drop), when the caller has
+// every object in one durably elsewhere or needs it no more; never the
+// current segment, never one holding a stream's current fence (it would
+// be lost at the next open), and the directory is synced after each, so a
+// crash never leaves a gap (a gap is damage).
+//
+// Not here (the caller decides): which objects may be dropped (only on metadata evidence, never by age), what an ensemble is,
 // and how a recovery chooses among copies.
 package journal

@@ -5,13 +5,15 @@ import "github.com/picomq/picomq/broker/errs"
 // The journal's refusals: block 0.16.10 (0x00_10_0A_xx), beside
 // replication's 0.16.7.
 const (
-	CodeFenced   errs.Code = 0x00_10_0A_01
-	CodeConflict errs.Code = 0x00_10_0A_02
-	CodeDamaged  errs.Code = 0x00_10_0A_03
-	CodeFailed   errs.Code = 0x00_10_0A_04
-	CodeClosed   errs.Code = 0x00_10_0A_05
-	CodeNotHeld  errs.Code = 0x00_10_0A_06
-	CodeTooLarge errs.Code = 0x00_10_0A_07
+	CodeFenced    errs.Code = 0x00_10_0A_01
+	CodeConflict  errs.Code = 0x00_10_0A_02
+	CodeDamaged   errs.Code = 0x00_10_0A_03
+	CodeFailed    errs.Code = 0x00_10_0A_04
+	CodeClosed    errs.Code = 0x00_10_0A_05
+	CodeNotHeld   errs.Code = 0x00_10_0A_06
+	CodeTooLarge  errs.Code = 0x00_10_0A_07
+	CodeNotOldest errs.Code = 0x00_10_0A_08
+	CodePinned    errs.Code = 0x00_10_0A_09
 )
 
 var (
@@ -59,6 +61,21 @@ var (
 		"The object is larger than the journal takes in one write; nothing was written",
 		"broker/journal: an object's entry exceeds half the largest batch; fields: object, bytes, max",
 		413, 65)
+
+	// NotOldest refuses to drop a segment that is not the oldest, or is
+	// the one appended to: segments go oldest first, so that what is
+	// left is always a run with no gap (a gap is damage at open).
+	NotOldest = errs.Static(CodeNotOldest, "JOURNAL_SEGMENT_NOT_OLDEST",
+		"Only the oldest journal segment, and never the one being written, can be dropped",
+		"broker/journal: Drop of a segment that is not the oldest or is the current one; fields: segment, oldest, current",
+		409, 65)
+
+	// Pinned refuses to drop a segment holding a stream's current fence:
+	// the fence would be lost at the next open.
+	Pinned = errs.Static(CodePinned, "JOURNAL_SEGMENT_PINNED",
+		"The journal segment holds a stream's current fence and cannot be dropped",
+		"broker/journal: Drop of a segment holding the latest fence of a stream; fields: segment, stream, epoch",
+		409, 65)
 
 	// Closed answers requests to a closed journal.
 	Closed = errs.Static(CodeClosed, "JOURNAL_CLOSED",

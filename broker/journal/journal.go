@@ -6,6 +6,7 @@ import (
 	"errors"
 	"hash/crc32"
 	"io"
+	"maps"
 	"slices"
 	"sync"
 )
@@ -41,6 +42,8 @@ type Journal struct {
 
 	mu       sync.Mutex // guards the index below, read by Objects and Read
 	fences   map[uint64]int64
+	fenceSeg map[uint64]uint64   // the segment holding each stream's fence
+	segObjs  map[uint64][]uint64 // each segment's objects, in the order written
 	byStream map[uint64][]Ref
 	objects  map[uint64]*stored
 	segments map[uint64]File
@@ -83,7 +86,7 @@ func Open(fs FS, opts Options) (*Journal, error) {
 		return nil, errors.New("journal: incarnation longer than 1 KiB")
 	}
 	j := &Journal{fs: fs, opts: opts, reqs: make(chan *request, 1024), done: make(chan struct{}),
-		fences: map[uint64]int64{}, byStream: map[uint64][]Ref{}, objects: map[uint64]*stored{}, segments: map[uint64]File{}}
+		fences: map[uint64]int64{}, fenceSeg: map[uint64]uint64{}, segObjs: map[uint64][]uint64{}, byStream: map[uint64][]Ref{}, objects: map[uint64]*stored{}, segments: map[uint64]File{}}
 	if err := j.recover(); err != nil {
 		j.closeFiles()
 		return nil, err
@@ -216,6 +219,85 @@ func (j *Journal) Read(id uint64) ([]Part, []byte, error) {
 	return slices.Clone(s.parts), buf, nil
 }
 
+// Segment is one segment of the journal as Segments lists it.
+type Segment struct {
+	Number  uint64
+	Objects []uint64 // in the order written
+	// Current: the segment appended to, which Drop refuses.
+	Current bool
+}
+
+// Segments lists the journal's segments, oldest first.
+func (j *Journal) Segments() []Segment {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	numbers := slices.Sorted(maps.Keys(j.segments))
+	out := make([]Segment, len(numbers))
+	for i, n := range numbers {
+		out[i] = Segment{Number: n, Objects: slices.Clone(j.segObjs[n]), Current: i == len(numbers)-1}
+	}
+	return out
+}
+
+// Drop deletes segment n and forgets the objects in it: the caller has
+// them elsewhere, durably, or needs them no more. Only the oldest
+// segment, never the current one, and never one holding a stream's
+// current fence (Pinned) may go; the directory is synced before Drop
+// returns, so that a crash never leaves a gap before a later segment.
+func (j *Journal) Drop(n uint64) error {
+	j.mu.Lock()
+	numbers := slices.Sorted(maps.Keys(j.segments))
+	switch {
+	case j.closed:
+		j.mu.Unlock()
+		return Closed
+	case len(numbers) < 2 || numbers[0] != n:
+		var oldest, current uint64
+		if len(numbers) > 0 {
+			oldest, current = numbers[0], numbers[len(numbers)-1]
+		}
+		j.mu.Unlock()
+		return NotOldest.With("segment", segmentName(n), "oldest", oldest, "current", current)
+	}
+	for st, seg := range j.fenceSeg {
+		if seg == n {
+			e := j.fences[st]
+			j.mu.Unlock()
+			return Pinned.With("segment", segmentName(n), "stream", st, "epoch", e)
+		}
+	}
+	f := j.segments[n]
+	delete(j.segments, n)
+	gone := map[uint64]bool{}
+	streams := map[uint64]bool{}
+	for _, id := range j.segObjs[n] {
+		s := j.objects[id]
+		if s == nil || s.seg != n {
+			continue
+		}
+		delete(j.objects, id)
+		gone[id] = true
+		for _, p := range s.parts {
+			streams[p.Stream] = true
+		}
+	}
+	for st := range streams {
+		refs := slices.DeleteFunc(j.byStream[st], func(r Ref) bool { return gone[r.Object] })
+		if len(refs) == 0 {
+			delete(j.byStream, st)
+		} else {
+			j.byStream[st] = refs
+		}
+	}
+	delete(j.segObjs, n)
+	j.mu.Unlock()
+	_ = f.Close()
+	if err := j.fs.Remove(segmentName(n)); err != nil {
+		return err
+	}
+	return j.fs.SyncDir()
+}
+
 // Close stops the writer after the batch in progress; requests after it
 // are refused with Closed.
 func (j *Journal) Close() error {
@@ -327,7 +409,7 @@ func (j *Journal) commit(batch []*request) {
 		j.curSize += int64(len(buf))
 		j.mu.Lock()
 		for st, e := range fences {
-			j.fences[st] = e
+			j.fences[st], j.fenceSeg[st] = e, seg
 		}
 		for _, p := range accepted {
 			j.index(p.obj, seg, at+int64(p.at))
@@ -415,6 +497,7 @@ func (j *Journal) commit(batch []*request) {
 func (j *Journal) index(o *Object, seg uint64, off int64) {
 	parts := slices.Clone(o.Parts)
 	j.objects[o.ID] = &stored{seg: seg, off: off, n: len(o.Payload), parts: parts, sum: objectSum(o)}
+	j.segObjs[seg] = append(j.segObjs[seg], o.ID)
 	for _, p := range parts {
 		j.byStream[p.Stream] = append(j.byStream[p.Stream], Ref{Object: o.ID, Part: p})
 	}
@@ -585,7 +668,7 @@ func (j *Journal) scan(n uint64, data []byte, off int) (end int64, reason string
 		for _, e := range entries {
 			if e.fence {
 				if prev, ok := j.fences[e.stream]; !ok || e.epoch > prev {
-					j.fences[e.stream] = e.epoch
+					j.fences[e.stream], j.fenceSeg[e.stream] = e.epoch, n
 				}
 				continue
 			}

@@ -588,3 +588,75 @@ func TestBatchesSplitAtTheirBound(t *testing.T) {
 		t.Fatalf("%d objects after the crash, want 20", got)
 	}
 }
+
+// TestDropOldestSegments: segments go oldest first and never the current
+// one or one holding a stream's current fence; what Drop forgot is gone
+// from the index, the rest survives a crash right after, and the journal
+// reopens whole (no gap, not damaged).
+func TestDropOldestSegments(t *testing.T) {
+	d := &crashfs.Dir{}
+	j := open(t, d, func(o *Options) { o.SegmentBytes = 200 })
+	if _, err := j.Fence(9, 3); err != nil { // stream 9's fence, in segment 1
+		t.Fatal(err)
+	}
+	for i := range uint64(12) {
+		mustAppend(t, j, obj(i+1, 1+i%2, 0, i/2, fmt.Sprintf("payload-%02d-%s", i, bytes.Repeat([]byte("x"), 60))))
+	}
+	segs := j.Segments()
+	if len(segs) < 4 || !segs[len(segs)-1].Current || segs[0].Current {
+		t.Fatalf("segments: %+v", segs)
+	}
+	if err := j.Drop(segs[1].Number); !errors.Is(err, NotOldest) {
+		t.Fatalf("drop of the second segment: %v, want JOURNAL_SEGMENT_NOT_OLDEST", err)
+	}
+	if err := j.Drop(segs[0].Number); !errors.Is(err, Pinned) {
+		t.Fatalf("drop of the segment holding a fence: %v, want JOURNAL_SEGMENT_PINNED", err)
+	}
+	if _, err := j.Fence(9, 4); err != nil { // now in a later segment
+		t.Fatal(err)
+	}
+	var dropped []uint64
+	for _, s := range j.Segments()[:2] {
+		if err := j.Drop(s.Number); err != nil {
+			t.Fatalf("drop of segment %d: %v", s.Number, err)
+		}
+		dropped = append(dropped, s.Objects...)
+	}
+	if len(dropped) == 0 {
+		t.Fatal("the dropped segments held no object: the test proves nothing")
+	}
+	check := func(j *Journal) {
+		t.Helper()
+		for i := range uint64(12) {
+			_, payload, err := j.Read(i + 1)
+			if slices.Contains(dropped, i+1) {
+				if !errors.Is(err, NotHeld) {
+					t.Fatalf("dropped object %d: %v", i+1, err)
+				}
+				continue
+			}
+			if err != nil || !bytes.HasPrefix(payload, []byte(fmt.Sprintf("payload-%02d-", i))) {
+				t.Fatalf("object %d: %q %v", i+1, payload, err)
+			}
+		}
+		for _, st := range []uint64{1, 2} {
+			for _, r := range j.Objects(st) {
+				if slices.Contains(dropped, r.Object) {
+					t.Fatalf("stream %d still lists dropped object %d", st, r.Object)
+				}
+			}
+		}
+		if j.FenceOf(9) != 4 {
+			t.Fatalf("stream 9's fence: %d", j.FenceOf(9))
+		}
+	}
+	check(j)
+	j.Close()
+	d.Crash()
+	j2 := open(t, d)
+	if err := j2.Damaged(); err != nil {
+		t.Fatalf("reopened after drops: %v", err)
+	}
+	check(j2)
+	mustAppend(t, j2, obj(100, 1, 0, 6, "after"))
+}
