@@ -356,21 +356,27 @@ func (b *Broker) awaitProducer(ctx context.Context, n *named, t meta.ProducerTup
 // producer at t or past it. It reads in place: no copy of the entry.
 func (b *Broker) producerCommitted(name string, t meta.ProducerTuple) bool {
 	done := false
+	var streams []uint64
 	b.fsm.View(func(s *meta.State) {
 		if e, ok := s.Names[name]; ok {
 			cur, ok := e.Producers[t.ID]
 			done = ok && (cur.Epoch > t.Epoch || cur.Epoch == t.Epoch && cur.LastSeq >= t.Seq)
+			streams = e.Streams
 		}
 	})
-	return done
+	// Acknowledged by the journal and not checkpointed yet: committed too.
+	return done || b.tail.producerAt(streams, t)
 }
 
 // committedEnd returns a partition's committed end.
 func (b *Broker) committedEnd(p *part) uint64 {
-	if in, ok := b.fsm.Internal(p.id); ok {
-		return in.End
-	}
-	return 0
+	end := uint64(0)
+	b.fsm.View(func(s *meta.State) {
+		if in, ok := s.Streams[p.id]; ok {
+			end = b.tail.ackedEnd(in)
+		}
+	})
+	return end
 }
 
 // heldBytesLocked is what MaxBytes measures: the records committed at or
@@ -383,6 +389,7 @@ func (b *Broker) heldBytesLocked(n *named) int64 {
 			if in, ok := s.Streams[id]; ok {
 				held += in.Bytes()
 			}
+			held += b.tail.heldBytes(id)
 		}
 	})
 	return held

@@ -47,7 +47,9 @@ import (
 	"time"
 
 	"github.com/picomq/picomq/broker/bufpool"
+	"github.com/picomq/picomq/broker/diskio"
 	"github.com/picomq/picomq/broker/errs"
+	"github.com/picomq/picomq/broker/journal"
 	"github.com/picomq/picomq/broker/meta"
 	"github.com/picomq/picomq/broker/metalog"
 	"github.com/picomq/picomq/broker/node"
@@ -68,7 +70,13 @@ type Broker struct {
 	byID   map[uint64]*named // the same views by their partitions' internal ids
 	closed bool
 
-	flush  *flusher
+	flush *flusher
+	// journal and tail, set on the journal data path (journal.go): the
+	// broker's journal, and what it acknowledged that the log lacks yet.
+	journal      *journal.Journal
+	tail         *tailState
+	checkpointMu sync.Mutex // one checkpoint at a time
+
 	frames *frameCache
 	inline *inlineObjects
 	// batchBuffers recycles large appends' encoded batches. Such a batch
@@ -141,6 +149,33 @@ func Open(cfg Config) (*Broker, error) {
 		return nil, stream.StreamBackendFailed.Wrap(err, "op", "metalog.open")
 	}
 	b.log = l
+	var journalMax uint64
+	if cfg.Cluster == nil && !cfg.LogCommits {
+		dir := journalDir(cfg.DataDir)
+		if err := objstore.PrepareDir(dir); err != nil {
+			_ = l.Close()
+			return nil, err
+		}
+		j, err := journal.Open(journal.DirOn(dir, diskio.Or(cfg.FS)), journal.Options{SegmentBytes: cfg.journalSegmentBytes})
+		if err == nil {
+			err = j.Damaged()
+			if err != nil {
+				_ = j.Close()
+			}
+		}
+		if err != nil {
+			_ = l.Close()
+			return nil, stream.StreamDirectoryUnusable.Wrap(err, "path", dir, "reason", "the journal cannot be opened")
+		}
+		b.journal, b.tail = j, newTailState()
+		journalMax = journalMaxID(j)
+	}
+	closeAll := func() {
+		if b.journal != nil {
+			_ = b.journal.Close()
+		}
+		_ = l.Close()
+	}
 	oo := objstore.Options{CachedBytes: cfg.PageCacheBytes, FS: cfg.FS, SyncFailed: b.storageFailed}
 	if cl := cfg.Cluster; cl != nil && cl.Number > 0 {
 		// A member's ids are its own range's, reserved on disk: its log
@@ -152,20 +187,23 @@ func Open(cfg Config) (*Broker, error) {
 		// log by now: the state knows every id.
 		var maxObj uint64
 		b.fsm.View(func(s *meta.State) { maxObj = s.MaxObjectID })
-		oo.MinNextID = maxObj + 1
+		oo.MinNextID = max(maxObj, journalMax) + 1
 	}
 	objs, err := objstore.Open(objectsDir(cfg.DataDir), oo)
 	if err != nil {
-		_ = l.Close()
+		closeAll()
 		return nil, err
 	}
 	b.objs = objs
 	b.out = cfg.Placement(localObjects{objs})
 	var restored error
 	b.fsm.View(func(s *meta.State) { restored = b.inline.restore(objs, s) })
+	if restored == nil && b.journal != nil {
+		restored = b.recoverJournal()
+	}
 	if restored != nil {
 		_ = objs.Close()
-		_ = l.Close()
+		closeAll()
 		return nil, restored
 	}
 	// Nothing is in flight yet: every object the log never committed is a
@@ -178,6 +216,10 @@ func Open(cfg Config) (*Broker, error) {
 	b.wg.Add(2)
 	go func() { defer b.wg.Done(); b.flush.run() }()
 	go func() { defer b.wg.Done(); b.maintainLoop() }()
+	if b.tail != nil {
+		b.wg.Add(1)
+		go func() { defer b.wg.Done(); b.checkpointLoop() }()
+	}
 	cfg.Logger.Info("broker open", "dataDir", cfg.DataDir, "node", cfg.NodeID, "streams", len(b.fsm.State().Names))
 	return b, nil
 }
@@ -186,9 +228,11 @@ func Open(cfg Config) (*Broker, error) {
 // storage failed (Config.Disk); what frees space never asks.
 func (b *Broker) admitWrite() error {
 	if d := b.cfg.Disk; d != nil {
-		return d.Admit()
+		if err := d.Admit(); err != nil {
+			return err
+		}
 	}
-	return nil
+	return b.uncheckpointedFull()
 }
 
 // background answers whether background work that writes about writes
@@ -267,6 +311,9 @@ func (b *Broker) Close() error {
 	// cluster stopping as a whole will not have again.
 	if _, leader := b.log.Leader(); leader != "" {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		if err := b.checkpoint(ctx); err != nil {
+			b.cfg.Logger.Warn("the last checkpoint failed; the next start adopts the appends from the journal", "err", err)
+		}
 		if err := b.closeOpen(ctx, func(uint64) bool { return true }); err != nil {
 			b.cfg.Logger.Warn("closing the streams this broker owns failed; their next owner reopens them anyway", "err", err)
 		}
@@ -277,6 +324,11 @@ func (b *Broker) Close() error {
 	err := b.log.Close()
 	if cerr := b.objs.Close(); err == nil {
 		err = cerr
+	}
+	if b.journal != nil {
+		if cerr := b.journal.Close(); err == nil {
+			err = cerr
+		}
 	}
 	return err
 }
@@ -297,6 +349,21 @@ func (b *Broker) self() string {
 // machine comes back as the error (metalog.Apply returns an error result
 // as its error), a failure of the log as STREAM_BACKEND_FAILED wrapping it.
 func (b *Broker) apply(ctx context.Context, c *meta.Command) (any, error) {
+	if b.tail != nil && needsTail(c.Op) {
+		if _, ok := ctx.Deadline(); !ok {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(ctx, applyTimeout)
+			defer cancel()
+		}
+		if err := b.checkpoint(ctx); err != nil {
+			return nil, err
+		}
+	}
+	return b.applyNow(ctx, c)
+}
+
+// applyNow is apply without the checkpoint some commands need first.
+func (b *Broker) applyNow(ctx context.Context, c *meta.Command) (any, error) {
 	raw, err := meta.Encode(c)
 	if err != nil {
 		return nil, meta.BadCommand.Wrap(err, "op", string(c.Op))

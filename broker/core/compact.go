@@ -25,6 +25,11 @@ func (b *Broker) Compact(ctx context.Context, name string, partition int) (strea
 	if after <= 0 {
 		return stream.CompactValue{}, nil
 	}
+	// Every record acknowledged so far is compacted: those in the
+	// journal's tail join the state first.
+	if err := b.checkpoint(ctx); err != nil {
+		return stream.CompactValue{}, err
+	}
 	// Records retention already dropped in a reader's eyes go first.
 	if err := b.persistRetention(ctx, n, id); err != nil {
 		return stream.CompactValue{}, err

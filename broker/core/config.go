@@ -100,6 +100,21 @@ type Config struct {
 	// dropped so that new writes reuse them (default 256 MiB; negative:
 	// never drop; see objstore's cached.go).
 	PageCacheBytes int64
+	// LogCommits commits every group commit through the metadata log, as
+	// before the journal: the previous data path. A cluster member always
+	// does, until ensembles replicate journals; a lone broker commits in
+	// its journal and checkpoints into the log (see journal.go).
+	LogCommits bool
+	// CheckpointInterval is how often the journal's acknowledged appends
+	// are checkpointed into the metadata log (default 200 ms).
+	CheckpointInterval time.Duration
+	// CheckpointBytes checkpoints at once when this many record bytes are
+	// acknowledged and not checkpointed (default 16 MiB).
+	CheckpointBytes int64
+	// MaxUncheckpointedBytes bounds them: while the log takes no
+	// checkpoint, appends past it are refused, METADATA_UNAVAILABLE
+	// (default 256 MiB).
+	MaxUncheckpointedBytes int64
 	// Ownership decides whether this node may open an internal stream for
 	// writing (default SingleNode: always).
 	Ownership Ownership
@@ -128,6 +143,10 @@ type Config struct {
 	Metrics *Metrics
 	// RaftLog receives the metadata log's own logs (default: discard).
 	RaftLog io.Writer
+
+	// journalSegmentBytes is the journal's segment size (default the
+	// journal's 64 MiB; tests make it small).
+	journalSegmentBytes int64
 
 	// syncObjects makes objects' files durable before a snapshot lets the
 	// log drop their entries (objstore.SyncObjects; tests replace it).
@@ -183,6 +202,7 @@ func (c Config) check() error {
 	}{
 		{"FlushLinger", c.FlushLinger}, {"MaintenanceInterval", c.MaintenanceInterval}, {"TouchInterval", c.TouchInterval},
 		{"GarbageGrace", c.GarbageGrace}, {"OrphanGrace", c.OrphanGrace}, {"MaxHold", c.MaxHold}, {"HoldFor", c.HoldFor},
+		{"CheckpointInterval", c.CheckpointInterval},
 	} {
 		if d.v < 0 {
 			return bad(d.field, d.v, "must not be negative (zero takes the default)")
@@ -194,6 +214,7 @@ func (c Config) check() error {
 	}{
 		{"MaxBatchBytes", c.MaxBatchBytes}, {"CommitsInFlight", int64(c.CommitsInFlight)}, {"MergeMinRanges", int64(c.MergeMinRanges)},
 		{"MergeRangeBytes", c.MergeRangeBytes}, {"InlineLogBytes", c.InlineLogBytes}, {"FrameBytes", c.FrameBytes},
+		{"CheckpointBytes", c.CheckpointBytes}, {"MaxUncheckpointedBytes", c.MaxUncheckpointedBytes},
 	} {
 		if n.v < 0 {
 			return bad(n.field, n.v, "must not be negative (zero takes the default)")
@@ -264,6 +285,15 @@ func (c Config) withDefaults() Config {
 	}
 	if c.FrameBytes == 0 {
 		c.FrameBytes = 1 << 20
+	}
+	if c.CheckpointInterval == 0 {
+		c.CheckpointInterval = 200 * time.Millisecond
+	}
+	if c.CheckpointBytes == 0 {
+		c.CheckpointBytes = 16 << 20
+	}
+	if c.MaxUncheckpointedBytes == 0 {
+		c.MaxUncheckpointedBytes = 256 << 20
 	}
 	if c.PageCacheBytes == 0 {
 		c.PageCacheBytes = DefaultPageCacheBytes

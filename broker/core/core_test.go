@@ -207,7 +207,7 @@ func TestCorruptCommittedObjectIsNeverServed(t *testing.T) {
 	dir := t.TempDir()
 	// An object synced on its own: one committed inline is written again
 	// from the log at start (TestInlineObjectsRewrittenFromTheLog).
-	b := openTest(t, dir, func(c *Config) { c.InlineBytes = -1 })
+	b := openTest(t, dir, func(c *Config) { c.InlineBytes = -1; c.LogCommits = true }) // a journal's damage: TestJournal*
 	mustCreate(t, b, "s", node.CreateOptions{})
 	if _, err := b.Append(ctx, "s", recs("payload-one", "payload-two"), node.AppendOptions{Partition: -1}); err != nil {
 		t.Fatal(err)
@@ -302,8 +302,10 @@ func TestMergeAndGarbageCollection(t *testing.T) {
 		c.OrphanGrace = time.Hour
 		c.GarbageGrace = 50 * time.Millisecond
 		// Objects as files, whose collection this is about (held objects:
-		// TestHeldObjectsAreMergedWithoutFiles).
+		// TestHeldObjectsAreMergedWithoutFiles), on the log path (a lone
+		// broker's journal holds them in memory).
 		c.InlineBytes = -1
+		c.LogCommits = true
 	})
 	defer b.Close()
 	mustCreate(t, b, "a", node.CreateOptions{})
@@ -619,6 +621,7 @@ func TestCloseClosesEveryOwnedStreamAtOnce(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	checkpointed(t, b) // what shutdown must write is the close
 	before := b.fsm.Commands()
 	if err := b.Close(); err != nil {
 		t.Fatal(err)
@@ -824,7 +827,7 @@ func TestJustAppendedIsReadFromMemory(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	dir := t.TempDir()
-	b := openTest(t, dir, func(c *Config) { c.InlineBytes = -1 })
+	b := openTest(t, dir, func(c *Config) { c.InlineBytes = -1; c.LogCommits = true }) // the log path's object files
 	defer b.Close()
 	mustCreate(t, b, "a", node.CreateOptions{})
 	if _, err := b.Append(ctx, "a", recs("live"), node.AppendOptions{Partition: -1}); err != nil {
@@ -872,6 +875,7 @@ func TestHoldPutsAppendsInOneObject(t *testing.T) {
 		}
 	}
 	e, _ := b.Get("a")
+	checkpointed(t, b)
 	in, _ := b.fsm.Internal(e.Partitions[0])
 	if len(in.Ranges) != n {
 		t.Fatalf("%d ranges for %d appends", len(in.Ranges), n)

@@ -3,6 +3,7 @@ package core
 import (
 	"context"
 	"errors"
+	"fmt"
 	"syscall"
 	"testing"
 
@@ -44,7 +45,8 @@ func TestAppendFaultsThroughTheSeam(t *testing.T) {
 	var disk *diskspace.Monitor
 	b := openTest(t, dir, func(c *Config) {
 		c.FS = faults
-		c.InlineBytes = -1 // every object is a file with its own fdatasync
+		c.LogCommits = true // the log path (a cluster's): see TestJournalFaultsThroughTheSeam
+		c.InlineBytes = -1  // every object is a file with its own fdatasync
 		var err error
 		if err = objstore.PrepareDir(dir); err == nil {
 			disk, err = diskspace.New(diskspace.Options{Dir: dir, Headroom: diskspace.Headroom{Fixed: true}, ReserveBytes: -1})
@@ -121,6 +123,7 @@ func TestMergeWritesWithinItsBudget(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	checkpointed(t, b)
 	before := diskPayloads(t, b, "a")
 	n, id, err := b.partitionOf("a", 0)
 	if err != nil {
@@ -155,5 +158,59 @@ func TestMergeWritesWithinItsBudget(t *testing.T) {
 	}
 	if after := diskPayloads(t, b, "a"); !sameStrings(after, before) {
 		t.Fatalf("merges in parts changed the records: %q, want %q", after, before)
+	}
+}
+
+// TestJournalFaultsThroughTheSeam: on the journal path, an append whose
+// journal write or fdatasync failed is not acknowledged, what was
+// acknowledged stays readable, and the broker acknowledges no append after
+// (a failed write may have left anything in the segment: the journal does
+// not retry it), reporting the storage failed — for each kind of fault.
+func TestJournalFaultsThroughTheSeam(t *testing.T) {
+	for i, r := range []diskio.Rule{
+		{Op: diskio.OpWrite, Path: "journal-", Count: 1, Err: syscall.EIO},
+		{Op: diskio.OpWrite, Path: "journal-", Count: 1, Err: syscall.ENOSPC},
+		{Op: diskio.OpWrite, Path: "journal-", Count: 1, Short: true},
+		{Op: diskio.OpSync, Path: "journal-", Count: 1, Err: syscall.EIO},
+	} {
+		t.Run(fmt.Sprint(i), func(t *testing.T) {
+			dir := t.TempDir() + "/data"
+			faults := &diskio.Faulty{}
+			var disk *diskspace.Monitor
+			b := openTest(t, dir, func(c *Config) {
+				c.FS = faults
+				var err error
+				if err = objstore.PrepareDir(dir); err == nil {
+					disk, err = diskspace.New(diskspace.Options{Dir: dir, Headroom: diskspace.Headroom{Fixed: true}, ReserveBytes: -1})
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				c.Disk = disk
+			})
+			defer b.Close()
+			ctx := context.Background()
+			mustCreate(t, b, "s", node.CreateOptions{})
+			if _, err := b.Append(ctx, "s", recs("before"), node.AppendOptions{Partition: -1}); err != nil {
+				t.Fatal(err)
+			}
+			faults.Add(r)
+			if _, err := b.Append(ctx, "s", recs("faulted"), node.AppendOptions{Partition: -1}); err == nil {
+				t.Fatal("an append whose journal write failed was acknowledged")
+			}
+			if faults.Injected() != 1 {
+				t.Fatalf("%d faults injected: the append did not meet it", faults.Injected())
+			}
+			faults.Clear() // a retry would now succeed: it must not be tried
+			if _, err := b.Append(ctx, "s", recs("later"), node.AppendOptions{Partition: -1}); !errors.Is(err, node.StorageFailed) {
+				t.Fatalf("an append after the journal failed answered %v, want STORAGE_FAILED", err)
+			}
+			if b.Status().StorageFailed == nil {
+				t.Fatal("Status does not report the storage failed")
+			}
+			if got := diskPayloads(t, b, "s"); !sameStrings(got, []string{"before"}) {
+				t.Fatalf("the stream holds %q, want [before]", got)
+			}
+		})
 	}
 }

@@ -37,7 +37,7 @@ func TestInlineObjectFetchedFromMembers(t *testing.T) {
 	ctx := context.Background()
 	f := &recordingFetcher{}
 	dir := t.TempDir()
-	b := openTest(t, dir, func(c *Config) { c.Fetcher = f })
+	b := openTest(t, dir, func(c *Config) { c.Fetcher = f; c.LogCommits = true }) // a member's inline commit
 	defer b.Close()
 	for _, m := range []Member{{ID: "m-a", Node: "m-0"}, {ID: "m-b", Node: "m-1"}, {ID: "m-gone", Node: "m-2"}} {
 		if _, err := b.RecordMember(ctx, m); err != nil {

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/picomq/picomq/broker/journal"
 	"github.com/picomq/picomq/broker/meta"
 	"github.com/picomq/picomq/broker/node"
 	"github.com/picomq/picomq/broker/objstore"
@@ -36,6 +37,11 @@ type flusher struct {
 	// one object (Broker.Hold); unheld is signalled when it drops to zero.
 	holds  int
 	unheld chan struct{}
+
+	// unsettled counts the batches written and not yet answered: a batch
+	// that must commit through the log while the journal path runs waits
+	// for it to reach zero (see journal.go, decision 4).
+	unsettled sync.WaitGroup
 }
 
 func newFlusher(b *Broker) *flusher {
@@ -105,6 +111,7 @@ func (f *flusher) run() {
 				continue
 			}
 			if w := f.write(batch); w != nil {
+				f.unsettled.Add(1)
 				written <- w
 			}
 		}
@@ -116,12 +123,14 @@ func (f *flusher) run() {
 			if p := f.propose(w); p != nil {
 				proposed <- p
 			} else {
+				f.unsettled.Done()
 				<-slots
 			}
 		}
 	}()
 	for p := range proposed {
 		f.settle(p)
+		f.unsettled.Done()
 		<-slots
 	}
 }
@@ -226,6 +235,9 @@ type written struct {
 	live  []*pendingAppend
 	c     *meta.Commit
 	bytes int64
+	// obj, when set, is the object to append to the journal (see
+	// journal.go); otherwise the commit goes through the log.
+	obj *journal.Object
 }
 
 // dropStale answers the appends of batch built on a generation a rollback
@@ -255,8 +267,25 @@ func (f *flusher) write(batch []*pendingAppend) *written {
 	}
 	c := &meta.Commit{}
 	var payloadBytes int64
+	groups := false
 	for _, p := range live {
 		payloadBytes += int64(len(p.payload))
+		groups = groups || p.group != nil
+	}
+	if b.journal != nil {
+		if !groups {
+			return f.writeJournal(live, payloadBytes)
+		}
+		// Atomic with its group offsets: through the log, after every
+		// earlier batch is answered and the tail checkpointed.
+		f.unsettled.Wait()
+		ctx, cancel := context.WithTimeout(context.Background(), applyTimeout)
+		err := b.checkpoint(ctx)
+		cancel()
+		if err != nil {
+			f.fail(live, err)
+			return nil
+		}
 	}
 	if payloadBytes > 0 {
 		// Small: the frames ride in the commit, whose fsync makes them
@@ -297,6 +326,42 @@ func (f *flusher) write(batch []*pendingAppend) *written {
 		}
 	}
 	return &written{live: live, c: c, bytes: payloadBytes}
+}
+
+// writeJournal builds a batch's object in memory, holds it and makes the
+// journal object that will commit it (journal.go, decision 1).
+func (f *flusher) writeJournal(live []*pendingAppend, payloadBytes int64) *written {
+	b := f.b
+	n := objectsFrameBytes(payloadBytes, len(live))
+	// Room for the descriptor after the frames: one array for both.
+	frames := make([]byte, 0, n+int64(64+len(live)*96))
+	for _, p := range live {
+		if p.payload == nil {
+			continue
+		}
+		pos := int64(objstore.HeaderSize + len(frames))
+		frames = objstore.AppendFrame(frames, p.payload)
+		p.app.Range = rangeOf(p, 0, pos, int64(objstore.HeaderSize+len(frames))-pos)
+	}
+	id, err := b.objs.Hold(frames[:len(frames):len(frames)])
+	if err != nil {
+		f.fail(live, err)
+		return nil
+	}
+	c := &meta.Commit{Object: id, Size: int64(objstore.HeaderSize + len(frames)), Now: b.now().UnixNano(), Appends: make([]meta.Append, len(live))}
+	for i, p := range live {
+		if p.app.Range != nil {
+			p.app.Range.Object = id
+		}
+		c.Appends[i] = p.app
+	}
+	payload, err := journalPayload(frames, c)
+	if err != nil {
+		b.objs.Remove(id)
+		f.fail(live, meta.BadCommand.Wrap(err, "op", "journal.describe"))
+		return nil
+	}
+	return &written{live: live, c: c, bytes: payloadBytes, obj: &journal.Object{ID: id, Parts: partsOf(c), Payload: payload}}
 }
 
 // holdInline builds a small batch's object in memory and holds it (no file, no
@@ -341,11 +406,23 @@ type proposal struct {
 	object uint64
 	start  time.Time
 	wait   func(context.Context) (any, error)
+	// journaled: wait answers the journal's append of c's object.
+	journaled bool
+	c         *meta.Commit
+	bytes     int64
 }
 
 // propose appends a written batch's commit command to the log.
 func (f *flusher) propose(w *written) *proposal {
 	b := f.b
+	if w.obj != nil {
+		// Written into its object's descriptor already: no append is
+		// dropped now (a rollback fails the journal's later batches too).
+		done := make(chan error, 1)
+		go func() { done <- b.journal.Append(*w.obj) }()
+		wait := func(context.Context) (any, error) { return nil, <-done }
+		return &proposal{live: w.live, object: w.c.Object, start: time.Now(), wait: wait, journaled: true, c: w.c, bytes: w.bytes}
+	}
 	live := dropStale(w.live)
 	if len(live) == 0 {
 		if w.c.Frames != nil {
@@ -377,6 +454,10 @@ func (f *flusher) propose(w *written) *proposal {
 // settle waits for a proposal to apply and answers its appends.
 func (f *flusher) settle(p *proposal) {
 	b := f.b
+	if p.journaled {
+		f.settleJournaled(p)
+		return
+	}
 	res, err := p.wait(context.Background())
 	b.cfg.Metrics.observeCommit(time.Since(p.start))
 	if err != nil {
@@ -420,6 +501,49 @@ func (f *flusher) settle(p *proposal) {
 		}
 		if pa.recycled {
 			f.b.batchBuffers.Put(pa.payload)
+		}
+		pa.payload = nil
+		touched[pa.n] = true
+		pa.answer(nil, true)
+	}
+	for n := range touched {
+		n.mu.Lock()
+		n.signal()
+		n.mu.Unlock()
+	}
+}
+
+// settleJournaled answers the appends of an object once the journal has it
+// durable: the commit joins the tail first, so that the readers it wakes
+// find it.
+func (f *flusher) settleJournaled(p *proposal) {
+	b := f.b
+	_, err := p.wait(context.Background())
+	b.cfg.Metrics.FsyncSeconds.Observe(time.Since(p.start).Seconds())
+	if err != nil {
+		b.objs.Remove(p.object)
+		if errors.Is(err, journal.Failed) {
+			b.storageFailed("journal.append", journalDir(b.cfg.DataDir), err)
+		}
+		f.fail(p.live, err)
+		return
+	}
+	b.cfg.Metrics.FlushAppends.Observe(float64(len(p.live)))
+	b.cfg.Metrics.FlushBytes.Observe(float64(p.bytes))
+	b.tail.add(p.c)
+	if b.tail.size() >= b.cfg.CheckpointBytes {
+		select {
+		case b.tail.due <- struct{}{}:
+		default:
+		}
+	}
+	touched := map[*named]bool{}
+	for _, pa := range p.live {
+		if r := pa.app.Range; r != nil && pa.payload != nil && !pa.recycled {
+			b.frames.put(frameKey{r.Object, r.Pos}, pa.payload)
+		}
+		if pa.recycled {
+			b.batchBuffers.Put(pa.payload)
 		}
 		pa.payload = nil
 		touched[pa.n] = true

@@ -40,6 +40,9 @@ func (b *Broker) Fork(ctx context.Context, name string, o node.ForkOptions) (*no
 		if _, err := stream.CheckBatch(stream.PolicyValue{MaxRecordBytes: src.Policy.MaxRecordBytes}, o.Initial); err != nil {
 			return nil, false, err
 		}
+		if err := b.checkpoint(ctx); err != nil { // the fork point may be in the journal's tail
+			return nil, false, err
+		}
 		in, ok := b.fsm.Internal(src.Streams[0])
 		if !ok || o.At > in.End {
 			// Refuse before writing an object nobody would reference.

@@ -1,6 +1,7 @@
 package core
 
 import (
+	"context"
 	"testing"
 	"time"
 )
@@ -15,5 +16,15 @@ func eventually(t testing.TB, timeout time.Duration, what string, cond func() bo
 			t.Fatalf("timed out after %v waiting until %s", timeout, what)
 		}
 		time.Sleep(time.Millisecond)
+	}
+}
+
+// checkpointed puts what the journal acknowledged into the metadata log,
+// for tests that look at the log's state itself (the API reads see the
+// journal's tail without it).
+func checkpointed(t testing.TB, b *Broker) {
+	t.Helper()
+	if err := b.checkpoint(context.Background()); err != nil {
+		t.Fatalf("checkpoint: %v", err)
 	}
 }

@@ -58,7 +58,7 @@ func TestInlineObjectsRestoredFromTheLog(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	m := NewMetrics(nil)
-	b := openTest(t, dir, func(c *Config) { c.Metrics = m })
+	b := openLogPath(t, dir, func(c *Config) { c.Metrics = m })
 	mustCreate(t, b, "s", node.CreateOptions{})
 	appendNumbered(t, b, "s", 0, 15)
 	if n := testutil.ToFloat64(m.InlineObjects); n < 15 {
@@ -83,7 +83,7 @@ func TestInlineObjectsRestoredFromTheLog(t *testing.T) {
 		t.Fatalf("object files %v: held objects were written", objs)
 	}
 
-	b = openTest(t, dir)
+	b = openLogPath(t, dir)
 	checkNumbered(t, b, "s", 15)
 	ids := objectsOf(t, b, "s")
 	if len(ids) != 15 {
@@ -129,7 +129,7 @@ func TestInlineObjectsRestoredFromTheLog(t *testing.T) {
 		}
 	}
 
-	b = openTest(t, dir)
+	b = openLogPath(t, dir)
 	defer b.Close()
 	for _, id := range ids {
 		info, err := os.Stat(filepath.Join(dir, "objects", objName(id)))
@@ -171,7 +171,7 @@ func TestReplaySkipsMergedObjects(t *testing.T) {
 	if err := b.Close(); err != nil {
 		t.Fatal(err)
 	}
-	b = openTest(t, dir)
+	b = openLogPath(t, dir)
 	defer b.Close()
 	for _, id := range merged {
 		if _, err := os.Stat(filepath.Join(dir, "objects", objName(id))); b.objs.Held(id) || !errors.Is(err, os.ErrNotExist) {
@@ -235,7 +235,7 @@ func TestSnapshotAtStartWhenTheLogIsLong(t *testing.T) {
 	// snapshot (as one that crashed before its first would): it has the
 	// default, far above what it writes. The restart has the small one.
 	small := func(c *Config) { c.InlineLogBytes = 1 << 10 }
-	b := openTest(t, dir) // no maintenance pass within the test
+	b := openLogPath(t, dir) // no maintenance pass within the test
 	mustCreate(t, b, "s", node.CreateOptions{})
 	appendNumbered(t, b, "s", 0, 100)
 	snapshots := func() []string {
@@ -248,7 +248,7 @@ func TestSnapshotAtStartWhenTheLogIsLong(t *testing.T) {
 	if err := b.Close(); err != nil {
 		t.Fatal(err)
 	}
-	b = openTest(t, dir, small)
+	b = openLogPath(t, dir, small)
 	defer b.Close()
 	eventually(t, 20*time.Second, "a snapshot after a start replaying more than InlineLogBytes", func() bool { return len(snapshots()) > 0 })
 	checkNumbered(t, b, "s", 100)
@@ -262,7 +262,7 @@ func TestSnapshotAtStartWhenTheLogIsLong(t *testing.T) {
 func TestSnapshotAsSoonAsTheLogHoldsInlineLogBytes(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	b := openTest(t, dir, func(c *Config) { c.InlineLogBytes = 1 << 10 })
+	b := openLogPath(t, dir, func(c *Config) { c.InlineLogBytes = 1 << 10 })
 	defer b.Close()
 	mustCreate(t, b, "s", node.CreateOptions{})
 	appendNumbered(t, b, "s", 0, 100)
@@ -279,7 +279,7 @@ func TestSnapshotAsSoonAsTheLogHoldsInlineLogBytes(t *testing.T) {
 // every object held in memory.
 func heldInTwoStreams(t *testing.T, dir string, mod ...func(*Config)) *Broker {
 	t.Helper()
-	b := openTest(t, dir, append([]func(*Config){func(c *Config) {
+	b := openLogPath(t, dir, append([]func(*Config){func(c *Config) {
 		c.MergeMinRanges = 8
 		c.GarbageGrace = time.Hour
 		c.HoldFor = time.Hour
@@ -355,7 +355,7 @@ func TestHeldObjectsAreMergedWithoutFiles(t *testing.T) {
 	if err := b.Close(); err != nil {
 		t.Fatal(err)
 	}
-	b = openTest(t, dir)
+	b = openLogPath(t, dir)
 	for id, info := range spilled {
 		again, err := os.Stat(filepath.Join(dir, "objects", objName(id)))
 		if err != nil || !again.ModTime().Equal(info.ModTime()) || again.Size() != info.Size() {
@@ -413,7 +413,7 @@ func TestSnapshotSyncsInlineObjectsFirst(t *testing.T) {
 	}
 
 	dir := t.TempDir()
-	b := openTest(t, dir, func(c *Config) { c.syncObjects = syncObjects })
+	b := openLogPath(t, dir, func(c *Config) { c.syncObjects = syncObjects })
 	defer b.Close()
 	mustCreate(t, b, "s", node.CreateOptions{})
 	appendNumbered(t, b, "s", 0, 5)
@@ -512,7 +512,7 @@ func TestSnapshotSkipsMergedHeldObjects(t *testing.T) {
 	if err := b.Close(); err != nil {
 		t.Fatal(err)
 	}
-	b = openTest(t, dir)
+	b = openLogPath(t, dir)
 	checkNumbered(t, b, "a", 12)
 	checkNumbered(t, b, "b", 5)
 	if err := b.collectGarbage(ctx, 0, true); err != nil {
@@ -529,7 +529,7 @@ func TestSnapshotSkipsMergedHeldObjects(t *testing.T) {
 func TestInlineOff(t *testing.T) {
 	t.Parallel()
 	m := NewMetrics(nil)
-	b := openTest(t, t.TempDir(), func(c *Config) { c.Metrics = m; c.InlineBytes = -1 })
+	b := openLogPath(t, t.TempDir(), func(c *Config) { c.Metrics = m; c.InlineBytes = -1 })
 	defer b.Close()
 	mustCreate(t, b, "s", node.CreateOptions{})
 	appendNumbered(t, b, "s", 0, 4)
@@ -547,7 +547,7 @@ func TestInlineOff(t *testing.T) {
 func TestLargeObjectsAreSynced(t *testing.T) {
 	t.Parallel()
 	m := NewMetrics(nil)
-	b := openTest(t, t.TempDir(), func(c *Config) { c.Metrics = m; c.InlineBytes = 1024 })
+	b := openLogPath(t, t.TempDir(), func(c *Config) { c.Metrics = m; c.InlineBytes = 1024 })
 	defer b.Close()
 	mustCreate(t, b, "s", node.CreateOptions{})
 	if _, err := b.Append(context.Background(), "s", recs(string(make([]byte, 4096))), node.AppendOptions{Partition: -1}); err != nil {
@@ -568,7 +568,7 @@ func TestSyncLingerGathersConcurrentAppends(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	m := NewMetrics(nil)
-	b := openTest(t, t.TempDir(), func(c *Config) {
+	b := openLogPath(t, t.TempDir(), func(c *Config) {
 		c.Metrics = m
 		c.InlineBytes = 1024
 		c.SyncLinger = time.Hour
@@ -618,4 +618,12 @@ func TestSyncLingerGathersConcurrentAppends(t *testing.T) {
 	if n := sampleCount(m.FsyncSeconds); n != 2 {
 		t.Fatalf("%d objects synced, want 2", n)
 	}
+}
+
+// openLogPath opens a broker on the log path, where the inline commits
+// these tests are about live (a cluster member's; a lone broker commits in
+// its journal).
+func openLogPath(t *testing.T, dir string, mod ...func(*Config)) *Broker {
+	t.Helper()
+	return openTest(t, dir, append([]func(*Config){func(c *Config) { c.LogCommits = true }}, mod...)...)
 }

@@ -197,11 +197,22 @@ func (b *Broker) List() []*node.Entry {
 
 // Partition returns an internal stream's state (status reporting).
 func (b *Broker) Partition(id uint64) (node.PartitionState, bool) {
-	in, ok := b.fsm.Internal(id)
-	if !ok {
-		return node.PartitionState{}, false
-	}
-	return partitionStateOf(in), true
+	var ps node.PartitionState
+	found := false
+	b.fsm.View(func(s *meta.State) {
+		in, ok := s.Streams[id]
+		if !ok {
+			return
+		}
+		found, ps = true, partitionStateOf(in)
+		// The journal's acknowledged tail, not checkpointed yet, counts.
+		past, end := b.tail.past(in)
+		ps.End, ps.Ranges = end, ps.Ranges+len(past)
+		for _, r := range past {
+			ps.Bytes += r.Bytes
+		}
+	})
+	return ps, found
 }
 
 // TailOf returns the entry of name and its partition's bounds, read
@@ -229,8 +240,9 @@ func (b *Broker) TailOf(name string, partition int) (node.Tail, error) {
 			return
 		}
 		in := s.Streams[e.Streams[partition]]
-		start := max(in.Start, retentionStart(in, e.Policy, now))
-		t = node.Tail{Entry: entryOf(e), Start: start, End: in.End}
+		past, _ := b.tail.past(in)
+		start := max(in.Start, retentionStart(in, past, e.Policy, now))
+		t = node.Tail{Entry: entryOf(e), Start: start, End: b.tail.ackedEnd(in)}
 		e = nil // the state's own: not to be used outside the View
 	})
 	if err != nil {

@@ -72,6 +72,10 @@ func (b *Broker) maintainLoop() {
 				b.cfg.Logger.Warn("writing held objects failed", "err", err)
 			}
 		}
+		b.releaseJournal()
+		if b.tail != nil {
+			b.cfg.Metrics.UncheckpointedBytes.Set(float64(b.tail.size()))
+		}
 		b.cfg.Metrics.HeldBytes.Set(float64(b.objs.HeldBytes()))
 		addGrowth(b.cfg.Metrics.HeldSpilled, &lastSpilled, b.objs.Spilled())
 		addGrowth(b.cfg.Metrics.WALUnzeroed, &lastUnzeroed, b.log.UnzeroedSegments())
@@ -90,6 +94,11 @@ func addGrowth(c prometheus.Counter, last *int64, total int64) {
 
 // maintain expires streams, applies retention and merges small ranges.
 func (b *Broker) maintain(ctx context.Context) {
+	// Retention, merges and compaction work on the log's state: what the
+	// journal acknowledged joins it first.
+	if err := b.checkpoint(ctx); err != nil {
+		b.cfg.Logger.Warn("checkpoint before maintenance failed", "err", err)
+	}
 	now := b.now().UnixNano()
 	type owned struct {
 		n       *named

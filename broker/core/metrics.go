@@ -24,6 +24,13 @@ type Metrics struct {
 	MergedRanges   prometheus.Counter
 	ObjectsDeleted prometheus.Counter
 	ExpiredStreams prometheus.Counter
+
+	MetadataCommands       prometheus.Counter
+	Checkpoints            prometheus.Counter
+	CheckpointCommits      prometheus.Histogram
+	CheckpointRefused      prometheus.Counter
+	JournalSegmentsDropped prometheus.Counter
+	UncheckpointedBytes    prometheus.Gauge
 }
 
 // NewMetrics creates the broker's metrics and registers them with reg (nil:
@@ -47,10 +54,18 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		MergedRanges:   prometheus.NewCounter(prometheus.CounterOpts{Name: "picomq_merged_ranges_total", Help: "Small ranges rewritten into segments."}),
 		ObjectsDeleted: prometheus.NewCounter(prometheus.CounterOpts{Name: "picomq_objects_deleted_total", Help: "Object files deleted (garbage and orphans)."}),
 		ExpiredStreams: prometheus.NewCounter(prometheus.CounterOpts{Name: "picomq_expired_streams_total", Help: "Streams deleted by their TTL or expiry."}),
+
+		MetadataCommands:       prometheus.NewCounter(prometheus.CounterOpts{Name: "picomq_metadata_commands_total", Help: "Commands this broker's metadata log applied (a replay at start included)."}),
+		Checkpoints:            prometheus.NewCounter(prometheus.CounterOpts{Name: "picomq_checkpoints_total", Help: "Checkpoints: one metadata command taking the group commits the journal acknowledged since the last."}),
+		CheckpointCommits:      prometheus.NewHistogram(prometheus.HistogramOpts{Name: "picomq_checkpoint_commits", Help: "Group commits per checkpoint.", Buckets: prometheus.ExponentialBuckets(1, 2, 16)}),
+		CheckpointRefused:      prometheus.NewCounter(prometheus.CounterOpts{Name: "picomq_checkpoint_refused_appends_total", Help: "Acknowledged appends a checkpoint's state machine refused (other than for a stream deleted since): should stay 0."}),
+		JournalSegmentsDropped: prometheus.NewCounter(prometheus.CounterOpts{Name: "picomq_journal_segments_dropped_total", Help: "Journal segments dropped once every object in them was checkpointed and unreferenced or in its own synced file."}),
+		UncheckpointedBytes:    prometheus.NewGauge(prometheus.GaugeOpts{Name: "picomq_uncheckpointed_bytes", Help: "Record bytes the journal acknowledged that no checkpoint holds yet (measured each maintenance pass)."}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.Appends, m.AppendBytes, m.FlushAppends, m.FlushBytes, m.FsyncSeconds, m.InlineObjects, m.HeldBytes, m.HeldSpilled, m.WALUnzeroed, m.CommitSeconds,
-			m.Rollbacks, m.CorruptReads, m.TrimmedRanges, m.MergedRanges, m.ObjectsDeleted, m.ExpiredStreams)
+			m.Rollbacks, m.CorruptReads, m.TrimmedRanges, m.MergedRanges, m.ObjectsDeleted, m.ExpiredStreams,
+			m.MetadataCommands, m.Checkpoints, m.CheckpointCommits, m.CheckpointRefused, m.JournalSegmentsDropped, m.UncheckpointedBytes)
 	}
 	return m
 }

@@ -376,13 +376,14 @@ func (b *Broker) rollback(n *named, gen uint64, cause error) {
 		return
 	}
 	n.reset(e)
+	b.tail.replay(n) // acknowledged by the journal: committed, as far as n goes
 	for _, p := range n.parts {
 		in, ok := b.fsm.Internal(p.id)
 		if !ok || !in.Open || in.Epoch != p.epoch || in.Owner != b.self() {
 			p.opened = false // fenced: the next append reopens at a new epoch
 			continue
 		}
-		p.next = in.End
+		p.next = b.tail.ackedEnd(in)
 	}
 	n.signal()
 }

@@ -115,6 +115,7 @@ func TestOpenLeavesTheStreamLock(t *testing.T) {
 			t.Fatalf("append to the opened partition: %v", err)
 		}
 	}
+	checkpointed(t, b)
 	in, _ := b.fsm.Internal(e.Partitions[1])
 	if in.Epoch != 0 || in.End != 2 {
 		t.Fatalf("partition 1 %+v: want opened once (epoch 0) holding both appends", in)
@@ -167,6 +168,7 @@ func TestReleaseClosesThroughTheLog(t *testing.T) {
 	if _, err := b.Append(ctx, "o", recs("y"), node.AppendOptions{Partition: 0}); err != nil {
 		t.Fatal(err)
 	}
+	checkpointed(t, b)
 	if in, _ := b.fsm.Internal(p0); !in.Open || in.Epoch != 1 || in.End != 3 {
 		t.Fatalf("after the release an append reopened %+v, want epoch 1", in)
 	}
@@ -200,6 +202,7 @@ func TestRevokeAbortsWhatIsNotProposed(t *testing.T) {
 	if _, err := pd.Wait(ctx); !errors.Is(err, node.Aborted) || errs.HTTPStatus(err) != 503 {
 		t.Fatalf("the queued append after a revoke: %v, want APPEND_ABORTED (503)", err)
 	}
+	checkpointed(t, b)
 	if in, _ := b.fsm.Internal(id); in.End != 1 {
 		t.Fatalf("end %d: the aborted append was written", in.End)
 	}

@@ -65,7 +65,8 @@ func TestPlacementSeesEveryObjectFile(t *testing.T) {
 	var b *Broker
 	rs := &recordingStore{b: func() *Broker { return b }, synced: map[uint64]bool{}, committed: map[uint64]bool{}}
 	b = openTest(t, t.TempDir(), func(c *Config) {
-		c.InlineBytes = -1 // every group commit is a file
+		c.LogCommits = true // the log path, whose files a cluster places
+		c.InlineBytes = -1  // every group commit is a file
 		c.MergeMinRanges = 4
 		c.Placement = func(local ObjectStore) ObjectStore { rs.local = local; return rs }
 	})

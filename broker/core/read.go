@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io/fs"
 	"slices"
+	"sort"
 	"time"
 
 	"github.com/picomq/picomq/broker/meta"
@@ -41,7 +42,7 @@ func (b *Broker) Bounds(ctx context.Context, name string, partition int) (stream
 	b.fsm.View(func(s *meta.State) {
 		var in *meta.Internal
 		if in, found = s.Streams[id]; found {
-			bounds = boundsOf(s, in, b.now().UnixNano())
+			bounds = b.boundsOf(s, in, b.now().UnixNano())
 		}
 	})
 	if !found {
@@ -51,14 +52,15 @@ func (b *Broker) Bounds(ctx context.Context, name string, partition int) (stream
 }
 
 // boundsOf is what a reader sees of an internal stream at now: its first
-// offset raised to the retention point (see retention.go), and its end.
-// Called inside a View.
-func boundsOf(s *meta.State, in *meta.Internal, now int64) stream.BoundsValue {
+// offset raised to the retention point (see retention.go), and its end —
+// the journal's acknowledged tail included. Called inside a View.
+func (b *Broker) boundsOf(s *meta.State, in *meta.Internal, now int64) stream.BoundsValue {
+	past, end := b.tail.past(in)
 	start := in.Start
 	if e, ok := s.Names[in.Name]; ok {
-		start = retentionStart(in, e.Policy, now)
+		start = retentionStart(in, past, e.Policy, now)
 	}
-	return stream.BoundsValue{First: stream.Offset(start), Next: stream.Offset(in.End)}
+	return stream.BoundsValue{First: stream.Offset(start), Next: stream.Offset(end)}
 }
 
 // Read returns up to limit committed records of a partition from offset from
@@ -116,7 +118,8 @@ func (b *Broker) readOnce(name string, id uint64, partition int, from uint64, li
 			checkErr = meta.StreamNotFound.With("name", name)
 			return
 		}
-		bounds = boundsOf(s, in, now)
+		bounds = b.boundsOf(s, in, now)
+		past, _ := b.tail.past(in)
 		if checkErr = stream.CheckRead(partition, stream.Offset(from), bounds); checkErr != nil {
 			return
 		}
@@ -125,17 +128,24 @@ func (b *Broker) readOnce(name string, id uint64, partition int, from uint64, li
 		// (an upper bound of them, with compaction's holes).
 		at := max(from, uint64(bounds.First))
 		var count, bytes, skip int64
-		for i := in.RangeAt(at); i < len(in.Ranges); i++ {
-			r := in.Ranges[i]
-			if len(ranges) == 0 && at > r.First {
-				skip = int64(at - r.First)
+		// The journal's acknowledged tail (past) continues the state's ranges.
+		take := func(rs []meta.Range, from int) bool {
+			for i := from; i < len(rs); i++ {
+				r := rs[i]
+				if len(ranges) == 0 && at > r.First {
+					skip = int64(at - r.First)
+				}
+				ranges = append(ranges, r)
+				count += r.Count
+				bytes += r.Bytes
+				if count >= int64(limit)+skip || (o.MaxBytes > 0 && bytes >= o.MaxBytes) {
+					return true
+				}
 			}
-			ranges = append(ranges, r)
-			count += r.Count
-			bytes += r.Bytes
-			if count >= int64(limit)+skip || (o.MaxBytes > 0 && bytes >= o.MaxBytes) {
-				break
-			}
+			return false
+		}
+		if !take(in.Ranges, in.RangeAt(at)) && len(past) > 0 {
+			take(past, sort.Search(len(past), func(i int) bool { return past[i].Next > at }))
 		}
 	})
 	if checkErr != nil {
@@ -268,7 +278,9 @@ func (b *Broker) offsetAt(name string, id uint64, t time.Time) (uint64, error) {
 	b.fsm.View(func(s *meta.State) {
 		if cur, ok := s.Streams[id]; ok {
 			in = cur.Clone()
-			start = uint64(boundsOf(s, cur, b.now().UnixNano()).First)
+			start = uint64(b.boundsOf(s, cur, b.now().UnixNano()).First)
+			past, end := b.tail.past(cur)
+			in.Ranges, in.End = append(in.Ranges, past...), end
 		}
 	})
 	if in == nil {

@@ -18,20 +18,28 @@ import (
 
 // retentionStart is the first offset of in that retention keeps under
 // policy p at now (Unix ns): in.Start when nothing is due.
-func retentionStart(in *meta.Internal, p stream.PolicyValue, now int64) uint64 {
+//
+// past is the journal's acknowledged tail of in (see journal.go), which
+// counts as the state's ranges do.
+func retentionStart(in *meta.Internal, past []meta.Range, p stream.PolicyValue, now int64) uint64 {
 	start := in.Start
 	if p.RetainFor <= 0 && p.RetainBytes <= 0 {
 		return start
 	}
 	bytes := in.Bytes()
-	for _, r := range in.Ranges {
-		old := p.RetainFor > 0 && r.MaxTime <= now-int64(p.RetainFor)
-		over := p.RetainBytes > 0 && bytes > p.RetainBytes
-		if !old && !over {
-			break
+	for _, r := range past {
+		bytes += r.Bytes
+	}
+	for _, rs := range [][]meta.Range{in.Ranges, past} {
+		for _, r := range rs {
+			old := p.RetainFor > 0 && r.MaxTime <= now-int64(p.RetainFor)
+			over := p.RetainBytes > 0 && bytes > p.RetainBytes
+			if !old && !over {
+				return start
+			}
+			start = r.Next
+			bytes -= r.Bytes
 		}
-		start = r.Next
-		bytes -= r.Bytes
 	}
 	return start
 }
@@ -49,7 +57,8 @@ func (b *Broker) persistRetention(ctx context.Context, n *named, id uint64) erro
 	due := false
 	b.fsm.View(func(s *meta.State) {
 		if in, ok := s.Streams[id]; ok {
-			before = retentionStart(in, p, b.now().UnixNano())
+			past, _ := b.tail.past(in)
+			before = retentionStart(in, past, p, b.now().UnixNano())
 			due = before > in.Start
 		}
 	})
@@ -71,6 +80,11 @@ func (b *Broker) Trim(ctx context.Context, name string, partition int, before ui
 	}
 	n, id, err := b.partitionOf(name, partition)
 	if err != nil {
+		return err
+	}
+	// The offset may be one the journal acknowledged: the state holds it
+	// once checkpointed.
+	if err := b.checkpoint(ctx); err != nil {
 		return err
 	}
 	// A trim inside a range keeps the range: measure the bytes it makes

@@ -28,6 +28,7 @@ func retainedStream(t *testing.T, mod ...func(*Config)) (*Broker, *fakeClock) {
 		t.Fatal(err)
 	}
 	clock.Add(40 * time.Minute)
+	checkpointed(t, b) // the commands these tests count are the reads' and retention's
 	return b, clock
 }
 

@@ -19,7 +19,7 @@ func TestLoneBrokerSnapshotDropsItsLogsFrames(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	const segment = 1 << 20
-	b := openTest(t, dir, func(c *Config) { c.WALSegmentBytes = segment })
+	b := openTest(t, dir, func(c *Config) { c.WALSegmentBytes = segment; c.LogCommits = true }) // the log path (a cluster member's)
 	defer b.Close()
 	ctx := context.Background()
 	mustCreate(t, b, "s", node.CreateOptions{})

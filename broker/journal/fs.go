@@ -6,7 +6,7 @@ import (
 	"path/filepath"
 	"slices"
 
-	"golang.org/x/sys/unix"
+	"github.com/picomq/picomq/broker/diskio"
 )
 
 // FS is the directory a journal keeps its segments in: a real one (Dir),
@@ -35,32 +35,42 @@ type File interface {
 }
 
 // Dir is the journal directory at path, on the real file system.
-func Dir(path string) FS { return osDir(path) }
+func Dir(path string) FS { return DirOn(path, diskio.OS) }
 
-type osDir string
+// DirOn is the journal directory at path, its files opened, written,
+// synced and removed through fsys (tests inject faults there).
+func DirOn(path string, fsys diskio.FS) FS { return osDir{path, fsys} }
 
-type osFile struct{ *os.File }
+type osDir struct {
+	path string
+	fs   diskio.FS
+}
+
+type osFile struct {
+	*os.File
+	fs diskio.FS
+}
 
 func (d osDir) Create(name string) (File, error) {
-	f, err := os.OpenFile(filepath.Join(string(d), name), os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	f, err := d.fs.OpenFile(filepath.Join(d.path, name), os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		return nil, err
 	}
-	return osFile{f}, nil
+	return osFile{f, d.fs}, nil
 }
 
 func (d osDir) Open(name string) (File, error) {
-	f, err := os.OpenFile(filepath.Join(string(d), name), os.O_RDWR, 0)
+	f, err := d.fs.OpenFile(filepath.Join(d.path, name), os.O_RDWR, 0)
 	if err != nil {
 		return nil, err
 	}
-	return osFile{f}, nil
+	return osFile{f, d.fs}, nil
 }
 
-func (d osDir) Remove(name string) error { return os.Remove(filepath.Join(string(d), name)) }
+func (d osDir) Remove(name string) error { return d.fs.Remove(filepath.Join(d.path, name)) }
 
 func (d osDir) List() ([]string, error) {
-	entries, err := os.ReadDir(string(d))
+	entries, err := os.ReadDir(d.path)
 	if err != nil {
 		return nil, err
 	}
@@ -73,7 +83,7 @@ func (d osDir) List() ([]string, error) {
 }
 
 func (d osDir) SyncDir() error {
-	f, err := os.Open(string(d))
+	f, err := os.Open(d.path)
 	if err != nil {
 		return err
 	}
@@ -89,11 +99,7 @@ func (f osFile) Size() (int64, error) {
 	return fi.Size(), nil
 }
 
-func (f osFile) Sync() error {
-	for {
-		err := unix.Fdatasync(int(f.Fd()))
-		if err != unix.EINTR {
-			return err
-		}
-	}
-}
+func (f osFile) WriteAt(p []byte, off int64) (int, error) { return f.fs.WriteAt(f.File, p, off) }
+
+// Sync is fdatasync, through the file system seam.
+func (f osFile) Sync() error { return f.fs.Sync(f.File) }

@@ -74,7 +74,8 @@ func TestThroughTheCore(t *testing.T) {
 	dir := t.TempDir()
 	cfg := core.Config{
 		DataDir: filepath.Join(dir, "data"), NodeID: self.id,
-		InlineBytes: -1, // every group commit is a file
+		InlineBytes: -1,   // every group commit is a file
+		LogCommits:  true, // placed as a cluster member's are
 		Placement: func(local core.ObjectStore) core.ObjectStore {
 			rec.inner = self.repl.Placement(local)
 			return rec

@@ -1,0 +1,519 @@
+package core
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/picomq/picomq/broker/journal"
+	"github.com/picomq/picomq/broker/meta"
+	"github.com/picomq/picomq/broker/node"
+	"github.com/picomq/picomq/broker/objstore"
+	"github.com/picomq/picomq/broker/stream"
+)
+
+// The journal data path: appends commit in the broker's journal, and the
+// metadata log takes them in batches (checkpoints). A lone broker runs it
+// (R = 1: its journal's fdatasync is the commit); a cluster member still
+// commits every group commit through the log (Config.LogCommits) until
+// ensembles replicate journals. The decisions, each for a reason:
+//
+//  1. A group commit is one object in the journal (broker/journal): its
+//     payload is the object's frames, then its commit's descriptor — the
+//     meta.Commit the log would have taken, encoded as the log encodes it
+//     — and the descriptor's length. Once the journal's fdatasync covers
+//     the object its appends are acknowledged and its readers woken; the
+//     object is held in memory (objstore.Hold) and read from there. No
+//     file, rename or directory fsync per object, and no metadata command
+//     on the acknowledgement path.
+//  2. The tail — what is acknowledged and not yet in the log — lives on
+//     the owner only (tailState). Reads, bounds, MaxBytes and producer
+//     checks see the log's state plus the tail; a tail range is used only
+//     at or past the state's end of its stream at the same epoch, so a
+//     checkpoint applying under a reader never shows a range twice.
+//  3. The checkpointer proposes one OpCheckpoint for the whole tail every
+//     CheckpointInterval, at once when CheckpointBytes are waiting, and
+//     before every command that must see the tail in the state (an open —
+//     its next epoch starts at the state's end, so a tail left out would
+//     have its offsets handed out again —, a close, a fork, a trim, a
+//     group offset): see Broker.apply. Its commands per acknowledged
+//     append tend to zero with load.
+//  4. An append carrying a group offset must land atomically with it, and
+//     the log may refuse the offset: its batch waits for every earlier
+//     batch to be answered, the tail is checkpointed, and the batch
+//     commits through the log as before (frames inline or in a synced
+//     file) — never through the journal, so a refused one leaves nothing
+//     a restart could adopt.
+//  5. At start, after the log replays, every journal object is read in
+//     order: those the state references are held again, and the appends
+//     past their stream's checkpointed end, at the epoch it is open at by
+//     this broker and continuing it, are adopted by one checkpoint before
+//     anything is served or opened (adopting one whose answer was lost is
+//     safe: its producer state travels with it).
+//  6. A journal segment is dropped, oldest first, once every object in it
+//     is checkpointed and either referenced by no range or written to its
+//     own file and synced (the maintenance loop; never by age).
+//  7. A journal that failed a write or an fdatasync acknowledges nothing
+//     more: the volume is reported failed (STORAGE_FAILED) until restart.
+//  8. While the log takes no checkpoint, appends go on until
+//     MaxUncheckpointedBytes are waiting; past it they are refused with
+//     METADATA_UNAVAILABLE (retriable).
+//
+// Upgrade: a data directory written before the journal has none; it is
+// created empty, and everything committed is in the log. A release before
+// the journal cannot apply checkpoints: going back to one is not supported
+// once this one has written (meta.LevelCheckpoint).
+
+// journalDir is where a data directory keeps the journal.
+func journalDir(dataDir string) string { return filepath.Join(dataDir, "journal") }
+
+// tailState is what the journal acknowledged and the log does not hold yet.
+type tailState struct {
+	mu      sync.Mutex
+	commits []*meta.Commit // in the order acknowledged
+	bytes   int64          // their record bytes
+	objects map[uint64]int // object -> commits of the tail naming it
+	streams map[uint64]*streamTail
+	// due wakes the checkpointer before its tick.
+	due chan struct{}
+}
+
+// streamTail is one internal stream's part of the tail.
+type streamTail struct {
+	epoch  int64
+	ranges []meta.Range
+	end    uint64 // past the last acknowledged append
+	bytes  int64
+}
+
+func newTailState() *tailState {
+	return &tailState{objects: map[uint64]int{}, streams: map[uint64]*streamTail{}, due: make(chan struct{}, 1)}
+}
+
+// add appends an acknowledged commit.
+func (t *tailState) add(c *meta.Commit) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.commits = append(t.commits, c)
+	t.objects[c.Object]++
+	t.index(c)
+}
+
+// index adds c's appends to the per-stream view. Called with t.mu held.
+func (t *tailState) index(c *meta.Commit) {
+	for _, a := range c.Appends {
+		st := t.streams[a.Stream]
+		if st == nil || st.epoch != a.Epoch {
+			st = &streamTail{epoch: a.Epoch}
+			t.streams[a.Stream] = st
+		}
+		if a.Range != nil {
+			st.ranges = append(st.ranges, *a.Range)
+			st.end = a.Range.Next
+			st.bytes += a.Range.Bytes
+			t.bytes += a.Range.Bytes
+		} else {
+			st.end = max(st.end, a.First)
+		}
+	}
+}
+
+// take returns the commits waiting (the caller checkpoints them).
+func (t *tailState) take() []*meta.Commit {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return slices.Clone(t.commits)
+}
+
+// drop forgets the first n commits, now in the log.
+func (t *tailState) drop(n int) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, c := range t.commits[:n] {
+		if t.objects[c.Object]--; t.objects[c.Object] <= 0 {
+			delete(t.objects, c.Object)
+		}
+	}
+	t.commits = slices.Delete(t.commits, 0, n)
+	t.streams, t.bytes = map[uint64]*streamTail{}, 0
+	for _, c := range t.commits {
+		t.index(c)
+	}
+}
+
+// size is the record bytes waiting.
+func (t *tailState) size() int64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.bytes
+}
+
+// holds reports whether an object of the tail is id.
+func (t *tailState) holds(id uint64) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.objects[id] > 0
+}
+
+// past returns the tail's ranges of in at or past its end in the state,
+// and the acknowledged end. Called inside a View (t.mu is a leaf).
+func (t *tailState) past(in *meta.Internal) (ranges []meta.Range, end uint64) {
+	if t == nil {
+		return nil, in.End
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	st := t.streams[in.ID]
+	if st == nil || st.epoch != in.Epoch || st.end <= in.End {
+		return nil, in.End
+	}
+	i, _ := slices.BinarySearchFunc(st.ranges, in.End, func(r meta.Range, end uint64) int {
+		if r.First < end {
+			return -1
+		}
+		if r.First > end {
+			return 1
+		}
+		return 0
+	})
+	return st.ranges[i:], st.end
+}
+
+// ackedEnd is in's end with the tail: where its next append goes.
+func (t *tailState) ackedEnd(in *meta.Internal) uint64 {
+	_, end := t.past(in)
+	return end
+}
+
+// heldBytes is the record bytes of stream id's tail.
+func (t *tailState) heldBytes(id uint64) int64 {
+	if t == nil {
+		return 0
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if st := t.streams[id]; st != nil {
+		return st.bytes
+	}
+	return 0
+}
+
+// producerAt reports whether an acknowledged append of the tail to one of
+// streams carries producer tuple p or a later one.
+func (t *tailState) producerAt(streams []uint64, p meta.ProducerTuple) bool {
+	if t == nil {
+		return false
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, c := range t.commits {
+		for _, a := range c.Appends {
+			if q := a.Producer; q != nil && q.ID == p.ID && slices.Contains(streams, a.Stream) &&
+				(q.Epoch > p.Epoch || q.Epoch == p.Epoch && q.Seq >= p.Seq) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// replay lays the tail's named-level changes to the streams of n over
+// its committed state (a rollback's reset). Called with n.mu held.
+func (t *tailState) replay(n *named) {
+	if t == nil {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, c := range t.commits {
+		for _, a := range c.Appends {
+			if !slices.Contains(n.streams, a.Stream) {
+				continue
+			}
+			if p := a.Producer; p != nil {
+				n.producers[p.ID] = meta.Producer{Epoch: p.Epoch, LastSeq: p.Seq}
+			}
+			if a.StreamSeq != "" {
+				n.lastSeq = a.StreamSeq
+			}
+			if a.Close {
+				n.closed, n.closedBy = true, a.Producer
+			}
+		}
+	}
+}
+
+// journalPayload is what the journal holds of a group commit: its frames,
+// its descriptor (c, frames aside), and the descriptor's length.
+func journalPayload(frames []byte, c *meta.Commit) ([]byte, error) {
+	desc, err := meta.Encode(&meta.Command{Op: meta.OpCommit, Commit: c})
+	if err != nil {
+		return nil, err
+	}
+	// frames' own array has room for the rest when the caller allotted it;
+	// the held slice (frames[:len:len]) never sees past its length.
+	out := append(frames[:len(frames):cap(frames)], desc...)
+	return binary.LittleEndian.AppendUint32(out, uint32(len(desc))), nil
+}
+
+// parseJournalPayload splits a journal object's payload.
+func parseJournalPayload(id uint64, p []byte) (frames []byte, c *meta.Commit, err error) {
+	bad := func(why string) error {
+		return stream.StreamBackendFailed.With("op", "journal.read", "object", id, "reason", why)
+	}
+	if len(p) < 4 {
+		return nil, nil, bad("payload shorter than its descriptor's length")
+	}
+	n := int(binary.LittleEndian.Uint32(p[len(p)-4:]))
+	if n > len(p)-4 {
+		return nil, nil, bad("descriptor longer than the payload")
+	}
+	var cmd meta.Command
+	if err := meta.Decode(p[len(p)-4-n:len(p)-4], &cmd); err != nil || cmd.Op != meta.OpCommit || cmd.Commit == nil {
+		return nil, nil, bad(fmt.Sprintf("descriptor is not a commit: %v", err))
+	}
+	if cmd.Commit.Object != id {
+		return nil, nil, bad(fmt.Sprintf("descriptor names object %d", cmd.Commit.Object))
+	}
+	return p[: len(p)-4-n : len(p)-4-n], cmd.Commit, nil
+}
+
+// partsOf are the journal parts of c's appends.
+func partsOf(c *meta.Commit) []journal.Part {
+	parts := make([]journal.Part, 0, len(c.Appends))
+	for _, a := range c.Appends {
+		p := journal.Part{Stream: a.Stream, Epoch: a.Epoch, First: a.First}
+		if a.Range != nil {
+			p.Count = a.Range.Next - a.Range.First
+		}
+		parts = append(parts, p)
+	}
+	return parts
+}
+
+// journalMaxID is the largest object id the journal holds (0: none).
+func journalMaxID(j *journal.Journal) uint64 {
+	var m uint64
+	for _, s := range j.Segments() {
+		for _, id := range s.Objects {
+			m = max(m, id)
+		}
+	}
+	return m
+}
+
+// recoverJournal holds again the journal's objects the state references
+// and adopts, with one checkpoint, the appends acknowledged (or written)
+// past the state's ends (decision 5). It runs in Open, before the
+// flusher starts and before any open.
+func (b *Broker) recoverJournal() error {
+	ends := map[uint64]uint64{}
+	var adopt []meta.Commit
+	appends := 0
+	for _, s := range b.journal.Segments() {
+		for _, id := range s.Objects {
+			_, payload, err := b.journal.Read(id)
+			if err != nil {
+				return stream.StreamBackendFailed.Wrap(err, "op", "journal.read", "object", id)
+			}
+			frames, c, err := parseJournalPayload(id, payload)
+			if err != nil {
+				return err
+			}
+			referenced := false
+			var keep []meta.Append
+			b.fsm.View(func(st *meta.State) {
+				_, referenced = st.Objects[id]
+				for _, a := range c.Appends {
+					in, ok := st.Streams[a.Stream]
+					if !ok || !in.Open || in.Owner != b.self() || in.Epoch != a.Epoch {
+						continue
+					}
+					end, seen := ends[a.Stream]
+					if !seen {
+						end = in.End
+					}
+					if a.First != end {
+						continue // checkpointed already (below), or not continuing
+					}
+					keep = append(keep, a)
+					if a.Range != nil {
+						end = a.Range.Next
+					}
+					ends[a.Stream] = end
+				}
+			})
+			if referenced || len(keep) > 0 {
+				if _, err := b.objs.Restore(id, frames); err != nil {
+					return err
+				}
+			}
+			if len(keep) > 0 {
+				adopt = append(adopt, meta.Commit{Object: id, Size: c.Size, Appends: keep, Now: c.Now})
+				appends += len(keep)
+			}
+		}
+	}
+	if len(adopt) == 0 {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), applyTimeout)
+	defer cancel()
+	res, err := b.apply(ctx, &meta.Command{Op: meta.OpCheckpoint, Checkpoint: &meta.Checkpoint{Commits: adopt}})
+	if err != nil {
+		return err
+	}
+	b.checkCheckpoint(adopt, res)
+	b.cfg.Logger.Info("adopted the journal's appends past the last checkpoint", "appends", appends, "objects", len(adopt))
+	return nil
+}
+
+// checkpointLoop checkpoints the tail every CheckpointInterval, or at once
+// when it is due (decision 3).
+func (b *Broker) checkpointLoop() {
+	t := time.NewTicker(b.cfg.CheckpointInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-b.stop:
+			return
+		case <-t.C:
+		case <-b.tail.due:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), applyTimeout)
+		if err := b.checkpoint(ctx); err != nil {
+			b.cfg.Logger.Warn("checkpoint failed; the appends stay in the journal and the next one retries", "uncheckpointedBytes", b.tail.size(), "err", err)
+		}
+		cancel()
+	}
+}
+
+// checkpoint puts everything acknowledged so far into the log, in one
+// command, and returns once it applied. Checkpoints run one at a time.
+func (b *Broker) checkpoint(ctx context.Context) error {
+	if b.tail == nil {
+		return nil
+	}
+	b.checkpointMu.Lock()
+	defer b.checkpointMu.Unlock()
+	commits := b.tail.take()
+	if len(commits) == 0 {
+		return nil
+	}
+	cp := &meta.Checkpoint{Commits: make([]meta.Commit, len(commits))}
+	for i, c := range commits {
+		cp.Commits[i] = *c
+	}
+	res, err := b.applyNow(ctx, &meta.Command{Op: meta.OpCheckpoint, Checkpoint: cp})
+	if err != nil {
+		return err
+	}
+	b.tail.drop(len(commits))
+	b.cfg.Metrics.Checkpoints.Inc()
+	b.cfg.Metrics.CheckpointCommits.Observe(float64(len(commits)))
+	b.checkCheckpoint(cp.Commits, res)
+	return nil
+}
+
+// checkCheckpoint reports appends a checkpoint's log refused: acknowledged
+// appends the state did not take. Only a stream deleted since is expected.
+func (b *Broker) checkCheckpoint(commits []meta.Commit, res any) {
+	r, ok := res.(*meta.CheckpointResult)
+	if !ok {
+		b.cfg.Logger.Error("checkpoint answered without its results", "result", fmt.Sprintf("%T", res))
+		return
+	}
+	for i, cr := range r.Commits {
+		if cr == nil {
+			continue
+		}
+		for k, err := range cr.Appends {
+			if err == nil || errors.Is(err, meta.StreamNotFound) || errors.Is(err, meta.StreamGone) {
+				continue
+			}
+			a := commits[i].Appends[k]
+			b.cfg.Metrics.CheckpointRefused.Inc()
+			b.cfg.Logger.Error("the log refused an acknowledged append in a checkpoint", "stream", a.Stream, "epoch", a.Epoch, "first", a.First, "object", commits[i].Object, "err", err)
+		}
+	}
+}
+
+// needsTail reports whether a command must see the tail in the state
+// before it is proposed (decision 3).
+func needsTail(op meta.Op) bool {
+	switch op {
+	case meta.OpOpen, meta.OpClose, meta.OpCloseMany, meta.OpFork, meta.OpTrim, meta.OpGroup:
+		return true
+	}
+	return false
+}
+
+// uncheckpointedFull refuses an append while the tail is at its bound
+// (decision 8).
+func (b *Broker) uncheckpointedFull() error {
+	if b.tail == nil {
+		return nil
+	}
+	if n := b.tail.size(); n >= b.cfg.MaxUncheckpointedBytes {
+		select {
+		case b.tail.due <- struct{}{}:
+		default:
+		}
+		return node.MetadataUnavailable.With("op", "append", "reason", "the metadata log has not taken a checkpoint of the appends acknowledged so far",
+			"uncheckpointed_bytes", n, "max", b.cfg.MaxUncheckpointedBytes)
+	}
+	return nil
+}
+
+// releaseJournal drops the journal's oldest segments whose objects are all
+// checkpointed and are either referenced by no range or now in files,
+// synced (decision 6).
+func (b *Broker) releaseJournal() {
+	if b.journal == nil {
+		return
+	}
+	for _, s := range b.journal.Segments() {
+		if s.Current {
+			return
+		}
+		var live []uint64
+		for _, id := range s.Objects {
+			if b.tail.holds(id) {
+				return // not checkpointed yet
+			}
+		}
+		b.fsm.View(func(st *meta.State) {
+			for _, id := range s.Objects {
+				if _, ok := st.Objects[id]; ok {
+					live = append(live, id)
+				}
+			}
+		})
+		if len(live) > 0 {
+			if err := b.objs.Spill(live); err != nil {
+				b.cfg.Logger.Warn("writing the journal's live objects to files failed; the segment stays", "segment", s.Number, "err", err)
+				return
+			}
+			if err := b.cfg.syncObjects(objectsDir(b.cfg.DataDir), live); err != nil {
+				b.cfg.Logger.Warn("syncing the journal's live objects failed; the segment stays", "segment", s.Number, "err", err)
+				return
+			}
+		}
+		if err := b.journal.Drop(s.Number); err != nil {
+			b.cfg.Logger.Warn("dropping a journal segment failed", "segment", s.Number, "err", err)
+			return
+		}
+		b.cfg.Metrics.JournalSegmentsDropped.Inc()
+	}
+}
+
+// objectsFrameBytes is the frames' size in an object of payload bytes
+// holding count frames.
+func objectsFrameBytes(payload int64, count int) int64 {
+	return payload + int64(count*objstore.FrameHeaderSize)
+}

@@ -1,0 +1,247 @@
+package core
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/picomq/picomq/broker/meta"
+	"github.com/picomq/picomq/broker/node"
+)
+
+// stopWithoutCheckpoint stops b as a crash of its process would, as far as
+// the metadata log goes: appends in flight are answered, then everything
+// stops — no last checkpoint, no close of its streams. (The page cache
+// survives, as at a kill -9; the journal's own crash tests cover what an
+// fdatasync did not.)
+func stopWithoutCheckpoint(t *testing.T, b *Broker) {
+	t.Helper()
+	b.mu.Lock()
+	b.closed = true
+	b.mu.Unlock()
+	b.flush.close()
+	close(b.stop)
+	b.wg.Wait()
+	if err := b.log.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.objs.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.journal.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestAppendsWriteNoMetadataCommand: on the journal path an acknowledged
+// append writes no metadata command — it is read back at once, bounds and
+// producer checks see it — and one checkpoint puts them all in the log.
+func TestAppendsWriteNoMetadataCommand(t *testing.T) {
+	t.Parallel()
+	m := NewMetrics(nil)
+	b := openTest(t, t.TempDir(), func(c *Config) { c.CheckpointInterval = time.Hour; c.Metrics = m })
+	defer b.Close()
+	ctx := context.Background()
+	mustCreate(t, b, "s", node.CreateOptions{})
+	appendNumbered(t, b, "s", 0, 1) // opens the partition: a command of its own
+	before := b.fsm.Commands()
+	appendNumbered(t, b, "s", 1, 199)
+	p := &node.ProducerTuple{ID: "p", Epoch: 0, Seq: 0}
+	if _, err := b.Append(ctx, "s", recs("rec-200"), node.AppendOptions{Partition: -1, Producer: p}); err != nil {
+		t.Fatal(err)
+	}
+	if n := b.fsm.Commands() - before; n != 0 {
+		t.Fatalf("200 appends wrote %d metadata commands, want none", n)
+	}
+	checkNumbered(t, b, "s", 201)
+	if bd, err := b.Bounds(ctx, "s", 0); err != nil || bd.Next != 201 {
+		t.Fatalf("bounds %+v, %v; want next 201", bd, err)
+	}
+	// A retry of the producer's append is the duplicate it is.
+	res, err := b.Append(ctx, "s", recs("rec-200"), node.AppendOptions{Partition: -1, Producer: p})
+	if err != nil || !res.Duplicate {
+		t.Fatalf("retry of an acknowledged producer append: %+v, %v; want a duplicate", res, err)
+	}
+	if in, _ := b.fsm.Internal(mustGet(t, b, "s").Partitions[0]); in.End != 0 {
+		t.Fatalf("the log's state holds end %d before a checkpoint, want 0", in.End)
+	}
+	checkpointed(t, b)
+	if n := b.fsm.Commands() - before; n != 1 {
+		t.Fatalf("the checkpoint wrote %d commands, want 1", n)
+	}
+	if in, _ := b.fsm.Internal(mustGet(t, b, "s").Partitions[0]); in.End != 201 {
+		t.Fatalf("after the checkpoint the log's state holds end %d, want 201", in.End)
+	}
+	if n := testutil.ToFloat64(m.Checkpoints); n != 1 {
+		t.Fatalf("%v checkpoints counted", n)
+	}
+	checkNumbered(t, b, "s", 201)
+}
+
+func mustGet(t *testing.T, b *Broker, name string) *node.Entry {
+	t.Helper()
+	e, err := b.Get(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+// TestJournalTailAdoptedAfterACrash: appends the journal acknowledged and
+// no checkpoint took are adopted at the next start — at their offsets,
+// with their producer state (a retry is a duplicate), Stream-Seq and
+// close — before the stream is opened again, so that the next append
+// continues after them and no offset is handed out twice.
+func TestJournalTailAdoptedAfterACrash(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	slow := func(c *Config) { c.CheckpointInterval = time.Hour }
+	b := openTest(t, dir, slow)
+	ctx := context.Background()
+	mustCreate(t, b, "s", node.CreateOptions{})
+	mustCreate(t, b, "c", node.CreateOptions{})
+	appendNumbered(t, b, "s", 0, 10)
+	checkpointed(t, b)
+	appendNumbered(t, b, "s", 10, 20) // only in the journal
+	p := &node.ProducerTuple{ID: "p", Epoch: 1, Seq: 0}
+	if _, err := b.Append(ctx, "s", recs("rec-30"), node.AppendOptions{Partition: -1, Producer: p, StreamSeq: "0007"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Append(ctx, "c", recs("last"), node.AppendOptions{Partition: -1, Close: true}); err != nil {
+		t.Fatal(err)
+	}
+	stopWithoutCheckpoint(t, b)
+
+	b = openTest(t, dir, slow)
+	defer b.Close()
+	checkNumbered(t, b, "s", 31)
+	if in, _ := b.fsm.Internal(mustGet(t, b, "s").Partitions[0]); in.End != 31 {
+		t.Fatalf("after the start the log's state holds end %d, want 31 (adopted)", in.End)
+	}
+	res, err := b.Append(ctx, "s", recs("rec-30"), node.AppendOptions{Partition: -1, Producer: p, StreamSeq: "0007"})
+	if err != nil || !res.Duplicate {
+		t.Fatalf("retry of the adopted producer append: %+v, %v; want a duplicate", res, err)
+	}
+	if _, err := b.Append(ctx, "s", recs("rec-x"), node.AppendOptions{Partition: -1, StreamSeq: "0006"}); !errors.Is(err, meta.StreamSeqOrder) {
+		t.Fatalf("an older Stream-Seq after the start: %v, want STREAM_SEQ_ORDER", err)
+	}
+	if res, err := b.Append(ctx, "s", recs("rec-31"), node.AppendOptions{Partition: -1}); err != nil || res.First != 31 {
+		t.Fatalf("the next append: %+v, %v; want offset 31", res, err)
+	}
+	checkNumbered(t, b, "s", 32)
+	if _, err := b.Append(ctx, "c", recs("more"), node.AppendOptions{Partition: -1}); !errors.Is(err, meta.StreamClosed) {
+		t.Fatalf("append to the stream closed in the journal: %v, want STREAM_CLOSED", err)
+	}
+}
+
+// TestGroupOffsetAppendCommitsThroughTheLog: an append carrying a group
+// offset lands atomically with it — the log takes both in one command,
+// after every earlier acknowledged append — and one refused takes its
+// offset with it, while the journal's appends around it keep their order.
+func TestGroupOffsetAppendCommitsThroughTheLog(t *testing.T) {
+	t.Parallel()
+	b := openTest(t, t.TempDir(), func(c *Config) { c.CheckpointInterval = time.Hour })
+	defer b.Close()
+	ctx := context.Background()
+	mustCreate(t, b, "in", node.CreateOptions{})
+	mustCreate(t, b, "out", node.CreateOptions{})
+	appendNumbered(t, b, "in", 0, 5)
+	appendNumbered(t, b, "out", 0, 3)
+	g := &node.GroupOffset{Group: "g", Stream: "in", Next: 4}
+	if _, err := b.Append(ctx, "out", recs("rec-3"), node.AppendOptions{Partition: -1, Group: g}); err != nil {
+		t.Fatal(err)
+	}
+	if next, err := b.Committed(ctx, "in", "g", 0); err != nil || next != 4 {
+		t.Fatalf("group offset after its append: %d, %v; want 4", next, err)
+	}
+	if in, _ := b.fsm.Internal(mustGet(t, b, "out").Partitions[0]); in.End != 4 {
+		t.Fatalf("the log holds end %d of the stream appended with the offset, want 4", in.End)
+	}
+	// An offset past the stream's end is refused, and its append with it.
+	bad := &node.GroupOffset{Group: "g", Stream: "in", Next: 99}
+	if _, err := b.Append(ctx, "out", recs("refused"), node.AppendOptions{Partition: -1, Group: bad}); err == nil {
+		t.Fatal("an append with an offset past its stream's end was acknowledged")
+	}
+	appendNumbered(t, b, "out", 4, 2)
+	checkNumbered(t, b, "out", 6)
+	if next, _ := b.Committed(ctx, "in", "g", 0); next != 4 {
+		t.Fatalf("group offset %d after the refused one, want 4", next)
+	}
+}
+
+// TestJournalSegmentsAreDropped: once checkpointed, the journal's full
+// segments go — their objects still referenced written to files first —
+// and a start after that reads every record from the files.
+func TestJournalSegmentsAreDropped(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	m := NewMetrics(nil)
+	small := func(c *Config) { c.journalSegmentBytes = 4 << 10; c.Metrics = m }
+	b := openTest(t, dir, small)
+	mustCreate(t, b, "s", node.CreateOptions{})
+	appendNumbered(t, b, "s", 0, 120)
+	segments := func() int {
+		t.Helper()
+		names, err := filepath.Glob(filepath.Join(dir, "journal", "journal-*.log"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(names)
+	}
+	if n := segments(); n < 3 {
+		t.Fatalf("%d journal segments after 120 appends: the test proves nothing", n)
+	}
+	b.releaseJournal() // nothing checkpointed: nothing goes
+	if n := testutil.ToFloat64(m.JournalSegmentsDropped); n != 0 {
+		t.Fatalf("%v segments dropped before a checkpoint", n)
+	}
+	checkpointed(t, b)
+	b.releaseJournal()
+	if n := segments(); n != 1 {
+		t.Fatalf("%d journal segments after the release, want the current one", n)
+	}
+	checkNumbered(t, b, "s", 120)
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	b = openTest(t, dir, small)
+	defer b.Close()
+	checkNumbered(t, b, "s", 120)
+	for _, id := range objectsOf(t, b, "s") {
+		if _, err := os.Stat(filepath.Join(dir, "objects", objName(id))); err != nil && !b.objs.Held(id) {
+			t.Fatalf("object %d is neither a file nor held: %v", id, err)
+		}
+	}
+}
+
+// TestUncheckpointedTailIsBounded: while the log takes no checkpoint,
+// appends stop at MaxUncheckpointedBytes with METADATA_UNAVAILABLE, and go
+// on once one is taken.
+func TestUncheckpointedTailIsBounded(t *testing.T) {
+	t.Parallel()
+	b := openTest(t, t.TempDir(), func(c *Config) {
+		c.CheckpointInterval = time.Hour
+		c.CheckpointBytes = 1 << 30 // no checkpoint by size either
+		c.MaxUncheckpointedBytes = 1000
+	})
+	defer b.Close()
+	ctx := context.Background()
+	mustCreate(t, b, "s", node.CreateOptions{})
+	payload := string(make([]byte, 300))
+	var err error
+	for i := 0; i < 10 && err == nil; i++ {
+		_, err = b.Append(ctx, "s", recs(payload), node.AppendOptions{Partition: -1})
+	}
+	if !errors.Is(err, node.MetadataUnavailable) {
+		t.Fatalf("appends past the bound: %v, want METADATA_UNAVAILABLE", err)
+	}
+	checkpointed(t, b)
+	if _, err := b.Append(ctx, "s", recs(payload), node.AppendOptions{Partition: -1}); err != nil {
+		t.Fatalf("append after a checkpoint: %v", err)
+	}
+}
