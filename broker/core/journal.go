@@ -315,48 +315,55 @@ func (b *Broker) recoverJournal() error {
 	ends := map[uint64]uint64{}
 	var adopt []meta.Commit
 	appends := 0
+	// By id, not by place in the journal: the flusher hands objects to the
+	// journal several at a time, so they may land out of order, but it
+	// numbers them in the order it built them — each stream's offsets
+	// grow with the ids.
+	var ids []uint64
 	for _, s := range b.journal.Segments() {
-		for _, id := range s.Objects {
-			_, payload, err := b.journal.Read(id)
-			if err != nil {
-				return stream.StreamBackendFailed.Wrap(err, "op", "journal.read", "object", id)
+		ids = append(ids, s.Objects...)
+	}
+	slices.Sort(ids)
+	for _, id := range ids {
+		_, payload, err := b.journal.Read(id)
+		if err != nil {
+			return stream.StreamBackendFailed.Wrap(err, "op", "journal.read", "object", id)
+		}
+		frames, c, err := parseJournalPayload(id, payload)
+		if err != nil {
+			return err
+		}
+		referenced := false
+		var keep []meta.Append
+		b.fsm.View(func(st *meta.State) {
+			_, referenced = st.Objects[id]
+			for _, a := range c.Appends {
+				in, ok := st.Streams[a.Stream]
+				if !ok || !in.Open || in.Owner != b.self() || in.Epoch != a.Epoch {
+					continue
+				}
+				end, seen := ends[a.Stream]
+				if !seen {
+					end = in.End
+				}
+				if a.First != end {
+					continue // checkpointed already (below), or not continuing
+				}
+				keep = append(keep, a)
+				if a.Range != nil {
+					end = a.Range.Next
+				}
+				ends[a.Stream] = end
 			}
-			frames, c, err := parseJournalPayload(id, payload)
-			if err != nil {
+		})
+		if referenced || len(keep) > 0 {
+			if _, err := b.objs.Restore(id, frames); err != nil {
 				return err
 			}
-			referenced := false
-			var keep []meta.Append
-			b.fsm.View(func(st *meta.State) {
-				_, referenced = st.Objects[id]
-				for _, a := range c.Appends {
-					in, ok := st.Streams[a.Stream]
-					if !ok || !in.Open || in.Owner != b.self() || in.Epoch != a.Epoch {
-						continue
-					}
-					end, seen := ends[a.Stream]
-					if !seen {
-						end = in.End
-					}
-					if a.First != end {
-						continue // checkpointed already (below), or not continuing
-					}
-					keep = append(keep, a)
-					if a.Range != nil {
-						end = a.Range.Next
-					}
-					ends[a.Stream] = end
-				}
-			})
-			if referenced || len(keep) > 0 {
-				if _, err := b.objs.Restore(id, frames); err != nil {
-					return err
-				}
-			}
-			if len(keep) > 0 {
-				adopt = append(adopt, meta.Commit{Object: id, Size: c.Size, Appends: keep, Now: c.Now})
-				appends += len(keep)
-			}
+		}
+		if len(keep) > 0 {
+			adopt = append(adopt, meta.Commit{Object: id, Size: c.Size, Appends: keep, Now: c.Now})
+			appends += len(keep)
 		}
 	}
 	if len(adopt) == 0 {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/picomq/picomq/broker/journal"
 	"github.com/picomq/picomq/broker/meta"
 	"github.com/picomq/picomq/broker/node"
 )
@@ -243,5 +244,63 @@ func TestUncheckpointedTailIsBounded(t *testing.T) {
 	checkpointed(t, b)
 	if _, err := b.Append(ctx, "s", recs(payload), node.AppendOptions{Partition: -1}); err != nil {
 		t.Fatalf("append after a checkpoint: %v", err)
+	}
+}
+
+// TestJournalObjectsOutOfOrderAreAdoptedInOrder: the flusher hands several
+// objects to the journal at once, so they may land in another order than
+// their offsets; a start adopts them by the order they were built in (their
+// ids), every acknowledged record at its offset. (Found by the kill -9
+// workload: adopted in journal order, a later object was skipped and its
+// offsets handed out again.)
+func TestJournalObjectsOutOfOrderAreAdoptedInOrder(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	slow := func(c *Config) { c.CheckpointInterval = time.Hour }
+	b := openTest(t, dir, slow)
+	mustCreate(t, b, "s", node.CreateOptions{})
+	appendNumbered(t, b, "s", 0, 2)
+	checkpointed(t, b)
+	appendNumbered(t, b, "s", 2, 6) // six objects, only in the journal
+	stopWithoutCheckpoint(t, b)
+
+	// Write the journal again with those objects in reverse order.
+	jdir := filepath.Join(dir, "journal")
+	j, err := journal.Open(journal.Dir(jdir), journal.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var objs []journal.Object
+	for _, s := range j.Segments() {
+		for _, id := range s.Objects {
+			parts, payload, err := j.Read(id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			objs = append(objs, journal.Object{ID: id, Parts: parts, Payload: payload})
+		}
+	}
+	j.Close()
+	if err := os.RemoveAll(jdir); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(jdir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if j, err = journal.Open(journal.Dir(jdir), journal.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	for i := len(objs) - 1; i >= 0; i-- {
+		if err := j.Append(objs[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	j.Close()
+
+	b = openTest(t, dir, slow)
+	defer b.Close()
+	checkNumbered(t, b, "s", 8)
+	if res, err := b.Append(context.Background(), "s", recs("rec-8"), node.AppendOptions{Partition: -1}); err != nil || res.First != 8 {
+		t.Fatalf("the next append: %+v, %v; want offset 8", res, err)
 	}
 }
