@@ -1,7 +1,8 @@
 // Package core is the PicoMQ broker on one node: named streams over internal
 // streams, appends batched by one group-commit flusher into immutable
-// objects, committed through the metadata log, and read back from the
-// objects the metadata names.
+// objects, committed in the broker's journal and checkpointed into the
+// metadata log (a lone broker; a cluster member commits each through the
+// log), and read back from the objects the metadata names.
 //
 // It knows nothing of HTTP or Kubernetes: the front ends drive it through
 // package node's Broker interface, which Broker implements and whose types
@@ -16,7 +17,8 @@
 // broker.go opens and closes the broker; config.go is its configuration;
 // named.go the owner's in-memory view of a stream; lifecycle.go creates,
 // updates, deletes and expires streams, fork.go forks them; append.go
-// admits appends and flusher.go commits them; read.go reads and seeks,
+// admits appends and flusher.go commits them, journal.go in the journal
+// and its checkpoints; read.go reads and seeks,
 // framecache.go caches frames; retention.go trims; groups.go keeps
 // consumer-group offsets. In the background, maintain.go runs the
 // maintenance loop, gc.go collects objects, merge.go and compact.go rewrite
@@ -30,7 +32,9 @@
 //	Broker.mu → named.mu → the state machine's lock (meta.FSM: View, Entry, Internal)
 //
 // named.mu may be held while queueing to the flusher (flusher.mu), and the
-// flusher's goroutines take named.mu without holding flusher.mu. No
+// flusher's goroutines take named.mu without holding flusher.mu; its
+// settle goroutine alone holds several at once (ordered by name) while an
+// object joins the journal's tail (journal.go's tail.mu is a leaf). No
 // metadata command is proposed while a named.mu is held: an append whose
 // partition must be opened leaves the lock for the open (openPart). A
 // state machine View must not take Broker.mu (see loadedViews). The frame
@@ -349,7 +353,7 @@ func (b *Broker) self() string {
 // machine comes back as the error (metalog.Apply returns an error result
 // as its error), a failure of the log as STREAM_BACKEND_FAILED wrapping it.
 func (b *Broker) apply(ctx context.Context, c *meta.Command) (any, error) {
-	if b.tail != nil && needsTail(c.Op) {
+	if b.tail != nil && b.tail.needs(c) {
 		if _, ok := ctx.Deadline(); !ok {
 			var cancel context.CancelFunc
 			ctx, cancel = context.WithTimeout(ctx, applyTimeout)

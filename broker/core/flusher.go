@@ -3,6 +3,8 @@ package core
 import (
 	"context"
 	"errors"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -40,8 +42,12 @@ type flusher struct {
 
 	// unsettled counts the batches written and not yet answered: a batch
 	// that must commit through the log while the journal path runs waits
-	// for it to reach zero (see journal.go, decision 4).
+	// for it to reach zero (see journal.go, decision 4), as does the
+	// rollback of one the writer could not write.
 	unsettled sync.WaitGroup
+	// broken is the first journal append that failed (settle's own): no
+	// later object is acknowledged, whatever the journal answers it.
+	broken error
 }
 
 func newFlusher(b *Broker) *flusher {
@@ -274,7 +280,7 @@ func (f *flusher) write(batch []*pendingAppend) *written {
 	}
 	if b.journal != nil {
 		if !groups {
-			return f.writeJournal(live, payloadBytes)
+			return f.writeJournal(live, c, payloadBytes)
 		}
 		// Atomic with its group offsets: through the log, after every
 		// earlier batch is answered and the tail checkpointed.
@@ -294,45 +300,84 @@ func (f *flusher) write(batch []*pendingAppend) *written {
 		if b.cfg.InlineBytes > 0 && payloadBytes+int64(len(live)*objstore.FrameHeaderSize) <= b.cfg.InlineBytes {
 			return f.holdInline(live, c, payloadBytes)
 		}
-		w, err := b.out.Create()
-		if err != nil {
-			f.fail(live, err)
-			return nil
-		}
-		for _, p := range live {
-			if p.payload == nil {
-				continue
-			}
-			// The encoded batch stays as it is until answered.
-			pos, ln, err := w.AppendFrameRef(p.payload)
-			if err != nil {
-				w.Abort()
-				f.fail(live, err)
-				return nil
-			}
-			p.app.Range = rangeOf(p, w.ID(), pos, ln)
-		}
-		start := time.Now()
-		if err := w.Sync(); err != nil {
-			w.Abort()
-			f.fail(live, err)
-			return nil
-		}
-		b.cfg.Metrics.FsyncSeconds.Observe(time.Since(start).Seconds())
-		c.Object, c.Size, c.Replicas = w.ID(), w.Size(), w.Replicas()
-		if err := w.Close(); err != nil {
-			f.fail(live, err)
+		if !f.writeFile(live, c) {
 			return nil
 		}
 	}
 	return &written{live: live, c: c, bytes: payloadBytes}
 }
 
+// writeFile writes a batch's records as frames of a new object file and
+// syncs it, filling c's object; false when it failed (the batch is
+// answered).
+func (f *flusher) writeFile(live []*pendingAppend, c *meta.Commit) bool {
+	b := f.b
+	w, err := b.out.Create()
+	if err != nil {
+		f.failUnwritten(live, err)
+		return false
+	}
+	for _, p := range live {
+		if p.payload == nil {
+			continue
+		}
+		// The encoded batch stays as it is until answered.
+		pos, ln, err := w.AppendFrameRef(p.payload)
+		if err != nil {
+			w.Abort()
+			f.failUnwritten(live, err)
+			return false
+		}
+		p.app.Range = rangeOf(p, w.ID(), pos, ln)
+	}
+	start := time.Now()
+	if err := w.Sync(); err != nil {
+		w.Abort()
+		f.failUnwritten(live, err)
+		return false
+	}
+	b.cfg.Metrics.FsyncSeconds.Observe(time.Since(start).Seconds())
+	c.Object, c.Size, c.Replicas = w.ID(), w.Size(), w.Replicas()
+	if err := w.Close(); err != nil {
+		f.failUnwritten(live, err)
+		return false
+	}
+	return true
+}
+
+// failUnwritten answers a batch the writer could not write. On the journal
+// path the batches before it are acknowledged without the log checking
+// their offsets, so its rollback waits until every one is answered: the
+// provisional state it resets to must hold them all.
+func (f *flusher) failUnwritten(live []*pendingAppend, err error) {
+	if f.b.journal != nil {
+		f.unsettled.Wait()
+	}
+	f.fail(live, err)
+}
+
 // writeJournal builds a batch's object in memory, holds it and makes the
-// journal object that will commit it (journal.go, decision 1).
-func (f *flusher) writeJournal(live []*pendingAppend, payloadBytes int64) *written {
+// journal object that will commit it (journal.go, decision 1) — or, above
+// InlineBytes, writes and syncs the object as a file of its own first and
+// journals only its descriptor (decision 1b).
+func (f *flusher) writeJournal(live []*pendingAppend, c *meta.Commit, payloadBytes int64) *written {
 	b := f.b
 	n := objectsFrameBytes(payloadBytes, len(live))
+	if payloadBytes > 0 && (b.cfg.InlineBytes <= 0 || n > b.cfg.InlineBytes) {
+		if !f.writeFile(live, c) {
+			return nil
+		}
+		c.Now, c.Appends = b.now().UnixNano(), make([]meta.Append, len(live))
+		for i, p := range live {
+			c.Appends[i] = p.app
+		}
+		payload, err := journalPayload(nil, c, objectInFile)
+		if err != nil {
+			f.failUnwritten(live, meta.BadCommand.Wrap(err, "op", "journal.describe"))
+			return nil
+		}
+		return &written{live: live, c: c, bytes: payloadBytes, obj: &journal.Object{ID: c.Object, Parts: partsOf(c), Payload: payload}}
+	}
 	// Room for the descriptor after the frames: one array for both.
 	frames := make([]byte, 0, n+int64(64+len(live)*96))
 	for _, p := range live {
@@ -345,20 +390,20 @@ func (f *flusher) writeJournal(live []*pendingAppend, payloadBytes int64) *writt
 	}
 	id, err := b.objs.Hold(frames[:len(frames):len(frames)])
 	if err != nil {
-		f.fail(live, err)
+		f.failUnwritten(live, err)
 		return nil
 	}
-	c := &meta.Commit{Object: id, Size: int64(objstore.HeaderSize + len(frames)), Now: b.now().UnixNano(), Appends: make([]meta.Append, len(live))}
+	c.Object, c.Size, c.Now, c.Appends = id, int64(objstore.HeaderSize+len(frames)), b.now().UnixNano(), make([]meta.Append, len(live))
 	for i, p := range live {
 		if p.app.Range != nil {
 			p.app.Range.Object = id
 		}
 		c.Appends[i] = p.app
 	}
-	payload, err := journalPayload(frames, c)
+	payload, err := journalPayload(frames, c, objectInJournal)
 	if err != nil {
 		b.objs.Remove(id)
-		f.fail(live, meta.BadCommand.Wrap(err, "op", "journal.describe"))
+		f.failUnwritten(live, meta.BadCommand.Wrap(err, "op", "journal.describe"))
 		return nil
 	}
 	return &written{live: live, c: c, bytes: payloadBytes, obj: &journal.Object{ID: id, Parts: partsOf(c), Payload: payload}}
@@ -520,7 +565,15 @@ func (f *flusher) settleJournaled(p *proposal) {
 	b := f.b
 	_, err := p.wait(context.Background())
 	b.cfg.Metrics.FsyncSeconds.Observe(time.Since(p.start).Seconds())
+	if err == nil && f.broken != nil {
+		// An earlier object failed: this one's offsets continue appends
+		// that were never acknowledged, and a start would not adopt it.
+		err = f.broken
+	}
 	if err != nil {
+		if f.broken == nil {
+			f.broken = err
+		}
 		b.objs.Remove(p.object)
 		if errors.Is(err, journal.Failed) {
 			b.storageFailed("journal.append", journalDir(b.cfg.DataDir), err)
@@ -530,7 +583,7 @@ func (f *flusher) settleJournaled(p *proposal) {
 	}
 	b.cfg.Metrics.FlushAppends.Observe(float64(len(p.live)))
 	b.cfg.Metrics.FlushBytes.Observe(float64(p.bytes))
-	b.tail.add(p.c)
+	live := f.joinTail(p)
 	if b.tail.size() >= b.cfg.CheckpointBytes {
 		select {
 		case b.tail.due <- struct{}{}:
@@ -538,7 +591,7 @@ func (f *flusher) settleJournaled(p *proposal) {
 		}
 	}
 	touched := map[*named]bool{}
-	for _, pa := range p.live {
+	for _, pa := range live {
 		if r := pa.app.Range; r != nil && pa.payload != nil && !pa.recycled {
 			b.frames.put(frameKey{r.Object, r.Pos}, pa.payload)
 		}
@@ -554,6 +607,52 @@ func (f *flusher) settleJournaled(p *proposal) {
 		n.signal()
 		n.mu.Unlock()
 	}
+}
+
+// joinTail adds a journaled object's commit to the tail, without the
+// appends whose stream's provisional state ended since they were admitted
+// (a revoke or a fence): those are answered APPEND_OUTCOME_UNKNOWN — the
+// object is durable, and a recovery at their epoch may adopt them. The
+// check and the add are made under the streams' locks, so that a revoke
+// either comes first (the append stays out) or finds it in the tail (the
+// next open checkpoints it first). It returns the appends to acknowledge.
+func (f *flusher) joinTail(p *proposal) []*pendingAppend {
+	var ns []*named
+	for _, pa := range p.live {
+		if !slices.Contains(ns, pa.n) {
+			ns = append(ns, pa.n)
+		}
+	}
+	slices.SortFunc(ns, func(a, b *named) int { return strings.Compare(a.name, b.name) })
+	for _, n := range ns {
+		n.mu.Lock()
+	}
+	var live, stale []*pendingAppend
+	defer func() {
+		for _, n := range ns {
+			n.mu.Unlock()
+		}
+		// Answered once the locks are left (answer takes its stream's).
+		for _, pa := range stale {
+			pa.answer(node.OutcomeUnknown.With("name", pa.n.name, "first", pa.app.First), false)
+		}
+	}()
+	var apps []meta.Append
+	for _, pa := range p.live {
+		if pa.n.gen != pa.gen {
+			stale = append(stale, pa)
+			continue
+		}
+		live, apps = append(live, pa), append(apps, pa.app)
+	}
+	c := p.c
+	if len(stale) > 0 {
+		cc := *p.c
+		cc.Appends = apps
+		c = &cc
+	}
+	f.b.tail.add(c)
+	return live
 }
 
 // fail answers every append of a batch that could not be written or

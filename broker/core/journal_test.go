@@ -3,8 +3,10 @@ package core
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -302,5 +304,66 @@ func TestJournalObjectsOutOfOrderAreAdoptedInOrder(t *testing.T) {
 	checkNumbered(t, b, "s", 8)
 	if res, err := b.Append(context.Background(), "s", recs("rec-8"), node.AppendOptions{Partition: -1}); err != nil || res.First != 8 {
 		t.Fatalf("the next append: %+v, %v; want offset 8", res, err)
+	}
+}
+
+// TestLargeObjectsAreFilesTheJournalNames: a group commit above InlineBytes
+// is written and synced as a file of its own and the journal holds only its
+// descriptor (no second copy of its bytes); a start adopts such objects
+// whole — and one whose file is not whole is not adopted, nor anything of
+// its stream after it.
+func TestLargeObjectsAreFilesTheJournalNames(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	big := func(c *Config) { c.CheckpointInterval = time.Hour; c.InlineBytes = 1024 }
+	b := openTest(t, dir, big)
+	mustCreate(t, b, "s", node.CreateOptions{})
+	payload := func(i int) string { return fmt.Sprintf("rec-%d-%s", i, strings.Repeat("x", 4096)) }
+	for i := range 6 {
+		if _, err := b.Append(context.Background(), "s", recs(payload(i)), node.AppendOptions{Partition: -1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var journalBytes int64
+	names, _ := filepath.Glob(filepath.Join(dir, "journal", "journal-*.log"))
+	for _, n := range names {
+		fi, err := os.Stat(n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		journalBytes += fi.Size()
+	}
+	if journalBytes > 6*1024 {
+		t.Fatalf("the journal holds %d bytes for six 4 KiB appends in files of their own", journalBytes)
+	}
+	var files []uint64
+	for _, r := range b.tail.take() {
+		files = append(files, r.Object)
+	}
+	if len(files) != 6 {
+		t.Fatalf("%d objects in the tail, want 6", len(files))
+	}
+	stopWithoutCheckpoint(t, b)
+
+	// The fifth object's file loses its end (the disk's doing: its
+	// fdatasync came before the journal's).
+	path := filepath.Join(dir, "objects", objName(files[4]))
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(path, fi.Size()-10); err != nil {
+		t.Fatal(err)
+	}
+	b = openTest(t, dir, big)
+	defer b.Close()
+	got := readAll(t, b, "s", 0)
+	if len(got) != 4 {
+		t.Fatalf("%d records adopted, want the 4 before the object that is not whole", len(got))
+	}
+	for i, e := range got {
+		if string(e.Record.Payload) != payload(i) {
+			t.Fatalf("record %d: %.10q", i, e.Record.Payload)
+		}
 	}
 }
