@@ -356,16 +356,16 @@ func (b *Broker) awaitProducer(ctx context.Context, n *named, t meta.ProducerTup
 // producer at t or past it. It reads in place: no copy of the entry.
 func (b *Broker) producerCommitted(name string, t meta.ProducerTuple) bool {
 	done := false
-	var streams []uint64
 	b.fsm.View(func(s *meta.State) {
 		if e, ok := s.Names[name]; ok {
 			cur, ok := e.Producers[t.ID]
 			done = ok && (cur.Epoch > t.Epoch || cur.Epoch == t.Epoch && cur.LastSeq >= t.Seq)
-			streams = e.Streams
+			// Acknowledged by the journal and not checkpointed yet:
+			// committed too (looked at in the same view as the state).
+			done = done || b.tail.producerAt(e.Streams, t)
 		}
 	})
-	// Acknowledged by the journal and not checkpointed yet: committed too.
-	return done || b.tail.producerAt(streams, t)
+	return done
 }
 
 // committedEnd returns a partition's committed end.

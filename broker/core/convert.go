@@ -35,6 +35,14 @@ func entryOf(e *meta.Entry) *node.Entry {
 	return out
 }
 
+// entryOf is entryOf with what the journal acknowledged and no checkpoint
+// took yet: producers, Stream-Seq, the close.
+func (b *Broker) entryOf(e *meta.Entry) *node.Entry {
+	out := entryOf(e)
+	b.tail.overlay(e.Streams, out)
+	return out
+}
+
 // partitionStateOf describes an internal stream in the API's terms.
 func partitionStateOf(in *meta.Internal) node.PartitionState {
 	return node.PartitionState{

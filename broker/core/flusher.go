@@ -119,6 +119,11 @@ func (f *flusher) run() {
 			if w := f.write(batch); w != nil {
 				f.unsettled.Add(1)
 				written <- w
+				if w.drain {
+					// Nothing is written after it until it is answered:
+					// were it refused, what follows would be built on it.
+					f.unsettled.Wait()
+				}
 			}
 		}
 	}()
@@ -244,6 +249,9 @@ type written struct {
 	// obj, when set, is the object to append to the journal (see
 	// journal.go); otherwise the commit goes through the log.
 	obj *journal.Object
+	// drain: on the journal path, a batch committed through the log (group
+	// offsets), after which the writer waits until it is answered.
+	drain bool
 }
 
 // dropStale answers the appends of batch built on a generation a rollback
@@ -293,18 +301,25 @@ func (f *flusher) write(batch []*pendingAppend) *written {
 			return nil
 		}
 	}
-	if payloadBytes > 0 {
+	var w *written
+	switch {
+	case payloadBytes > 0 && b.cfg.InlineBytes > 0 && payloadBytes+int64(len(live)*objstore.FrameHeaderSize) <= b.cfg.InlineBytes:
 		// Small: the frames ride in the commit, whose fsync makes them
 		// durable, and the object is held in memory, no file yet (see
 		// inline.go).
-		if b.cfg.InlineBytes > 0 && payloadBytes+int64(len(live)*objstore.FrameHeaderSize) <= b.cfg.InlineBytes {
-			return f.holdInline(live, c, payloadBytes)
-		}
+		w = f.holdInline(live, c, payloadBytes)
+	case payloadBytes > 0:
 		if !f.writeFile(live, c) {
 			return nil
 		}
+		w = &written{live: live, c: c, bytes: payloadBytes}
+	default:
+		w = &written{live: live, c: c, bytes: payloadBytes}
 	}
-	return &written{live: live, c: c, bytes: payloadBytes}
+	if w != nil {
+		w.drain = b.journal != nil
+	}
+	return w
 }
 
 // writeFile writes a batch's records as frames of a new object file and
@@ -464,6 +479,7 @@ func (f *flusher) propose(w *written) *proposal {
 		// Written into its object's descriptor already: no append is
 		// dropped now (a rollback fails the journal's later batches too).
 		done := make(chan error, 1)
+		b.tail.hold(w.obj.ID)
 		go func() { done <- b.journal.Append(*w.obj) }()
 		wait := func(context.Context) (any, error) { return nil, <-done }
 		return &proposal{live: w.live, object: w.c.Object, start: time.Now(), wait: wait, journaled: true, c: w.c, bytes: w.bytes}
@@ -574,6 +590,7 @@ func (f *flusher) settleJournaled(p *proposal) {
 		if f.broken == nil {
 			f.broken = err
 		}
+		b.tail.release(p.object)
 		b.objs.Remove(p.object)
 		if errors.Is(err, journal.Failed) {
 			b.storageFailed("journal.append", journalDir(b.cfg.DataDir), err)

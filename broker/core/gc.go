@@ -91,7 +91,7 @@ func (b *Broker) collectGarbage(ctx context.Context, grace time.Duration, orphan
 	}
 	cutoff := time.Now().Add(-grace)
 	for _, info := range infos {
-		if _, waiting := seen[info.ID]; waiting || known[info.ID] || (grace > 0 && info.ModTime.After(cutoff)) {
+		if _, waiting := seen[info.ID]; waiting || known[info.ID] || b.tail.holds(info.ID) || (grace > 0 && info.ModTime.After(cutoff)) {
 			continue
 		}
 		// Never committed (or committed and already forgotten as garbage).

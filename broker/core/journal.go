@@ -105,12 +105,30 @@ func newTailState() *tailState {
 	return &tailState{objects: map[uint64]int{}, streams: map[uint64]*streamTail{}, due: make(chan struct{}, 1)}
 }
 
-// add appends an acknowledged commit.
+// hold counts object id as the tail's from the moment it is handed to the
+// journal: a durable object whose commit has not joined the tail yet must
+// not have its journal segment dropped (releaseJournal) or its file taken
+// for an orphan. add (via drop) or release ends the count.
+func (t *tailState) hold(id uint64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.objects[id]++
+}
+
+// release ends hold's count of an object that will not join the tail.
+func (t *tailState) release(id uint64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.objects[id]--; t.objects[id] <= 0 {
+		delete(t.objects, id)
+	}
+}
+
+// add appends an acknowledged commit, whose object hold counted.
 func (t *tailState) add(c *meta.Commit) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.commits = append(t.commits, c)
-	t.objects[c.Object]++
 	t.index(c)
 }
 
@@ -163,8 +181,11 @@ func (t *tailState) size() int64 {
 	return t.bytes
 }
 
-// holds reports whether an object of the tail is id.
+// holds reports whether an object of the tail (or on its way in) is id.
 func (t *tailState) holds(id uint64) bool {
+	if t == nil {
+		return false
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.objects[id] > 0
@@ -263,6 +284,38 @@ const (
 	objectInJournal byte = 1 // the payload holds them
 	objectInFile    byte = 2 // the object's own file, synced before
 )
+
+// overlay lays the tail's named-level changes to streams over out, an
+// entry as the state holds it.
+func (t *tailState) overlay(streams []uint64, out *node.Entry) {
+	if t == nil {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, c := range t.commits {
+		for _, a := range c.Appends {
+			if !slices.Contains(streams, a.Stream) {
+				continue
+			}
+			if p := a.Producer; p != nil {
+				if out.Producers == nil {
+					out.Producers = map[string]node.Producer{}
+				}
+				out.Producers[p.ID] = node.Producer{Epoch: p.Epoch, LastSeq: p.Seq}
+			}
+			if a.StreamSeq != "" {
+				out.LastStreamSeq = a.StreamSeq
+			}
+			if a.Close {
+				out.Closed = true
+				if p := a.Producer; p != nil {
+					out.ClosedBy = &node.ProducerTuple{ID: p.ID, Epoch: p.Epoch, Seq: p.Seq}
+				}
+			}
+		}
+	}
+}
 
 // journalPayload is what the journal holds of a group commit: its frames
 // (none for objectInFile), its descriptor (c, frames aside), the
@@ -365,6 +418,9 @@ func (b *Broker) recoverJournal() error {
 		var keep []meta.Append
 		b.fsm.View(func(st *meta.State) {
 			_, referenced = st.Objects[id]
+			if st.Garbage[id] {
+				return // a checkpoint met it and refused all of it: never again
+			}
 			for _, a := range c.Appends {
 				in, ok := st.Streams[a.Stream]
 				if !ok || !in.Open || in.Owner != b.self() || in.Epoch != a.Epoch {
@@ -397,13 +453,15 @@ func (b *Broker) recoverJournal() error {
 	if len(adopt) == 0 {
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), applyTimeout)
-	defer cancel()
-	res, err := b.apply(ctx, &meta.Command{Op: meta.OpCheckpoint, Checkpoint: &meta.Checkpoint{Commits: adopt}})
-	if err != nil {
-		return err
+	for _, chunk := range checkpointChunks(adopt) {
+		ctx, cancel := context.WithTimeout(context.Background(), applyTimeout)
+		res, err := b.apply(ctx, &meta.Command{Op: meta.OpCheckpoint, Checkpoint: &meta.Checkpoint{Commits: chunk}})
+		cancel()
+		if err != nil {
+			return err
+		}
+		b.checkCheckpoint(chunk, res)
 	}
-	b.checkCheckpoint(adopt, res)
 	b.cfg.Logger.Info("adopted the journal's appends past the last checkpoint", "appends", appends, "objects", len(adopt))
 	return nil
 }
@@ -444,22 +502,55 @@ func (b *Broker) checkpoint(ctx context.Context) error {
 	b.checkpointMu.Lock()
 	defer b.checkpointMu.Unlock()
 	commits := b.tail.take()
-	if len(commits) == 0 {
-		return nil
+	for _, chunk := range checkpointChunks(commits) {
+		cp := &meta.Checkpoint{Commits: make([]meta.Commit, len(chunk))}
+		for i, c := range chunk {
+			cp.Commits[i] = *c
+		}
+		res, err := b.applyNow(ctx, &meta.Command{Op: meta.OpCheckpoint, Checkpoint: cp})
+		if err != nil {
+			return err
+		}
+		b.tail.drop(len(chunk))
+		b.cfg.Metrics.Checkpoints.Inc()
+		b.cfg.Metrics.CheckpointCommits.Observe(float64(len(chunk)))
+		b.checkCheckpoint(cp.Commits, res)
 	}
-	cp := &meta.Checkpoint{Commits: make([]meta.Commit, len(commits))}
-	for i, c := range commits {
-		cp.Commits[i] = *c
-	}
-	res, err := b.applyNow(ctx, &meta.Command{Op: meta.OpCheckpoint, Checkpoint: cp})
-	if err != nil {
-		return err
-	}
-	b.tail.drop(len(commits))
-	b.cfg.Metrics.Checkpoints.Inc()
-	b.cfg.Metrics.CheckpointCommits.Observe(float64(len(commits)))
-	b.checkCheckpoint(cp.Commits, res)
 	return nil
+}
+
+// maxCheckpointAppends bounds one checkpoint command: about 100 bytes an
+// append, a few MiB — far below the log's largest entry (raft-wal: 64
+// MiB), however long the log took no checkpoint.
+const maxCheckpointAppends = 32 << 10
+
+// checkpointChunks splits commits, in order, into runs of at most
+// maxCheckpointAppends appends (a commit is never split).
+func checkpointChunks[C interface{ *meta.Commit | meta.Commit }](commits []C) [][]C {
+	var out [][]C
+	start, n := 0, 0
+	for i, c := range commits {
+		k := appendsOf(c)
+		if n > 0 && n+k > maxCheckpointAppends {
+			out = append(out, commits[start:i])
+			start, n = i, 0
+		}
+		n += k
+	}
+	if start < len(commits) {
+		out = append(out, commits[start:])
+	}
+	return out
+}
+
+func appendsOf[C interface{ *meta.Commit | meta.Commit }](c C) int {
+	switch v := any(c).(type) {
+	case *meta.Commit:
+		return len(v.Appends)
+	case meta.Commit:
+		return len(v.Appends)
+	}
+	return 0
 }
 
 // checkCheckpoint reports appends a checkpoint's log refused: acknowledged

@@ -74,7 +74,7 @@ func (b *Broker) existing(ctx context.Context, name string) (*node.Entry, bool, 
 		return nil, false, meta.StreamGone.With("name", name)
 	}
 	if !b.expired(e, b.now().UnixNano()) {
-		return entryOf(e), true, nil
+		return b.entryOf(e), true, nil
 	}
 	if err := b.deleteEntry(ctx, e); err != nil && !errors.Is(err, meta.StreamNotFound) {
 		return nil, false, err
@@ -127,7 +127,7 @@ func (b *Broker) UpdatePolicy(ctx context.Context, name string, p stream.PolicyV
 	if !ok {
 		return nil, meta.BadCommand.With("op", "updatePolicy", "reason", fmt.Sprintf("result %T", res))
 	}
-	return entryOf(e), nil
+	return b.entryOf(e), nil
 }
 
 // Get returns a named stream's entry; an expired one is not found, a
@@ -140,7 +140,7 @@ func (b *Broker) Get(name string) (*node.Entry, error) {
 	if e.Deleted {
 		return nil, meta.StreamGone.With("name", name)
 	}
-	return entryOf(e), nil
+	return b.entryOf(e), nil
 }
 
 // Locate returns a named stream's entry whatever its lifetime says, for
@@ -156,7 +156,7 @@ func (b *Broker) Locate(name string) (*node.Entry, error) {
 	if e.Deleted {
 		return nil, meta.StreamGone.With("name", name)
 	}
-	return entryOf(e), nil
+	return b.entryOf(e), nil
 }
 
 // PlacedBy returns the internal stream a cluster places internal stream id
@@ -187,7 +187,7 @@ func (b *Broker) List() []*node.Entry {
 	b.fsm.View(func(s *meta.State) {
 		for name, e := range s.Names {
 			if !e.Deleted && !lifetimeOver(views[name], e.TTL, e.ExpiresAt, e.LastAccess, now) {
-				out = append(out, entryOf(e))
+				out = append(out, b.entryOf(e))
 			}
 		}
 	})
@@ -242,7 +242,7 @@ func (b *Broker) TailOf(name string, partition int) (node.Tail, error) {
 		in := s.Streams[e.Streams[partition]]
 		past, _ := b.tail.past(in)
 		start := max(in.Start, retentionStart(in, past, e.Policy, now))
-		t = node.Tail{Entry: entryOf(e), Start: start, End: b.tail.ackedEnd(in)}
+		t = node.Tail{Entry: b.entryOf(e), Start: start, End: b.tail.ackedEnd(in)}
 		e = nil // the state's own: not to be used outside the View
 	})
 	if err != nil {

@@ -370,20 +370,32 @@ func (b *Broker) rollback(n *named, gen uint64, cause error) {
 	n.pendingBytes = 0
 	b.cfg.Metrics.Rollbacks.Inc()
 	b.cfg.Logger.Warn("append refused by the metadata log; rolling back provisional state", "name", n.name, "err", cause)
-	e, ok := b.fsm.Entry(n.name)
-	if !ok {
-		n.signal()
-		return
-	}
-	n.reset(e)
-	b.tail.replay(n) // acknowledged by the journal: committed, as far as n goes
-	for _, p := range n.parts {
-		in, ok := b.fsm.Internal(p.id)
-		if !ok || !in.Open || in.Epoch != p.epoch || in.Owner != b.self() {
-			p.opened = false // fenced: the next append reopens at a new epoch
-			continue
+	// The state and the journal's tail in one view: a checkpoint moving
+	// appends from one to the other between two looks would hide them.
+	b.fsm.View(func(s *meta.State) {
+		e, ok := s.Names[n.name]
+		if !ok {
+			return
 		}
-		p.next = b.tail.ackedEnd(in)
-	}
+		n.reset(e)
+		b.tail.replay(n) // acknowledged by the journal: committed, as far as n goes
+		for _, p := range n.parts {
+			in, ok := s.Streams[p.id]
+			if !ok || !in.Open || in.Epoch != p.epoch || in.Owner != b.self() {
+				p.opened = false // fenced: the next append reopens at a new epoch
+				continue
+			}
+			p.next = b.tail.ackedEnd(in)
+			if b.tail != nil {
+				// On the journal path nothing checks a later object's
+				// offsets: those in flight after the refused one are
+				// durable at offsets that now leave a gap. A new epoch
+				// makes sure no start ever adopts them (they answer
+				// APPEND_OUTCOME_UNKNOWN) and that what follows is
+				// acknowledged only on the reopened partition.
+				p.opened = false
+			}
+		}
+	})
 	n.signal()
 }
