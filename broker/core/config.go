@@ -111,6 +111,11 @@ type Config struct {
 	// CheckpointBytes checkpoints at once when this many record bytes are
 	// acknowledged and not checkpointed (default 16 MiB).
 	CheckpointBytes int64
+	// JournalSegmentBytes is the size past which the journal begins a new
+	// segment (default DefaultJournalSegmentBytes). A segment is deleted
+	// only once it is no longer written to and all of it is checkpointed,
+	// so a small volume wants small ones.
+	JournalSegmentBytes int64
 	// MaxUncheckpointedBytes bounds them: while the log takes no
 	// checkpoint, appends past it are refused, METADATA_UNAVAILABLE
 	// (default 256 MiB).
@@ -144,10 +149,6 @@ type Config struct {
 	// RaftLog receives the metadata log's own logs (default: discard).
 	RaftLog io.Writer
 
-	// journalSegmentBytes is the journal's segment size (default the
-	// journal's 64 MiB; tests make it small).
-	journalSegmentBytes int64
-
 	// syncObjects makes objects' files durable before a snapshot lets the
 	// log drop their entries (objstore.SyncObjects; tests replace it).
 	syncObjects func(dir string, ids []uint64) error
@@ -156,6 +157,8 @@ type Config struct {
 const (
 	// DefaultSyncLinger is Config.SyncLinger unless set.
 	DefaultSyncLinger = 500 * time.Microsecond
+	// DefaultJournalSegmentBytes is Config.JournalSegmentBytes unless set.
+	DefaultJournalSegmentBytes = 16 << 20
 	// DefaultInlineBytes is Config.InlineBytes unless set.
 	DefaultInlineBytes = 64 << 10
 	// DefaultPageCacheBytes is Config.PageCacheBytes unless set.
@@ -215,6 +218,7 @@ func (c Config) check() error {
 		{"MaxBatchBytes", c.MaxBatchBytes}, {"CommitsInFlight", int64(c.CommitsInFlight)}, {"MergeMinRanges", int64(c.MergeMinRanges)},
 		{"MergeRangeBytes", c.MergeRangeBytes}, {"InlineLogBytes", c.InlineLogBytes}, {"FrameBytes", c.FrameBytes},
 		{"CheckpointBytes", c.CheckpointBytes}, {"MaxUncheckpointedBytes", c.MaxUncheckpointedBytes},
+		{"JournalSegmentBytes", c.JournalSegmentBytes},
 	} {
 		if n.v < 0 {
 			return bad(n.field, n.v, "must not be negative (zero takes the default)")
@@ -294,6 +298,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxUncheckpointedBytes == 0 {
 		c.MaxUncheckpointedBytes = 256 << 20
+	}
+	if c.JournalSegmentBytes == 0 {
+		c.JournalSegmentBytes = DefaultJournalSegmentBytes
 	}
 	if c.PageCacheBytes == 0 {
 		c.PageCacheBytes = DefaultPageCacheBytes

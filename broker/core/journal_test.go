@@ -187,7 +187,7 @@ func TestJournalSegmentsAreDropped(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	m := NewMetrics(nil)
-	small := func(c *Config) { c.journalSegmentBytes = 4 << 10; c.Metrics = m }
+	small := func(c *Config) { c.JournalSegmentBytes = 4 << 10; c.Metrics = m }
 	b := openTest(t, dir, small)
 	mustCreate(t, b, "s", node.CreateOptions{})
 	appendNumbered(t, b, "s", 0, 120)
@@ -472,7 +472,7 @@ func TestSegmentsDroppedWhileAppendsSettle(t *testing.T) {
 	dir := t.TempDir()
 	m := NewMetrics(nil)
 	small := func(c *Config) {
-		c.journalSegmentBytes = 2 << 10
+		c.JournalSegmentBytes = 2 << 10
 		c.Metrics = m
 		c.CheckpointInterval = 3 * time.Millisecond
 	}

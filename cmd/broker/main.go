@@ -328,16 +328,21 @@ func guardClientPort(ln net.Listener, l settings.Limits) net.Listener {
 	return framing.Listen(ln, framing.Limits{MaxHeaderBytes: int(l.MaxHeaderBytes), MaxHeaders: l.MaxHeaders, MaxURLBytes: int(l.MaxURLBytes)})
 }
 
-// sizeForVolume scales what the metadata log keeps on disk to a small
-// volume: its segments (a few stay, with a zeroed spare) and the inline
-// frames gathered before a snapshot, which on a 64 MiB volume were the 16
-// MiB and 64 MiB defaults — most of it.
+// sizeForVolume scales what the metadata log and the journal keep on disk
+// to a small volume: the log's segments (a few stay, with a zeroed spare),
+// the inline frames gathered before a snapshot and the journal's segments,
+// which on a 64 MiB volume were the 16 MiB, 64 MiB and 64 MiB defaults —
+// most of it.
 func sizeForVolume(c *core.Config, total int64) {
 	if total <= 0 {
 		return
 	}
 	c.WALSegmentBytes = int(min(max(total/64, 1<<20), 16<<20))
 	c.InlineLogBytes = min(max(total/16, 1<<20), 64<<20)
+	// The journal's segment being written is dropped only once full and
+	// checkpointed: on a small volume a large one would hold, after
+	// deletes, what the volume needs back.
+	c.JournalSegmentBytes = min(max(total/64, 1<<20), core.DefaultJournalSegmentBytes)
 }
 
 // openDisk prepares the data directory and starts watching its volume.
