@@ -160,7 +160,7 @@ func Open(cfg Config) (*Broker, error) {
 			_ = l.Close()
 			return nil, err
 		}
-		j, err := journal.Open(journal.DirOn(dir, diskio.Or(cfg.FS)), journal.Options{SegmentBytes: cfg.JournalSegmentBytes})
+		j, err := journal.Open(journal.DirOn(dir, diskio.Or(cfg.FS)), journal.Options{SegmentBytes: cfg.JournalSegmentBytes, Preallocate: true})
 		if err == nil {
 			err = j.Damaged()
 			if err != nil {

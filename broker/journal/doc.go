@@ -53,6 +53,14 @@
 // resend of one is answered "held already". A batch never outgrows 1 GiB
 // (the writer splits it); an object over half that is refused.
 //
+// Preallocation (Options.Preallocate). A zero-filled spare segment is
+// written and synced in the background and renamed into place when the
+// writer begins a segment: an fdatasync then need not grow the file. The
+// zeros after a segment's last batch are the unwritten rest of it, not a
+// torn tail and not damage, in the last segment or an earlier one — so a
+// synced batch of an earlier segment lost to zeros is not told from that
+// rest, as a bad final batch that was synced is not told from a torn one.
+//
 // Dropping. Segments go whole, oldest first (Drop), when the caller has
 // every object in one durably elsewhere or needs it no more; never the
 // current segment, never one holding a stream's current fence (it would

@@ -17,6 +17,8 @@ type FS interface {
 	Create(name string) (File, error)
 	Open(name string) (File, error)
 	Remove(name string) error
+	// Rename renames from to to, replacing it (durable once SyncDir).
+	Rename(from, to string) error
 	// List returns the directory's entries, sorted.
 	List() ([]string, error)
 	// SyncDir makes creates and removes durable.
@@ -68,6 +70,10 @@ func (d osDir) Open(name string) (File, error) {
 }
 
 func (d osDir) Remove(name string) error { return d.fs.Remove(filepath.Join(d.path, name)) }
+
+func (d osDir) Rename(from, to string) error {
+	return d.fs.Rename(filepath.Join(d.path, from), filepath.Join(d.path, to))
+}
 
 func (d osDir) List() ([]string, error) {
 	entries, err := os.ReadDir(d.path)

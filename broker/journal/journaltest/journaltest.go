@@ -29,6 +29,7 @@ func (m memFS) Open(name string) (journal.File, error) {
 	return f, nil
 }
 
-func (m memFS) Remove(name string) error { return m.d.Remove(name) }
-func (m memFS) List() ([]string, error)  { return m.d.List(), nil }
-func (m memFS) SyncDir() error           { return m.d.SyncDir() }
+func (m memFS) Remove(name string) error     { return m.d.Remove(name) }
+func (m memFS) Rename(from, to string) error { return m.d.Rename(from, to) }
+func (m memFS) List() ([]string, error)      { return m.d.List(), nil }
+func (m memFS) SyncDir() error               { return m.d.SyncDir() }
