@@ -101,12 +101,20 @@ func Open(fs FS, opts Options) (*Journal, error) {
 		j.closeFiles()
 		return nil, err
 	}
+	fail := func(err error) (*Journal, error) {
+		j.closeFiles()
+		return nil, err
+	}
+	if opts.Preallocate && j.damaged == nil {
+		if err := j.findSpare(); err != nil {
+			return fail(err)
+		}
+	}
 	switch {
 	case j.damaged != nil:
 	case len(j.segments) == 0:
-		if err := j.newSegment(1); err != nil {
-			j.closeFiles()
-			return nil, err
+		if err := j.beginPreallocated(1); err != nil {
+			return fail(err)
 		}
 	default:
 		// What open read may be a killed process's page cache, never
@@ -117,15 +125,24 @@ func Open(fs FS, opts Options) (*Journal, error) {
 			err = j.fs.SyncDir()
 		}
 		if err != nil {
-			j.closeFiles()
-			return nil, err
+			return fail(err)
+		}
+		if opts.Preallocate {
+			// A current segment that grows (written before preallocation,
+			// or when no spare was ready) would cost every append its
+			// growth: begin a preallocated one.
+			size, err := j.segments[j.cur].Size()
+			if err != nil {
+				return fail(err)
+			}
+			if size <= j.curSize {
+				if err := j.beginPreallocated(j.cur + 1); err != nil {
+					return fail(err)
+				}
+			}
 		}
 	}
 	if opts.Preallocate && j.damaged == nil {
-		if err := j.findSpare(); err != nil {
-			j.closeFiles()
-			return nil, err
-		}
 		j.wg.Add(1)
 		go j.prepareSpares()
 	}
@@ -140,6 +157,18 @@ const (
 	spareName = "journal-spare.zeroed"
 	spareTmp  = spareName + ".tmp"
 )
+
+// beginPreallocated begins segment n at open, from a spare made now when
+// Preallocate is set and none is ready: the first appends pay for no
+// growth either.
+func (j *Journal) beginPreallocated(n uint64) error {
+	if j.opts.Preallocate && !j.spareReady {
+		if err := j.prepareSpare(); err != nil {
+			return err
+		}
+	}
+	return j.newSegment(n)
+}
 
 // findSpare keeps a whole spare left by an earlier run and removes what
 // is not one; the preparer makes one if none is left.
