@@ -16,6 +16,7 @@ import (
 	streamsv1alpha1 "github.com/picomq/picomq/api/v1alpha1"
 	"github.com/picomq/picomq/controllers/brokeradmin"
 	"github.com/picomq/picomq/controllers/resources"
+	"github.com/picomq/picomq/internal/testwait"
 )
 
 // The HTTP BrokerAdmin against a real broker: node status answers with the
@@ -48,7 +49,7 @@ func TestEventsAreWrittenToTheAPI(t *testing.T) {
 	ns := newNamespace(t)
 	startManager(t, ns, Options{})
 	newCluster(t, ns, "demo", nil)
-	eventually(t, 20*time.Second, func() error {
+	testwait.NoError(t, 20*time.Second, "", func() error {
 		var list eventsv1.EventList
 		if err := k8s.List(context.Background(), &list, client.InNamespace(ns)); err != nil {
 			return err
@@ -99,7 +100,7 @@ func TestEveryChildActionIsItsOwnEvent(t *testing.T) {
 			return nil
 		}
 	}
-	eventually(t, 20*time.Second, want("Created",
+	testwait.NoError(t, 20*time.Second, "", want("Created",
 		"created ServiceAccount demo-broker", "created Role demo-broker", "created RoleBinding demo-broker",
 		"created ConfigMap demo-config", "created Service demo-headless", "created Service demo",
 		"created PodDisruptionBudget demo", "created StatefulSet demo"))
@@ -110,7 +111,7 @@ func TestEveryChildActionIsItsOwnEvent(t *testing.T) {
 	updateCluster(t, ns, "demo", func(c *streamsv1alpha1.StreamCluster) {
 		c.Spec.Broker.FlushLinger = ptr.To[streamsv1alpha1.Duration]("5ms")
 	})
-	eventually(t, 20*time.Second, want("Updated", "updated ConfigMap demo-config", "updated StatefulSet demo"))
+	testwait.NoError(t, 20*time.Second, "", want("Updated", "updated ConfigMap demo-config", "updated StatefulSet demo"))
 }
 
 // The applier: creates, leaves an object it would not change alone (no

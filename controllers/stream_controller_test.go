@@ -18,6 +18,7 @@ import (
 	"github.com/picomq/picomq/broker/client"
 	"github.com/picomq/picomq/broker/stream"
 	"github.com/picomq/picomq/controllers/brokeradmin"
+	"github.com/picomq/picomq/internal/testwait"
 )
 
 // The Stream tests run against a real broker (cmd/broker, built by
@@ -55,7 +56,7 @@ func getStream(t *testing.T, ns, name string) *streamsv1alpha1.Stream {
 
 func updateStream(t *testing.T, ns, name string, mutate func(*streamsv1alpha1.Stream)) {
 	t.Helper()
-	eventually(t, 10*time.Second, func() error {
+	testwait.NoError(t, 10*time.Second, "", func() error {
 		var s streamsv1alpha1.Stream
 		if err := get(t, ns, name, &s); err != nil {
 			return err
@@ -71,7 +72,7 @@ func updateStream(t *testing.T, ns, name string, mutate func(*streamsv1alpha1.St
 func waitReady(t *testing.T, ns, name string, status metav1.ConditionStatus, reason string) *streamsv1alpha1.Stream {
 	t.Helper()
 	var s streamsv1alpha1.Stream
-	eventually(t, 15*time.Second, func() error {
+	testwait.NoError(t, 15*time.Second, "", func() error {
 		if err := get(t, ns, name, &s); err != nil {
 			return err
 		}
@@ -140,7 +141,7 @@ func TestStreamCreateReportsPartitionsAndOffsets(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	eventually(t, 10*time.Second, func() error {
+	testwait.NoError(t, 10*time.Second, "", func() error {
 		s := getStream(t, ns, "orders")
 		var total int64
 		for _, p := range s.Status.Partitions {
@@ -216,7 +217,7 @@ func TestStreamDeletionPolicyDeleteAndRetain(t *testing.T) {
 		}
 	}
 	for _, name := range []string{"gone", "kept"} {
-		eventually(t, 10*time.Second, func() error {
+		testwait.NoError(t, 10*time.Second, "", func() error {
 			if err := get(t, ns, name, &streamsv1alpha1.Stream{}); !apierrors.IsNotFound(err) {
 				return fmt.Errorf("Stream %s still there (%v)", name, err)
 			}
@@ -250,7 +251,7 @@ func TestStreamFinalizerDroppedWhenTheClusterIsGone(t *testing.T) {
 	if err := k8s.Delete(context.Background(), getStream(t, ns, "orphan")); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, func() error {
+	testwait.NoError(t, 10*time.Second, "", func() error {
 		if err := get(t, ns, "orphan", &streamsv1alpha1.Stream{}); !apierrors.IsNotFound(err) {
 			return fmt.Errorf("still there: %v", err)
 		}
@@ -263,7 +264,7 @@ func TestStreamFinalizerDroppedWhenTheClusterIsGone(t *testing.T) {
 	if err := k8s.Delete(context.Background(), getStream(t, ns, "never")); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, func() error {
+	testwait.NoError(t, 10*time.Second, "", func() error {
 		if err := get(t, ns, "never", &streamsv1alpha1.Stream{}); !apierrors.IsNotFound(err) {
 			return fmt.Errorf("still there: %v", err)
 		}
@@ -299,7 +300,7 @@ func TestStreamDeletedWhileTheClusterIsGoneIsDeletedWhenItReturns(t *testing.T) 
 		if err := k8s.Delete(context.Background(), getStream(t, ns, name)); err != nil {
 			t.Fatal(err)
 		}
-		eventually(t, 10*time.Second, func() error {
+		testwait.NoError(t, 10*time.Second, "", func() error {
 			if err := get(t, ns, name, &streamsv1alpha1.Stream{}); !apierrors.IsNotFound(err) {
 				return fmt.Errorf("Stream %s still there: %v", name, err)
 			}
@@ -324,7 +325,7 @@ func TestStreamDeletedWhileTheClusterIsGoneIsDeletedWhenItReturns(t *testing.T) 
 	newCluster(t, ns, "demo", atBroker)
 	waitSTS(t, ns, "demo", nil)
 	setSTSStatus(t, ns, "demo", 1)
-	eventually(t, 15*time.Second, func() error {
+	testwait.NoError(t, 15*time.Second, "", func() error {
 		if _, err := bc.GetStream(context.Background(), ns+"/orphan"); !brokeradmin.IsNotFound(err) {
 			return fmt.Errorf("orphan still on the broker (%v)", err)
 		}
@@ -360,7 +361,7 @@ func TestStreamBrokerUnreachableBacksOffWithoutHotLoop(t *testing.T) {
 
 	h.admin.set(func(f *fakeAdmin) { f.leader = "demo-0" })
 	setSTSStatus(t, ns, "demo", 3)
-	eventually(t, 10*time.Second, func() error {
+	testwait.NoError(t, 10*time.Second, "", func() error {
 		return wantCondition(getCluster(t, ns, "demo"), streamsv1alpha1.ConditionReady, metav1.ConditionTrue, streamsv1alpha1.ReasonAllBrokersReady)
 	})
 	// The cluster Ready but its brokers unreachable from the operator: the
@@ -412,7 +413,7 @@ func TestStreamPolicyDriftIsRepaired(t *testing.T) {
 	if _, err := bc.UpdatePolicy(context.Background(), ns+"/steady", stream.PolicyValue{RetainBytes: 1 << 20, CompactAfter: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, func() error {
+	testwait.NoError(t, 10*time.Second, "", func() error {
 		info, err := bc.GetStream(context.Background(), ns+"/steady")
 		if err != nil {
 			return err
@@ -470,7 +471,7 @@ func TestStreamManagedFalseDetaches(t *testing.T) {
 	waitReady(t, ns, "loose", metav1.ConditionTrue, streamsv1alpha1.ReasonCreated)
 
 	updateStream(t, ns, "loose", func(s *streamsv1alpha1.Stream) { s.Annotations[AnnotationManaged] = "false" })
-	eventually(t, 10*time.Second, func() error {
+	testwait.NoError(t, 10*time.Second, "", func() error {
 		s := getStream(t, ns, "loose")
 		if controllerutil.ContainsFinalizer(s, StreamFinalizer) {
 			return fmt.Errorf("finalizer still there")
@@ -486,7 +487,7 @@ func TestStreamManagedFalseDetaches(t *testing.T) {
 	if err := k8s.Delete(context.Background(), getStream(t, ns, "loose")); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, func() error {
+	testwait.NoError(t, 10*time.Second, "", func() error {
 		if err := get(t, ns, "loose", &streamsv1alpha1.Stream{}); !apierrors.IsNotFound(err) {
 			return fmt.Errorf("still there: %v", err)
 		}

@@ -25,6 +25,7 @@ import (
 	streamsv1alpha1 "github.com/picomq/picomq/api/v1alpha1"
 	"github.com/picomq/picomq/controllers/brokeradmin"
 	"github.com/picomq/picomq/controllers/resources"
+	"github.com/picomq/picomq/internal/testwait"
 )
 
 // newCluster creates a StreamCluster (the apiserver fills the defaults).
@@ -44,7 +45,7 @@ func newCluster(t *testing.T, ns, name string, mutate func(*streamsv1alpha1.Stre
 // metadata), retrying on conflicts.
 func updateCluster(t *testing.T, ns, name string, mutate func(*streamsv1alpha1.StreamCluster)) {
 	t.Helper()
-	eventually(t, 10*time.Second, func() error {
+	testwait.NoError(t, 10*time.Second, "", func() error {
 		var c streamsv1alpha1.StreamCluster
 		if err := get(t, ns, name, &c); err != nil {
 			return err
@@ -68,7 +69,7 @@ func getCluster(t *testing.T, ns, name string) *streamsv1alpha1.StreamCluster {
 func waitObserved(t *testing.T, ns, name string) *streamsv1alpha1.StreamCluster {
 	t.Helper()
 	var c streamsv1alpha1.StreamCluster
-	eventually(t, 15*time.Second, func() error {
+	testwait.NoError(t, 15*time.Second, "", func() error {
 		if err := get(t, ns, name, &c); err != nil {
 			return err
 		}
@@ -83,7 +84,7 @@ func waitObserved(t *testing.T, ns, name string) *streamsv1alpha1.StreamCluster 
 func waitSTS(t *testing.T, ns, name string, cond func(*appsv1.StatefulSet) error) *appsv1.StatefulSet {
 	t.Helper()
 	var sts appsv1.StatefulSet
-	eventually(t, 15*time.Second, func() error {
+	testwait.NoError(t, 15*time.Second, "", func() error {
 		if err := get(t, ns, name, &sts); err != nil {
 			return err
 		}
@@ -99,7 +100,7 @@ func waitSTS(t *testing.T, ns, name string, cond func(*appsv1.StatefulSet) error
 // replicas are ready, all at the current revision.
 func setSTSStatus(t *testing.T, ns, name string, ready int32) {
 	t.Helper()
-	eventually(t, 10*time.Second, func() error {
+	testwait.NoError(t, 10*time.Second, "", func() error {
 		var sts appsv1.StatefulSet
 		if err := get(t, ns, name, &sts); err != nil {
 			return err
@@ -146,7 +147,7 @@ func TestStreamClusterCreatesChildrenWithOwnerReferences(t *testing.T) {
 		"demo":          &corev1.Service{},
 	}
 	for name, obj := range children {
-		eventually(t, 15*time.Second, func() error {
+		testwait.NoError(t, 15*time.Second, "", func() error {
 			if err := get(t, ns, name, obj); err != nil {
 				return err
 			}
@@ -154,7 +155,7 @@ func TestStreamClusterCreatesChildrenWithOwnerReferences(t *testing.T) {
 		})
 	}
 	for _, obj := range []client.Object{&rbacv1.Role{}, &rbacv1.RoleBinding{}} {
-		eventually(t, 15*time.Second, func() error {
+		testwait.NoError(t, 15*time.Second, "", func() error {
 			if err := get(t, ns, "demo-broker", obj); err != nil {
 				return err
 			}
@@ -162,7 +163,7 @@ func TestStreamClusterCreatesChildrenWithOwnerReferences(t *testing.T) {
 		})
 	}
 	var pdb policyv1.PodDisruptionBudget
-	eventually(t, 15*time.Second, func() error {
+	testwait.NoError(t, 15*time.Second, "", func() error {
 		if err := get(t, ns, "demo", &pdb); err != nil {
 			return err
 		}
@@ -226,7 +227,7 @@ func TestStreamClusterCreatesChildrenWithOwnerReferences(t *testing.T) {
 	if err := wantCondition(got, streamsv1alpha1.ConditionDegraded, metav1.ConditionFalse, streamsv1alpha1.ReasonAsExpected); err != nil {
 		t.Error(err)
 	}
-	eventually(t, 5*time.Second, func() error {
+	testwait.NoError(t, 5*time.Second, "", func() error {
 		if len(h.events.find("demo", "Created")) < 8 {
 			return fmt.Errorf("want a Created event per child, got:\n%s", h.events)
 		}
@@ -269,7 +270,7 @@ func TestStreamClusterSpecChangesPropagate(t *testing.T) {
 		}
 		return nil
 	})
-	eventually(t, 10*time.Second, func() error {
+	testwait.NoError(t, 10*time.Second, "", func() error {
 		var svc corev1.Service
 		if err := get(t, ns, "demo", &svc); err != nil {
 			return err
@@ -371,7 +372,7 @@ func TestStreamClusterPauseFreezesChildren(t *testing.T) {
 	if err := k8s.Delete(context.Background(), &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "demo"}}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, func() error {
+	testwait.NoError(t, 10*time.Second, "", func() error {
 		if h.counts.get("streamcluster", ns, "demo") == before {
 			return fmt.Errorf("the deletion was not reconciled")
 		}
@@ -403,7 +404,7 @@ func TestStreamClusterPauseFreezesChildren(t *testing.T) {
 		}
 		return nil
 	})
-	eventually(t, 10*time.Second, func() error { return get(t, ns, "demo", &corev1.Service{}) })
+	testwait.NoError(t, 10*time.Second, "", func() error { return get(t, ns, "demo", &corev1.Service{}) })
 	h.expectEvents("demo", "Resumed", eventNormal, 1)
 }
 
@@ -420,7 +421,7 @@ func TestStreamClusterStatefulSetStatusDrivesReadyAndProgressing(t *testing.T) {
 
 	// Pods starting: 1 of 3 ready.
 	setSTSStatus(t, ns, "demo", 1)
-	eventually(t, 10*time.Second, func() error {
+	testwait.NoError(t, 10*time.Second, "", func() error {
 		c := getCluster(t, ns, "demo")
 		if err := wantCondition(c, streamsv1alpha1.ConditionReady, metav1.ConditionFalse, streamsv1alpha1.ReasonBrokersNotReady); err != nil {
 			return err
@@ -435,7 +436,7 @@ func TestStreamClusterStatefulSetStatusDrivesReadyAndProgressing(t *testing.T) {
 	})
 	// All ready, at the current revision.
 	setSTSStatus(t, ns, "demo", 3)
-	eventually(t, 10*time.Second, func() error {
+	testwait.NoError(t, 10*time.Second, "", func() error {
 		c := getCluster(t, ns, "demo")
 		if err := wantCondition(c, streamsv1alpha1.ConditionReady, metav1.ConditionTrue, streamsv1alpha1.ReasonAllBrokersReady); err != nil {
 			return err
@@ -453,11 +454,11 @@ func TestStreamClusterStatefulSetStatusDrivesReadyAndProgressing(t *testing.T) {
 	// A spec change the StatefulSet controller has not observed yet:
 	// Progressing (rolling update).
 	updateCluster(t, ns, "demo", func(c *streamsv1alpha1.StreamCluster) { c.Spec.Image = "example.org/broker:3" })
-	eventually(t, 10*time.Second, func() error {
+	testwait.NoError(t, 10*time.Second, "", func() error {
 		return wantCondition(getCluster(t, ns, "demo"), streamsv1alpha1.ConditionProgressing, metav1.ConditionTrue, streamsv1alpha1.ReasonRollingUpdate)
 	})
 	setSTSStatus(t, ns, "demo", 3)
-	eventually(t, 10*time.Second, func() error {
+	testwait.NoError(t, 10*time.Second, "", func() error {
 		return wantCondition(getCluster(t, ns, "demo"), streamsv1alpha1.ConditionProgressing, metav1.ConditionFalse, streamsv1alpha1.ReasonStable)
 	})
 
@@ -466,7 +467,7 @@ func TestStreamClusterStatefulSetStatusDrivesReadyAndProgressing(t *testing.T) {
 	h.admin.set(func(f *fakeAdmin) { f.leader = "" })
 	setSTSStatus(t, ns, "demo", 3) // any child event; the not-Ready poll would do too
 	updateCluster(t, ns, "demo", func(c *streamsv1alpha1.StreamCluster) { c.Spec.Service.Annotations = map[string]string{"x": "y"} })
-	eventually(t, 10*time.Second, func() error {
+	testwait.NoError(t, 10*time.Second, "", func() error {
 		return wantCondition(getCluster(t, ns, "demo"), streamsv1alpha1.ConditionReady, metav1.ConditionFalse, streamsv1alpha1.ReasonNoMetadataLeader)
 	})
 	h.expectEvents("demo", "NotReady", eventWarning, 1)
@@ -490,7 +491,7 @@ func TestStreamClusterReportsTheClusterItsBrokersFormed(t *testing.T) {
 	setSTSStatus(t, ns, "demo", 3)
 
 	// 54 of 64 slots held: not Ready, and the message counts.
-	eventually(t, 10*time.Second, func() error {
+	testwait.NoError(t, 10*time.Second, "", func() error {
 		c := getCluster(t, ns, "demo")
 		if err := wantCondition(c, streamsv1alpha1.ConditionReady, metav1.ConditionFalse, streamsv1alpha1.ReasonSlotsUnheld); err != nil {
 			return err
@@ -517,7 +518,7 @@ func TestStreamClusterReportsTheClusterItsBrokersFormed(t *testing.T) {
 		f.voters = []string{"demo-2", "demo-0", "demo-1"}
 		f.under = map[string]int32{"demo-0": 3, "demo-1": 2, "demo-2": 3}
 	})
-	eventually(t, 10*time.Second, func() error {
+	testwait.NoError(t, 10*time.Second, "", func() error {
 		c := getCluster(t, ns, "demo")
 		if c.Status.ClusterID != "c-1f2e" {
 			return fmt.Errorf("clusterId %q", c.Status.ClusterID)
@@ -551,13 +552,13 @@ func TestStreamClusterReportsTheClusterItsBrokersFormed(t *testing.T) {
 
 	// Every slot held: Ready.
 	h.admin.set(func(f *fakeAdmin) { f.slots["demo-2"] = 21 })
-	eventually(t, 10*time.Second, func() error {
+	testwait.NoError(t, 10*time.Second, "", func() error {
 		return wantCondition(getCluster(t, ns, "demo"), streamsv1alpha1.ConditionReady, metav1.ConditionTrue, streamsv1alpha1.ReasonAllBrokersReady)
 	})
 
 	// No leader: not Ready.
 	h.admin.set(func(f *fakeAdmin) { f.leader = "" })
-	eventually(t, 10*time.Second, func() error {
+	testwait.NoError(t, 10*time.Second, "", func() error {
 		return wantCondition(getCluster(t, ns, "demo"), streamsv1alpha1.ConditionReady, metav1.ConditionFalse, streamsv1alpha1.ReasonNoMetadataLeader)
 	})
 	h.admin.set(func(f *fakeAdmin) { f.leader = "demo-1" })
@@ -565,7 +566,7 @@ func TestStreamClusterReportsTheClusterItsBrokersFormed(t *testing.T) {
 	// A broker of another cluster: Degraded, naming it and both ids; the
 	// recorded id and the brokers' ConfigMap stay; its slots do not count.
 	h.admin.set(func(f *fakeAdmin) { f.clusters["demo-2"] = "c-9999" })
-	eventually(t, 10*time.Second, func() error {
+	testwait.NoError(t, 10*time.Second, "", func() error {
 		c := getCluster(t, ns, "demo")
 		if err := wantCondition(c, streamsv1alpha1.ConditionDegraded, metav1.ConditionTrue, streamsv1alpha1.ReasonClusterIDMismatch); err != nil {
 			return err
@@ -599,7 +600,7 @@ func TestStreamClusterNotReadyWhenNoBrokerAnswers(t *testing.T) {
 	waitSTS(t, ns, "demo", nil)
 	setSTSStatus(t, ns, "demo", 1)
 	var c *streamsv1alpha1.StreamCluster
-	eventually(t, 10*time.Second, func() error {
+	testwait.NoError(t, 10*time.Second, "", func() error {
 		c = getCluster(t, ns, "demo")
 		return wantCondition(c, streamsv1alpha1.ConditionReady, metav1.ConditionUnknown, streamsv1alpha1.ReasonBrokerUnreachable)
 	})
@@ -609,7 +610,7 @@ func TestStreamClusterNotReadyWhenNoBrokerAnswers(t *testing.T) {
 	// Looked at again and again (every 100ms while not Ready): one log
 	// line for the failure.
 	start := h.counts.get("streamcluster", ns, "demo")
-	eventually(t, 10*time.Second, func() error {
+	testwait.NoError(t, 10*time.Second, "", func() error {
 		if n := h.counts.get("streamcluster", ns, "demo") - start; n < 5 {
 			return fmt.Errorf("%d reconciles", n)
 		}
@@ -621,7 +622,7 @@ func TestStreamClusterNotReadyWhenNoBrokerAnswers(t *testing.T) {
 
 	// It answers: Ready, and one line saying so.
 	h.admin.set(func(f *fakeAdmin) { delete(f.down, "demo-0") })
-	eventually(t, 10*time.Second, func() error {
+	testwait.NoError(t, 10*time.Second, "", func() error {
 		return wantCondition(getCluster(t, ns, "demo"), streamsv1alpha1.ConditionReady, metav1.ConditionTrue, streamsv1alpha1.ReasonAllBrokersReady)
 	})
 	if n := logs.count("broker answers the status call again", "demo-0"); n != 1 {
@@ -654,7 +655,7 @@ func TestStreamClusterDegradedNamesCrashLoopingBrokers(t *testing.T) {
 	if err := k8s.Status().Update(context.Background(), pod); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, func() error {
+	testwait.NoError(t, 10*time.Second, "", func() error {
 		c := getCluster(t, ns, "demo")
 		if err := wantCondition(c, streamsv1alpha1.ConditionDegraded, metav1.ConditionTrue, streamsv1alpha1.ReasonBrokersFailing); err != nil {
 			return err
@@ -672,7 +673,7 @@ func TestStreamClusterDegradedNamesCrashLoopingBrokers(t *testing.T) {
 	if err := k8s.Status().Update(context.Background(), pod); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, func() error {
+	testwait.NoError(t, 10*time.Second, "", func() error {
 		return wantCondition(getCluster(t, ns, "demo"), streamsv1alpha1.ConditionDegraded, metav1.ConditionFalse, streamsv1alpha1.ReasonAsExpected)
 	})
 }
@@ -715,7 +716,7 @@ func TestStreamClusterScaleDownWaitsForDrain(t *testing.T) {
 		}
 	})
 	updateCluster(t, ns, "demo", func(c *streamsv1alpha1.StreamCluster) { c.Spec.Replicas = 2 })
-	eventually(t, 10*time.Second, func() error {
+	testwait.NoError(t, 10*time.Second, "", func() error {
 		c := getCluster(t, ns, "demo")
 		return wantCondition(c, streamsv1alpha1.ConditionProgressing, metav1.ConditionTrue, streamsv1alpha1.ReasonDraining)
 	})
@@ -738,7 +739,7 @@ func TestStreamClusterScaleDownWaitsForDrain(t *testing.T) {
 		t.Errorf("brokers that stay were asked to drain")
 	}
 	setSTSStatus(t, ns, "demo", 2)
-	eventually(t, 10*time.Second, func() error {
+	testwait.NoError(t, 10*time.Second, "", func() error {
 		c := getCluster(t, ns, "demo")
 		if err := wantCondition(c, streamsv1alpha1.ConditionProgressing, metav1.ConditionFalse, streamsv1alpha1.ReasonStable); err != nil {
 			return err
@@ -759,7 +760,7 @@ func TestStreamClusterScaleDownHeldWhenBrokersCannotDrain(t *testing.T) {
 	setSTSStatus(t, ns, "demo", 3)
 
 	updateCluster(t, ns, "demo", func(c *streamsv1alpha1.StreamCluster) { c.Spec.Replicas = 2 })
-	eventually(t, 10*time.Second, func() error {
+	testwait.NoError(t, 10*time.Second, "", func() error {
 		c := getCluster(t, ns, "demo")
 		if err := wantCondition(c, streamsv1alpha1.ConditionProgressing, metav1.ConditionFalse, streamsv1alpha1.ReasonScaleDownBlocked); err != nil {
 			return err
@@ -767,7 +768,7 @@ func TestStreamClusterScaleDownHeldWhenBrokersCannotDrain(t *testing.T) {
 		return wantCondition(c, streamsv1alpha1.ConditionDegraded, metav1.ConditionTrue, streamsv1alpha1.ReasonScaleDownBlocked)
 	})
 	// Polled several times, never executed, one Warning event.
-	eventually(t, 10*time.Second, func() error {
+	testwait.NoError(t, 10*time.Second, "", func() error {
 		if n := h.admin.called("Drain demo-2"); n < 3 {
 			return fmt.Errorf("drain asked %d times", n)
 		}
@@ -791,7 +792,7 @@ func TestStreamClusterScaleDownHeldWhenBrokersCannotDrain(t *testing.T) {
 			return brokeradmin.DrainStatus{}, fmt.Errorf("dial tcp: i/o timeout")
 		}
 	})
-	eventually(t, 10*time.Second, func() error {
+	testwait.NoError(t, 10*time.Second, "", func() error {
 		if n := unanswered.Load(); n < 2 {
 			return fmt.Errorf("drain asked %d times since the broker stopped answering", n)
 		}
@@ -803,7 +804,7 @@ func TestStreamClusterScaleDownHeldWhenBrokersCannotDrain(t *testing.T) {
 
 	// Reverting the scale-down clears the hold.
 	updateCluster(t, ns, "demo", func(c *streamsv1alpha1.StreamCluster) { c.Spec.Replicas = 3 })
-	eventually(t, 10*time.Second, func() error {
+	testwait.NoError(t, 10*time.Second, "", func() error {
 		c := getCluster(t, ns, "demo")
 		if err := wantCondition(c, streamsv1alpha1.ConditionDegraded, metav1.ConditionFalse, streamsv1alpha1.ReasonAsExpected); err != nil {
 			return err
@@ -826,14 +827,14 @@ func TestStreamClusterRevertedScaleDownCancelsDrain(t *testing.T) {
 	waitSTS(t, ns, "demo", nil)
 	setSTSStatus(t, ns, "demo", 3)
 	updateCluster(t, ns, "demo", func(c *streamsv1alpha1.StreamCluster) { c.Spec.Replicas = 2 })
-	eventually(t, 10*time.Second, func() error {
+	testwait.NoError(t, 10*time.Second, "", func() error {
 		if h.admin.called("Drain demo-2") == 0 {
 			return fmt.Errorf("not asked to drain yet")
 		}
 		return nil
 	})
 	updateCluster(t, ns, "demo", func(c *streamsv1alpha1.StreamCluster) { c.Spec.Replicas = 3 })
-	eventually(t, 10*time.Second, func() error {
+	testwait.NoError(t, 10*time.Second, "", func() error {
 		if h.admin.called("CancelDrain demo-2") == 0 {
 			return fmt.Errorf("drain of demo-2 not cancelled")
 		}
@@ -856,7 +857,7 @@ func TestStreamClusterDoesNotFightOtherFieldManagers(t *testing.T) {
 	newCluster(t, ns, "demo", nil)
 	waitSTS(t, ns, "demo", nil)
 	var svc corev1.Service
-	eventually(t, 10*time.Second, func() error { return get(t, ns, "demo", &svc) })
+	testwait.NoError(t, 10*time.Second, "", func() error { return get(t, ns, "demo", &svc) })
 	waitObserved(t, ns, "demo")
 
 	// Another controller adds an annotation to the client Service, and
@@ -876,7 +877,7 @@ func TestStreamClusterDoesNotFightOtherFieldManagers(t *testing.T) {
 		}
 		return nil
 	})
-	eventually(t, 5*time.Second, func() error {
+	testwait.NoError(t, 5*time.Second, "", func() error {
 		var cur corev1.Service
 		if err := get(t, ns, "demo", &cur); err != nil {
 			return err
@@ -911,7 +912,7 @@ func TestStreamClusterDoesNotFightOtherFieldManagers(t *testing.T) {
 	if err := k8s.Update(context.Background(), &cm); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 5*time.Second, func() error {
+	testwait.NoError(t, 5*time.Second, "", func() error {
 		if h.counts.get("streamcluster", ns, "demo") == before {
 			return fmt.Errorf("not reconciled")
 		}
@@ -940,7 +941,7 @@ func TestStreamClusterStorageChangeIsReportedNotForced(t *testing.T) {
 		c.Spec.Storage.Size = ptr.To(resource.MustParse("50Gi"))
 		c.Spec.Replicas = 4 // and a change that can be applied
 	})
-	eventually(t, 10*time.Second, func() error {
+	testwait.NoError(t, 10*time.Second, "", func() error {
 		return wantCondition(getCluster(t, ns, "demo"), streamsv1alpha1.ConditionDegraded, metav1.ConditionTrue, streamsv1alpha1.ReasonStorageImmutable)
 	})
 	sts := waitSTS(t, ns, "demo", nil)
@@ -967,7 +968,7 @@ func TestStreamClusterServiceMonitorOnlyWhenTheCRDExists(t *testing.T) {
 	updateCluster(t, ns, "demo", func(c *streamsv1alpha1.StreamCluster) { c.Spec.Service.Annotations = map[string]string{"n": "1"} })
 	sm := &unstructured.Unstructured{}
 	sm.SetGroupVersionKind(resources.ServiceMonitorGVK)
-	eventually(t, 20*time.Second, func() error {
+	testwait.NoError(t, 20*time.Second, "", func() error {
 		if err := get(t, ns, "demo", sm); err != nil {
 			return err
 		}
@@ -977,7 +978,7 @@ func TestStreamClusterServiceMonitorOnlyWhenTheCRDExists(t *testing.T) {
 		return nil
 	})
 	updateCluster(t, ns, "demo", func(c *streamsv1alpha1.StreamCluster) { c.Spec.Monitoring.ServiceMonitor = false })
-	eventually(t, 10*time.Second, func() error {
+	testwait.NoError(t, 10*time.Second, "", func() error {
 		if err := get(t, ns, "demo", sm); !apierrors.IsNotFound(err) {
 			return fmt.Errorf("ServiceMonitor still there (%v)", err)
 		}
@@ -1037,7 +1038,7 @@ func TestStreamClusterReportsARemovedBroker(t *testing.T) {
 	newCluster(t, ns, "demo", nil)
 	waitSTS(t, ns, "demo", nil)
 	setSTSStatus(t, ns, "demo", 3)
-	eventually(t, 10*time.Second, func() error {
+	testwait.NoError(t, 10*time.Second, "", func() error {
 		return wantCondition(getCluster(t, ns, "demo"), streamsv1alpha1.ConditionReady, metav1.ConditionTrue, streamsv1alpha1.ReasonAllBrokersReady)
 	})
 
@@ -1046,7 +1047,7 @@ func TestStreamClusterReportsARemovedBroker(t *testing.T) {
 		f.removed["demo-2"] = problem
 		f.slots["demo-0"] = 43
 	})
-	eventually(t, 10*time.Second, func() error {
+	testwait.NoError(t, 10*time.Second, "", func() error {
 		c := getCluster(t, ns, "demo")
 		if err := wantCondition(c, streamsv1alpha1.ConditionDegraded, metav1.ConditionTrue, streamsv1alpha1.ReasonMemberRemoved); err != nil {
 			return err
@@ -1081,7 +1082,7 @@ func TestStreamClusterReportsARemovedBroker(t *testing.T) {
 		delete(f.removed, "demo-2")
 		f.slots["demo-0"] = 22
 	})
-	eventually(t, 10*time.Second, func() error {
+	testwait.NoError(t, 10*time.Second, "", func() error {
 		c := getCluster(t, ns, "demo")
 		if err := wantCondition(c, streamsv1alpha1.ConditionDegraded, metav1.ConditionFalse, streamsv1alpha1.ReasonAsExpected); err != nil {
 			return err

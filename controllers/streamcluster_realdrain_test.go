@@ -20,6 +20,7 @@ import (
 	"github.com/picomq/picomq/broker/httpapi/wire"
 	"github.com/picomq/picomq/broker/stream"
 	"github.com/picomq/picomq/controllers/brokeradmin"
+	"github.com/picomq/picomq/internal/testwait"
 	"github.com/picomq/picomq/test/clusterharness"
 )
 
@@ -74,7 +75,7 @@ func TestStreamClusterScaleDownDrainsRealBrokers(t *testing.T) {
 	})
 	waitSTS(t, ns, "demo", nil)
 	setSTSStatus(t, ns, "demo", 3)
-	eventually(t, 30*time.Second, func() error {
+	testwait.NoError(t, 30*time.Second, "", func() error {
 		return wantCondition(getCluster(t, ns, "demo"), streamsv1alpha1.ConditionReady, metav1.ConditionTrue, streamsv1alpha1.ReasonAllBrokersReady)
 	})
 
@@ -84,7 +85,7 @@ func TestStreamClusterScaleDownDrainsRealBrokers(t *testing.T) {
 	// then it counts as live (as through a short pause), and a drain let
 	// start waits for it to come back. Its slot Leases, renewed with it,
 	// run out at the same time: the other two then hold every slot.
-	eventually(t, 30*time.Second, func() error {
+	testwait.NoError(t, 30*time.Second, "", func() error {
 		held := 0
 		for _, i := range []int{0, leaving} {
 			n, err := c.Node(i)
@@ -100,7 +101,7 @@ func TestStreamClusterScaleDownDrainsRealBrokers(t *testing.T) {
 		return nil
 	})
 	updateCluster(t, ns, "demo", func(sc *streamsv1alpha1.StreamCluster) { sc.Spec.Replicas = 2 })
-	eventually(t, 30*time.Second, func() error {
+	testwait.NoError(t, 30*time.Second, "", func() error {
 		sc := getCluster(t, ns, "demo")
 		if err := wantCondition(sc, streamsv1alpha1.ConditionProgressing, metav1.ConditionFalse, streamsv1alpha1.ReasonScaleDownBlocked); err != nil {
 			return err
@@ -118,7 +119,7 @@ func TestStreamClusterScaleDownDrainsRealBrokers(t *testing.T) {
 	}
 
 	c.StartBroker(down)
-	eventually(t, 2*time.Minute, func() error {
+	testwait.NoError(t, 2*time.Minute, "", func() error {
 		var sts appsv1.StatefulSet
 		if err := get(t, ns, "demo", &sts); err != nil {
 			return err
@@ -144,7 +145,7 @@ func TestStreamClusterScaleDownDrainsRealBrokers(t *testing.T) {
 	}
 	h.expectEvents("demo", "ScaledDown", eventNormal, 1)
 	setSTSStatus(t, ns, "demo", 2)
-	eventually(t, 30*time.Second, func() error {
+	testwait.NoError(t, 30*time.Second, "", func() error {
 		return wantCondition(getCluster(t, ns, "demo"), streamsv1alpha1.ConditionReady, metav1.ConditionTrue, streamsv1alpha1.ReasonAllBrokersReady)
 	})
 }

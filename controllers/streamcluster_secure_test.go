@@ -17,6 +17,7 @@ import (
 	streamsv1alpha1 "github.com/picomq/picomq/api/v1alpha1"
 	"github.com/picomq/picomq/controllers/brokeradmin"
 	"github.com/picomq/picomq/controllers/resources"
+	"github.com/picomq/picomq/internal/testwait"
 )
 
 // credsAdmin is the fake BrokerAdmin, remembering the credentials each
@@ -47,7 +48,7 @@ func (a *credsAdmin) last() brokeradmin.Credentials {
 // containing sub).
 func waitDegraded(t *testing.T, ns, name, reason, sub string) {
 	t.Helper()
-	eventually(t, 20*time.Second, func() error {
+	testwait.NoError(t, 20*time.Second, "", func() error {
 		c := getCluster(t, ns, name)
 		d := condition(c.Status.Conditions, streamsv1alpha1.ConditionDegraded)
 		if d.Reason != reason || !containsAll(d.Message, sub) {
@@ -81,7 +82,7 @@ func TestStreamClusterSecure(t *testing.T) {
 	// are applied anyway (the pods start once the Secrets exist).
 	waitDegraded(t, ns, "secure", streamsv1alpha1.ReasonTLSSecretNotFound, "Secret "+ns+"/secure-tls does not exist")
 	var sts appsv1.StatefulSet
-	eventually(t, 20*time.Second, func() error { return get(t, ns, "secure", &sts) })
+	testwait.NoError(t, 20*time.Second, "", func() error { return get(t, ns, "secure", &sts) })
 	ctr := sts.Spec.Template.Spec.Containers[0]
 	for _, p := range []*corev1.Probe{ctr.StartupProbe, ctr.LivenessProbe, ctr.ReadinessProbe} {
 		if p.HTTPGet.Scheme != corev1.URISchemeHTTPS {
@@ -108,7 +109,7 @@ func TestStreamClusterSecure(t *testing.T) {
 	// The operator's token: created once, owned, never rotated by a
 	// reconcile.
 	var tok corev1.Secret
-	eventually(t, 20*time.Second, func() error { return get(t, ns, "secure-operator-token", &tok) })
+	testwait.NoError(t, 20*time.Second, "", func() error { return get(t, ns, "secure-operator-token", &tok) })
 	c := getCluster(t, ns, "secure")
 	if !metav1.IsControlledBy(&tok, c) {
 		t.Errorf("token Secret owners %v", tok.OwnerReferences)
@@ -121,7 +122,7 @@ func TestStreamClusterSecure(t *testing.T) {
 	// The NetworkPolicy: client port from this namespace and the
 	// operator's, peer port from the brokers only.
 	var np networkingv1.NetworkPolicy
-	eventually(t, 20*time.Second, func() error { return get(t, ns, "secure-brokers", &np) })
+	testwait.NoError(t, 20*time.Second, "", func() error { return get(t, ns, "secure-brokers", &np) })
 	if len(np.Spec.Ingress) != 2 || len(np.Spec.Ingress[1].From) != 1 || np.Spec.Ingress[1].From[0].PodSelector == nil {
 		t.Errorf("NetworkPolicy ingress %+v", np.Spec.Ingress)
 	}
@@ -154,7 +155,7 @@ func TestStreamClusterSecure(t *testing.T) {
 	if err := k8s.Update(ctx, tokens); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 20*time.Second, func() error {
+	testwait.NoError(t, 20*time.Second, "", func() error {
 		d := condition(getCluster(t, ns, "secure").Status.Conditions, streamsv1alpha1.ConditionDegraded)
 		if slices.Contains([]string{streamsv1alpha1.ReasonTLSSecretNotFound, streamsv1alpha1.ReasonTLSSecretInvalid,
 			streamsv1alpha1.ReasonAuthSecretNotFound, streamsv1alpha1.ReasonReservedTokenName}, d.Reason) {
@@ -163,7 +164,7 @@ func TestStreamClusterSecure(t *testing.T) {
 		return nil
 	})
 	// The operator now calls the brokers with the CA and its token.
-	eventually(t, 20*time.Second, func() error {
+	testwait.NoError(t, 20*time.Second, "", func() error {
 		got := admin.last()
 		if string(got.CA) != string(certs.ca) || got.Token != token {
 			return fmt.Errorf("status call credentials: CA %d bytes, token set %v", len(got.CA), got.Token != "")
@@ -181,7 +182,7 @@ func TestStreamClusterSecure(t *testing.T) {
 	if err := k8s.Delete(ctx, &tok); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 20*time.Second, func() error {
+	testwait.NoError(t, 20*time.Second, "", func() error {
 		var again corev1.Secret
 		if err := get(t, ns, "secure-operator-token", &again); err != nil {
 			return err
@@ -194,7 +195,7 @@ func TestStreamClusterSecure(t *testing.T) {
 
 	// NetworkPolicy off: removed.
 	updateCluster(t, ns, "secure", func(c *streamsv1alpha1.StreamCluster) { c.Spec.NetworkPolicy.Enabled = false })
-	eventually(t, 20*time.Second, func() error {
+	testwait.NoError(t, 20*time.Second, "", func() error {
 		err := get(t, ns, "secure-brokers", &networkingv1.NetworkPolicy{})
 		if apierrors.IsNotFound(err) {
 			return nil

@@ -521,20 +521,6 @@ func (l *logLines) count(subs ...string) int {
 // ---------------------------------------------------------------------------
 // Waiting.
 
-// eventually polls cond every 50ms until it returns nil, and fails the
-// test with cond's last error if it still does not after timeout.
-func eventually(t *testing.T, timeout time.Duration, cond func() error) {
-	t.Helper()
-	var last error
-	if err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, timeout, true, func(context.Context) (bool, error) {
-		last = cond()
-		return last == nil, nil
-	}); err != nil {
-		_, file, line, _ := runtime.Caller(1)
-		t.Fatalf("%s:%d: still not true after %s: %v", filepath.Base(file), line, timeout, last)
-	}
-}
-
 // consistently checks cond every 25ms for d and fails the test at its
 // first error: for what a test measures does not happen for a period.
 func consistently(t *testing.T, d time.Duration, cond func() error) {

@@ -20,6 +20,7 @@ import (
 	"github.com/picomq/picomq/broker/meta"
 	"github.com/picomq/picomq/broker/node"
 	"github.com/picomq/picomq/broker/stream"
+	"github.com/picomq/picomq/internal/testwait"
 )
 
 // fakeClock is a settable clock.
@@ -358,7 +359,7 @@ func TestMergeAndGarbageCollection(t *testing.T) {
 			t.Fatalf("object %d deleted within GarbageGrace", id)
 		}
 	}
-	eventually(t, 10*time.Second, "garbage is deleted once GarbageGrace is over", func() bool {
+	testwait.Until(t, 10*time.Second, "garbage is deleted once GarbageGrace is over", func() bool {
 		if err := b.collectGarbage(ctx, time.Hour, true); err != nil {
 			t.Fatal(err)
 		}
@@ -679,7 +680,7 @@ func TestRunningBrokerCollectsOrphans(t *testing.T) {
 		}
 		return false
 	}
-	eventually(t, 10*time.Second, fmt.Sprintf("orphan %d is collected", orphan), func() bool { return !listed(orphan) })
+	testwait.Until(t, 10*time.Second, fmt.Sprintf("orphan %d is collected", orphan), func() bool { return !listed(orphan) })
 	if got := readAll(t, b, "a", 0); len(got) != 1 || string(got[0].Record.Payload) != "kept" {
 		t.Fatalf("a reads %v after orphan collection", got)
 	}
@@ -811,7 +812,7 @@ func TestReadsSurviveCollectionUnderThem(t *testing.T) {
 	}
 	// Run until both sides have done enough to have met: reads whose
 	// objects were collected under them.
-	eventually(t, 30*time.Second, "50 reads and 5 collections", func() bool { return reads.Load() >= 50 && collected.Load() >= 5 })
+	testwait.Until(t, 30*time.Second, "50 reads and 5 collections", func() bool { return reads.Load() >= 50 && collected.Load() >= 5 })
 	close(stop)
 	wg.Wait()
 	if reads.Load() == 0 || collected.Load() == 0 {

@@ -19,6 +19,7 @@ import (
 	"github.com/picomq/picomq/broker/node"
 	"github.com/picomq/picomq/broker/objstore"
 	"github.com/picomq/picomq/broker/stream"
+	"github.com/picomq/picomq/internal/testwait"
 )
 
 // appendNumbered appends n one-record batches "rec-<i>" to stream s.
@@ -250,7 +251,7 @@ func TestSnapshotAtStartWhenTheLogIsLong(t *testing.T) {
 	}
 	b = openLogPath(t, dir, small)
 	defer b.Close()
-	eventually(t, 20*time.Second, "a snapshot after a start replaying more than InlineLogBytes", func() bool { return len(snapshots()) > 0 })
+	testwait.Until(t, 20*time.Second, "a snapshot after a start replaying more than InlineLogBytes", func() bool { return len(snapshots()) > 0 })
 	checkNumbered(t, b, "s", 100)
 }
 
@@ -266,7 +267,7 @@ func TestSnapshotAsSoonAsTheLogHoldsInlineLogBytes(t *testing.T) {
 	defer b.Close()
 	mustCreate(t, b, "s", node.CreateOptions{})
 	appendNumbered(t, b, "s", 0, 100)
-	eventually(t, 20*time.Second, "a snapshot once the log held InlineLogBytes of frames", func() bool {
+	testwait.Until(t, 20*time.Second, "a snapshot once the log held InlineLogBytes of frames", func() bool {
 		snaps, _ := filepath.Glob(filepath.Join(dir, "meta", "snapshots", "*", "state.bin"))
 		return len(snaps) > 0
 	})

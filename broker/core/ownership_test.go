@@ -11,6 +11,7 @@ import (
 	"github.com/picomq/picomq/broker/errs"
 	"github.com/picomq/picomq/broker/node"
 	"github.com/picomq/picomq/broker/stream"
+	"github.com/picomq/picomq/internal/testwait"
 )
 
 // notOwner is the refusal the tests' Ownership answers with.
@@ -96,7 +97,7 @@ func TestOpenLeavesTheStreamLock(t *testing.T) {
 	}
 	// Wait until an open of partition 1 is in Ownership: from then on,
 	// partition 0 and reads must not wait for it.
-	eventually(t, 10*time.Second, "an open of partition 1 reaches Ownership", func() bool {
+	testwait.Until(t, 10*time.Second, "an open of partition 1 reaches Ownership", func() bool {
 		own.mu.Lock()
 		defer own.mu.Unlock()
 		return slices.Contains(own.asked, e.Partitions[1])

@@ -16,6 +16,7 @@ import (
 	"github.com/picomq/picomq/broker/metalog"
 	"github.com/picomq/picomq/broker/node"
 	"github.com/picomq/picomq/broker/peer"
+	"github.com/picomq/picomq/internal/testwait"
 )
 
 // testMember is one in-process broker of a test cluster: its core and its
@@ -140,17 +141,6 @@ func (c *testCluster) leader() *testMember {
 	return nil
 }
 
-func eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting until %s", timeout, what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 // voters are the leader's configuration's voters, sorted.
 func (c *testCluster) voters() []string {
 	l := c.leader()
@@ -200,7 +190,7 @@ func TestMembershipOfThreeBrokers(t *testing.T) {
 		slices.Sort(out)
 		return out
 	}
-	eventually(t, 30*time.Second, "three voters", func() bool { return slices.Equal(c.voters(), ids()) })
+	testwait.Until(t, 30*time.Second, "three voters", func() bool { return slices.Equal(c.voters(), ids()) })
 	numbers := map[int]bool{}
 	for _, m := range c.nodes {
 		id := m.m.Identity()
@@ -228,7 +218,7 @@ func TestMembershipOfThreeBrokers(t *testing.T) {
 		t.Fatalf("the stream is not in the state of the follower that created it when Create returned: %v", err)
 	}
 	for _, m := range c.nodes {
-		eventually(t, 10*time.Second, m.name+" sees the stream", func() bool { _, err := m.b.Get("s"); return err == nil })
+		testwait.Until(t, 10*time.Second, m.name+" sees the stream", func() bool { _, err := m.b.Get("s"); return err == nil })
 	}
 
 	// The read index: only the leader answers it (a follower names the
@@ -276,11 +266,11 @@ func TestMembershipOfThreeBrokers(t *testing.T) {
 	if fresh.m.Identity().ID() == old {
 		t.Fatal("a wiped broker came back under its old member id")
 	}
-	eventually(t, 30*time.Second, "the new incarnation voting and the old one gone", func() bool {
+	testwait.Until(t, 30*time.Second, "the new incarnation voting and the old one gone", func() bool {
 		v := c.voters()
 		return slices.Contains(v, fresh.m.Identity().ID()) && !slices.Contains(v, old) && len(v) == 3
 	})
-	eventually(t, 10*time.Second, "the old incarnation recorded as removed", func() bool {
+	testwait.Until(t, 10*time.Second, "the old incarnation recorded as removed", func() bool {
 		mem, ok := c.leader().b.Member(old)
 		return ok && !mem.Removed.IsZero()
 	})

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/picomq/picomq/internal/testwait"
 )
 
 // namedNet is a test peer network: nodes are dialled by name, resolved at
@@ -138,7 +140,7 @@ func TestFollowersForwardCommands(t *testing.T) {
 	}
 	logs[2], fsms[2] = n.open(t, 2, dirs[2], false)
 	apply(t, logs[0], mustCmd("add", "k", 1))
-	if !poll(10*time.Second, func() bool { return fsms[2].state()["k"] == 202 }) {
+	if !testwait.Poll(10*time.Second, func() bool { return fsms[2].state()["k"] == 202 }) {
 		t.Fatalf("the restarted node-2 holds %v (applied %d, last %d; leader's last %d), want k=202", fsms[2].state(), logs[2].AppliedIndex(), logs[2].LastIndex(), logs[0].LastIndex())
 	}
 
@@ -146,7 +148,7 @@ func TestFollowersForwardCommands(t *testing.T) {
 	if err := logs[0].Close(); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, "a new leader", func() bool { return logs[1].IsLeader() || logs[2].IsLeader() })
+	testwait.Until(t, 10*time.Second, "a new leader", func() bool { return logs[1].IsLeader() || logs[2].IsLeader() })
 	follower := logs[1]
 	if follower.IsLeader() {
 		follower = logs[2]

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/picomq/picomq/internal/testwait"
 )
 
 // clusterConfig is node i of a test cluster: a TCP transport on a free
@@ -174,7 +176,7 @@ func TestClusterMembership(t *testing.T) {
 			t.Fatalf("%s: configuration %v at %d, want %v above %d", what, servers(c), c.Index, want, last)
 		}
 		for _, n := range on[1:] {
-			eventually(t, 10*time.Second, what+": a follower has the configuration", func() bool {
+			testwait.Until(t, 10*time.Second, what+": a follower has the configuration", func() bool {
 				got := configOf(t, n)
 				return slices.Equal(servers(got), want) && got.Index == c.Index
 			})
@@ -189,7 +191,7 @@ func TestClusterMembership(t *testing.T) {
 			t.Fatalf("Apply on the leader = %v, %v", got, err)
 		}
 		for _, f := range on {
-			eventually(t, 10*time.Second, "the command is applied on a follower", func() bool { return f.state()[key] == val })
+			testwait.Until(t, 10*time.Second, "the command is applied on a follower", func() bool { return f.state()[key] == val })
 		}
 	}
 
@@ -254,7 +256,7 @@ func TestClusterMembership(t *testing.T) {
 	if err := n0.TransferLeadership(ctx, "node-2"); err != nil {
 		t.Fatalf("TransferLeadership to node-2: %v", err)
 	}
-	eventually(t, 10*time.Second, "node 2 leads and every node knows it", func() bool {
+	testwait.Until(t, 10*time.Second, "node 2 leads and every node knows it", func() bool {
 		if !n2.IsLeader() {
 			return false
 		}
@@ -296,7 +298,7 @@ func TestClusterMembership(t *testing.T) {
 	if got := fsms[0].state()["d"]; got != 0 {
 		t.Fatalf("the removed node applied an entry after its removal (d = %d)", got)
 	}
-	eventually(t, 10*time.Second, "the removed node has the entry removing it", func() bool {
+	testwait.Until(t, 10*time.Second, "the removed node has the entry removing it", func() bool {
 		_, listed := configOf(t, n0).Server("node-0")
 		return !listed
 	})

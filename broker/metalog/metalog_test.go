@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+
+	"github.com/picomq/picomq/internal/testwait"
 )
 
 // syncBuffer collects a node's log lines; they are printed only if the test
@@ -76,36 +78,12 @@ func apply(t testing.TB, l *Log, cmd []byte) any {
 	return resp
 }
 
-// poll reports whether cond holds within timeout, checking it every
-// millisecond.
-func poll(timeout time.Duration, cond func() bool) bool {
-	deadline := time.Now().Add(timeout)
-	tick := time.NewTicker(time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		if time.Now().After(deadline) {
-			return cond()
-		}
-		<-tick.C
-	}
-	return true
-}
-
-// eventually fails t unless cond holds within timeout; what says what was
-// waited for.
-func eventually(t testing.TB, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	if !poll(timeout, cond) {
-		t.Fatalf("timed out after %v waiting until %s", timeout, what)
-	}
-}
-
 // appliedCatchesUp reports whether AppliedIndex reaches LastIndex within a
 // second. raft's main loop sets the applied index just after it hands a batch
 // to the FSM goroutine, which may answer the futures first: right after an
 // Apply or a Barrier returns, AppliedIndex can trail by that batch.
 func appliedCatchesUp(l *Log) bool {
-	return poll(time.Second, func() bool { return l.AppliedIndex() == l.LastIndex() })
+	return testwait.Poll(time.Second, func() bool { return l.AppliedIndex() == l.LastIndex() })
 }
 
 // within fails the test if fn does not return within d.
@@ -477,7 +455,7 @@ func TestCloseWithAppliesInFlight(t *testing.T) {
 	}
 	// Close once the proposers are busy: some of their commands applied,
 	// more in flight.
-	eventually(t, 10*time.Second, "the proposers' commands apply", func() bool { return fsm.applies.Load() >= 64 })
+	testwait.Until(t, 10*time.Second, "the proposers' commands apply", func() bool { return fsm.applies.Load() >= 64 })
 	within(t, 5*time.Second, "Close and the in-flight Applies", func() {
 		if err := l.Close(); err != nil {
 			t.Errorf("Close: %v", err)

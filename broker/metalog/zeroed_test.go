@@ -11,12 +11,14 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+
+	"github.com/picomq/picomq/internal/testwait"
 )
 
 // waitSpare waits until z has a spare ready.
 func waitSpare(t *testing.T, z *zeroedFS) {
 	t.Helper()
-	eventually(t, 30*time.Second, "a spare WAL segment is ready", func() bool {
+	testwait.Until(t, 30*time.Second, "a spare WAL segment is ready", func() bool {
 		z.mu.Lock()
 		defer z.mu.Unlock()
 		return z.ready

@@ -12,6 +12,8 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/picomq/picomq/internal/testwait"
 )
 
 // The tests of this file are not parallel: they measure which pages are in
@@ -72,7 +74,7 @@ func TestOldObjectsLeaveThePageCache(t *testing.T) {
 	objSize := int64(HeaderSize + FrameHeaderSize + size)
 
 	want := 4 * objSize // all but the newest two
-	eventually(t, 10*time.Second, fmt.Sprintf("%d bytes are dropped from the page cache", want), func() bool {
+	testwait.Until(t, 10*time.Second, fmt.Sprintf("%d bytes are dropped from the page cache", want), func() bool {
 		return s.dropped.Load() >= want
 	})
 	if got := s.dropped.Load(); got != want {

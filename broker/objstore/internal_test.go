@@ -9,26 +9,10 @@ import (
 	"path/filepath"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/picomq/picomq/broker/errs"
 	"github.com/picomq/picomq/broker/stream"
 )
-
-// eventually fails t unless cond holds within timeout, checked every
-// millisecond; what says what was waited for.
-func eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	tick := time.NewTicker(time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting until %s", timeout, what)
-		}
-		<-tick.C
-	}
-}
 
 func openInternal(t *testing.T, opts Options) *Store {
 	t.Helper()

@@ -8,6 +8,8 @@ import (
 	"os"
 	"testing"
 	"time"
+
+	"github.com/picomq/picomq/internal/testwait"
 )
 
 // heldFrames builds the frames of an object holding payloads, and their
@@ -153,7 +155,7 @@ func TestHeldBytesAreBounded(t *testing.T) {
 		}
 		ids = append(ids, id)
 	}
-	eventually(t, 10*time.Second, fmt.Sprintf("at most %d bytes are held (bound %d)", limit/2, limit), func() bool {
+	testwait.Until(t, 10*time.Second, fmt.Sprintf("at most %d bytes are held (bound %d)", limit/2, limit), func() bool {
 		return s.HeldBytes() <= limit/2
 	})
 	// Oldest first: the first is a file, the last still held.

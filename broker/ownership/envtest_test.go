@@ -16,6 +16,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"github.com/picomq/picomq/internal/testwait"
 )
 
 func startEnvtest(t *testing.T) *envtest.Environment {
@@ -132,7 +134,7 @@ func TestEnvtestThreeBrokers(t *testing.T) {
 		}
 	}()
 
-	poll(t, 60*time.Second, "6/5/5", func() bool {
+	testwait.Until(t, 60*time.Second, "6/5/5", func() bool {
 		c, ok := servingCounts(bs, slots)
 		return ok && c[0]+c[1]+c[2] == slots && max(c[0], c[1], c[2]) == 6 && min(c[0], c[1], c[2]) == 5
 	})
@@ -160,7 +162,7 @@ func TestEnvtestThreeBrokers(t *testing.T) {
 		t.Fatalf("Run returned %v", err)
 	}
 	rest := bs[:2]
-	poll(t, 60*time.Second, "8/8 after the crash", func() bool {
+	testwait.Until(t, 60*time.Second, "8/8 after the crash", func() bool {
 		c, ok := servingCounts(rest, slots)
 		return ok && c[0] == 8 && c[1] == 8
 	})
@@ -182,7 +184,7 @@ func TestEnvtestThreeBrokers(t *testing.T) {
 	if err := drainer.m.SetDraining(ctx, true); err != nil {
 		t.Fatal(err)
 	}
-	poll(t, 60*time.Second, "the drain", func() bool {
+	testwait.Until(t, 60*time.Second, "the drain", func() bool {
 		return len(drainer.m.Held()) == 0 && servingAll(keeper.m, slots)
 	})
 	t.Logf("drain of 8 slots done in %v", time.Since(drainStart))

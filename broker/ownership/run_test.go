@@ -8,8 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"k8s.io/apimachinery/pkg/util/wait"
 	testingclock "k8s.io/utils/clock/testing"
+
+	"github.com/picomq/picomq/internal/testwait"
 )
 
 // runBroker is one Manager under Run, with its callbacks counted.
@@ -86,16 +87,6 @@ func (b *runBroker) counts() (acq, rel, rev int) {
 	return b.acquires, b.releases, b.revokes
 }
 
-// poll waits, on the real clock, for cond.
-func poll(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	err := wait.PollUntilContextTimeout(context.Background(), 5*time.Millisecond, timeout, true,
-		func(context.Context) (bool, error) { return cond(), nil })
-	if err != nil {
-		t.Fatalf("waiting for %s: %v", what, err)
-	}
-}
-
 func servingCounts(bs []*runBroker, slots int) ([]int, bool) {
 	counts := make([]int, len(bs))
 	for s := range slots {
@@ -151,7 +142,7 @@ func TestRunWithInformerOnFakeClock(t *testing.T) {
 	alive := len(bs)
 	// step moves the fake clock once every live loop waits on its timer.
 	step := func() {
-		poll(t, 10*time.Second, "every loop to wait", func() bool { return clk.Waiters() >= alive })
+		testwait.Until(t, 10*time.Second, "every loop to wait", func() bool { return clk.Waiters() >= alive })
 		clk.Step(100 * time.Millisecond)
 	}
 	advanceUntil := func(limit time.Duration, what string, cond func() bool) time.Duration {

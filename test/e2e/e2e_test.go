@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/picomq/picomq/devstack/stack"
+	"github.com/picomq/picomq/internal/testwait"
 	"github.com/picomq/picomq/test/workload"
 )
 
@@ -125,7 +126,7 @@ func startLoad(t *testing.T, name string) *load {
 
 func (l *load) waitAcked(n int64, timeout time.Duration) {
 	base := l.w.Acked()
-	waitFor(l.t, timeout, fmt.Sprintf("%d more appends acknowledged", n), func() error {
+	testwait.NoError(l.t, timeout, fmt.Sprintf("%d more appends acknowledged", n), func() error {
 		if got := l.w.Acked() - base; got < n {
 			return fmt.Errorf("%d so far", got)
 		}
@@ -164,7 +165,7 @@ func TestBrokerPodDeletedAndKilledUnderLoad(t *testing.T) {
 	}
 	old := brokerPods(t)[1]
 	mustKubectl(t, "", "delete", "pod", "demo-1", "--wait=false")
-	waitFor(t, 2*time.Minute, "demo-1 recreated", func() error {
+	testwait.NoError(t, 2*time.Minute, "demo-1 recreated", func() error {
 		// Not found for a moment: the StatefulSet recreates it once the
 		// old one is gone.
 		p, err := env.k.CoreV1().Pods(stack.SampleNamespace).Get(ctx, "demo-1", metav1.GetOptions{})
@@ -192,7 +193,7 @@ func TestBrokerPodDeletedAndKilledUnderLoad(t *testing.T) {
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 2*time.Minute, "demo-2's broker restarted in place", func() error {
+	testwait.NoError(t, 2*time.Minute, "demo-2's broker restarted in place", func() error {
 		p, err := env.k.CoreV1().Pods(stack.SampleNamespace).Get(ctx, "demo-2", metav1.GetOptions{})
 		if err != nil {
 			return err
@@ -368,7 +369,7 @@ spec: {clusterRef: {name: demo}, name: e2e/after-restart, partitions: 2}
 		t.Fatal(err)
 	}
 	mustKubectl(t, "", "wait", "--for=condition=Ready", "--timeout=3m", "stream/after-restart")
-	waitFor(t, 2*time.Minute, "a new operator process leads", func() error {
+	testwait.NoError(t, 2*time.Minute, "a new operator process leads", func() error {
 		if now := leader(); now == before || now == "" {
 			return fmt.Errorf("leader %q", now)
 		}
@@ -412,7 +413,7 @@ func TestConfigurationChangeRollsWithNoLoss(t *testing.T) {
 		t.Fatalf("brokers on several configurations before the change: %v", before)
 	}
 	mustKubectl(t, "", "patch", "streamcluster", stack.SampleCluster, "--type=merge", "-p", `{"spec":{"broker":{"longPollTimeout":"15s"}}}`)
-	waitFor(t, 5*time.Minute, "every broker on the new configuration", func() error {
+	testwait.NoError(t, 5*time.Minute, "every broker on the new configuration", func() error {
 		h := hashes()
 		if len(h) != 1 || h[firstKey(before)] {
 			return fmt.Errorf("config hashes %v", h)
@@ -442,7 +443,7 @@ func scaleTo(t *testing.T, n int) {
 func waitScaled(t *testing.T, n int, timeout time.Duration) {
 	t.Helper()
 	ctx := context.Background()
-	waitFor(t, timeout, fmt.Sprintf("the cluster Ready at %d brokers", n), func() error {
+	testwait.NoError(t, timeout, fmt.Sprintf("the cluster Ready at %d brokers", n), func() error {
 		sts, err := env.k.AppsV1().StatefulSets(stack.SampleNamespace).Get(ctx, stack.SampleCluster, metav1.GetOptions{})
 		if err != nil {
 			return err
@@ -464,7 +465,7 @@ func waitScaled(t *testing.T, n int, timeout time.Duration) {
 func waitBalancedAndReplicated(t *testing.T, n int, timeout time.Duration) {
 	t.Helper()
 	ctx := context.Background()
-	waitFor(t, timeout, fmt.Sprintf("slots balanced over %d brokers, nothing under-replicated", n), func() error {
+	testwait.NoError(t, timeout, fmt.Sprintf("slots balanced over %d brokers, nothing under-replicated", n), func() error {
 		leases, err := env.k.CoordinationV1().Leases(stack.SampleNamespace).List(ctx, metav1.ListOptions{})
 		if err != nil {
 			return err
@@ -527,7 +528,7 @@ func TestScaleUpAndDownUnderLoad(t *testing.T) {
 // (a drain of little data may complete between two looks).
 func waitScaleDownStarted(t *testing.T) {
 	t.Helper()
-	waitFor(t, time.Minute, "the scale-down under way", func() error {
+	testwait.NoError(t, time.Minute, "the scale-down under way", func() error {
 		out, err := kubectl(t, "", "get", "streamcluster,statefulset", stack.SampleCluster, "-o",
 			`jsonpath={.items[0].status.conditions[?(@.type=="Progressing")].reason} {.items[1].spec.replicas}`)
 		if err != nil {
@@ -625,7 +626,7 @@ func TestScaleDownRefusedWhileABrokerIsDown(t *testing.T) {
 	defer resume()
 	// Its slot Leases, renewed with its member Lease, run out at the
 	// same time: the others then hold every slot.
-	waitFor(t, time.Minute, "demo-1's Leases run out", func() error {
+	testwait.NoError(t, time.Minute, "demo-1's Leases run out", func() error {
 		leases, err := env.k.CoordinationV1().Leases(stack.SampleNamespace).List(ctx, metav1.ListOptions{})
 		if err != nil {
 			return err
@@ -638,7 +639,7 @@ func TestScaleDownRefusedWhileABrokerIsDown(t *testing.T) {
 		return nil
 	})
 	scaleTo(t, 2)
-	waitFor(t, time.Minute, "the scale-down held", func() error {
+	testwait.NoError(t, time.Minute, "the scale-down held", func() error {
 		out, err := kubectl(t, "", "get", "streamcluster", stack.SampleCluster, "-o",
 			`jsonpath={.status.conditions[?(@.type=="Progressing")].reason}|{.status.conditions[?(@.type=="Degraded")].message}`)
 		if err != nil {
@@ -675,7 +676,7 @@ func TestBrokerLostWithItsDiskIsRepaired(t *testing.T) {
 	}
 	mustKubectl(t, "", "delete", "pvc", "data-demo-1", "--wait=false")
 	mustKubectl(t, "", "delete", "pod", "demo-1", "--wait=false")
-	waitFor(t, 3*time.Minute, "demo-1 on a new claim", func() error {
+	testwait.NoError(t, 3*time.Minute, "demo-1 on a new claim", func() error {
 		c, err := env.k.CoreV1().PersistentVolumeClaims(stack.SampleNamespace).Get(ctx, "data-demo-1", metav1.GetOptions{})
 		if err != nil {
 			return err
@@ -703,7 +704,7 @@ func TestUpAfterACrashRecovers(t *testing.T) {
 	if err := syscall.Kill(env.state.PID, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 30*time.Second, "the supervisor gone", func() error {
+	testwait.NoError(t, 30*time.Second, "the supervisor gone", func() error {
 		if _, ok, _ := stack.ReadState(env.opts.StateDir); ok {
 			return fmt.Errorf("still running")
 		}

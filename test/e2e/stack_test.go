@@ -28,6 +28,7 @@ import (
 
 	"github.com/picomq/picomq/devstack/podnet"
 	"github.com/picomq/picomq/devstack/stack"
+	"github.com/picomq/picomq/internal/testwait"
 )
 
 // env is the stack the suite runs against.
@@ -180,22 +181,6 @@ func cli(t *testing.T, stdin string, args ...string) (out string, code int) {
 	return string(raw), 0
 }
 
-// waitFor polls cond until it returns nil or timeout passes.
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() error) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		err := cond()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not after %s: %v", what, timeout, err)
-		}
-		time.Sleep(250 * time.Millisecond)
-	}
-}
-
 // brokerPods are the sample cluster's pods, by ordinal.
 func brokerPods(t *testing.T) []corev1.Pod {
 	t.Helper()
@@ -223,7 +208,7 @@ func podReady(p *corev1.Pod) bool {
 // StreamCluster says Ready.
 func waitClusterReady(t *testing.T, timeout time.Duration) {
 	t.Helper()
-	waitFor(t, timeout, "the StreamCluster Ready with every broker", func() error {
+	testwait.NoError(t, timeout, "the StreamCluster Ready with every broker", func() error {
 		for i := range env.state.Brokers {
 			p, err := env.k.CoreV1().Pods(stack.SampleNamespace).Get(context.Background(), stack.SampleCluster+"-"+strconv.Itoa(i), metav1.GetOptions{})
 			if err != nil {

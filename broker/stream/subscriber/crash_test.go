@@ -21,6 +21,7 @@ import (
 	"github.com/picomq/picomq/broker/stream"
 	"github.com/picomq/picomq/broker/stream/sqlstream"
 	"github.com/picomq/picomq/broker/stream/subscriber"
+	"github.com/picomq/picomq/internal/testwait"
 )
 
 // The crash test runs this test binary again as the subscriber's process:
@@ -180,7 +181,7 @@ func TestProcessCrashBetweenHandleAndCommit(t *testing.T) {
 			t.Fatal(err)
 		}
 		r := start(t, sub)
-		eventually(t, "every record is handled", func() bool {
+		testwait.Until(t, 20*time.Second, "every record is handled", func() bool {
 			st := sub.Status()
 			return st.Partitions[0].Next == n && st.Partitions[1].Next == n
 		})

@@ -256,18 +256,6 @@ func (r *running) wait(t *testing.T) error {
 	}
 }
 
-// eventually fails t unless cond holds within 20 seconds.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting until %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 // fast are options that keep the tests' waits short.
 func fast(group string, h subscriber.Handler) subscriber.Options {
 	return subscriber.Options{

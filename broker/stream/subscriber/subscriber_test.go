@@ -15,6 +15,7 @@ import (
 	"github.com/picomq/picomq/broker/stream/memory"
 	"github.com/picomq/picomq/broker/stream/sqlstream"
 	"github.com/picomq/picomq/broker/stream/subscriber"
+	"github.com/picomq/picomq/internal/testwait"
 )
 
 // eachEngine runs f against each kind of engine, in parallel: the durable
@@ -98,7 +99,7 @@ func TestDeliversInOrderAndResumes(t *testing.T) {
 			t.Fatal(err)
 		}
 		r := start(t, sub)
-		eventually(t, "every record is handled", func() bool { return len(rec.deliveries()) == parts*n })
+		testwait.Until(t, 20*time.Second, "every record is handled", func() bool { return len(rec.deliveries()) == parts*n })
 		if err := r.stop(t); err != nil {
 			t.Fatalf("Run = %v after a clean stop", err)
 		}
@@ -130,7 +131,7 @@ func TestDeliversInOrderAndResumes(t *testing.T) {
 			t.Fatal(err)
 		}
 		r = start(t, sub)
-		eventually(t, "the new records are handled", func() bool { return len(rec2.deliveries()) == parts*2 })
+		testwait.Until(t, 20*time.Second, "the new records are handled", func() bool { return len(rec2.deliveries()) == parts*2 })
 		// A sleep that measures: nothing more is delivered for a while.
 		time.Sleep(50 * time.Millisecond)
 		if err := r.stop(t); err != nil {
@@ -185,7 +186,7 @@ func TestCrashBetweenHandleAndCommit(t *testing.T) {
 			t.Fatal(err)
 		}
 		r := start(t, sub)
-		eventually(t, "every record is handled", func() bool { return len(rec.count()) == parts*n })
+		testwait.Until(t, 20*time.Second, "every record is handled", func() bool { return len(rec.count()) == parts*n })
 		if err := r.stop(t); err != nil {
 			t.Fatal(err)
 		}
@@ -228,7 +229,7 @@ func TestPoisonParksOnlyItsPartition(t *testing.T) {
 			t.Fatal(err)
 		}
 		r := start(t, sub)
-		eventually(t, "partition 1 is handled and partition 0 parked and retried", func() bool {
+		testwait.Until(t, 20*time.Second, "partition 1 is handled and partition 0 parked and retried", func() bool {
 			st := sub.Status()
 			return st.Partitions[1].Next == n && st.Partitions[0].State == subscriber.Parked && st.Partitions[0].Attempts >= 3
 		})
@@ -265,7 +266,7 @@ func TestPoisonParksOnlyItsPartition(t *testing.T) {
 		}
 
 		rec.setFail(nil) // the handler is fixed
-		eventually(t, "partition 0 resumes", func() bool { return sub.Status().Partitions[0].Next == n })
+		testwait.Until(t, 20*time.Second, "partition 0 resumes", func() bool { return sub.Status().Partitions[0].Next == n })
 		if v, _ := metric(t, reg, "picomq_subscriber_parked", "g", 0); v != 0 {
 			t.Fatalf("parked gauge after resuming = %v", v)
 		}
@@ -303,7 +304,7 @@ func TestPanickingHandlerParks(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := start(t, sub)
-	eventually(t, "partition 1 parks", func() bool {
+	testwait.Until(t, 20*time.Second, "partition 1 parks", func() bool {
 		st := sub.Status()
 		return st.Partitions[1].State == subscriber.Parked && st.Partitions[1].Attempts >= 2 && st.Partitions[0].Next == 3
 	})
@@ -355,7 +356,7 @@ func TestTrimmedOnResume(t *testing.T) {
 						t.Fatalf("committed moved to %d under TrimmedFail", got)
 					}
 				} else {
-					eventually(t, "the retained records are handled", func() bool { return len(rec.deliveries()) == 5 })
+					testwait.Until(t, 20*time.Second, "the retained records are handled", func() bool { return len(rec.deliveries()) == 5 })
 					if err := r.stop(t); err != nil {
 						t.Fatal(err)
 					}
@@ -391,9 +392,9 @@ func TestStartPositions(t *testing.T) {
 		if err != nil || len(third) != 1 {
 			t.Fatalf("read offset 2: %v, %v", third, err)
 		}
-		eventually(t, "the clock passes the third record's instant", func() bool { return time.Now().After(third[0].AppendedAt) })
+		testwait.Until(t, 20*time.Second, "the clock passes the third record's instant", func() bool { return time.Now().After(third[0].AppendedAt) })
 		mid := time.Now()
-		eventually(t, "the clock passes mid", func() bool { return time.Now().After(mid) })
+		testwait.Until(t, 20*time.Second, "the clock passes mid", func() bool { return time.Now().After(mid) })
 		appendN(t, s, 2) // offsets 3 and 4, after mid
 		for _, c := range []struct {
 			group string
@@ -414,11 +415,11 @@ func TestStartPositions(t *testing.T) {
 				t.Fatal(err)
 			}
 			r := start(t, sub)
-			eventually(t, c.group+" starts", func() bool { return sub.Status().Partitions[0].State == subscriber.Running })
+			testwait.Until(t, 20*time.Second, c.group+" starts", func() bool { return sub.Status().Partitions[0].State == subscriber.Running })
 			if _, err := s.Append(t.Context(), []stream.RecordValue{{Payload: []byte("new")}}); err != nil {
 				t.Fatal(err)
 			}
-			eventually(t, c.group+" handles", func() bool { return len(rec.deliveries()) == c.count })
+			testwait.Until(t, 20*time.Second, c.group+" handles", func() bool { return len(rec.deliveries()) == c.count })
 			if err := r.stop(t); err != nil {
 				t.Fatal(err)
 			}
@@ -458,7 +459,7 @@ func TestStopsCleanlyWithoutLossOrSkip(t *testing.T) {
 			}
 			r := start(t, sub)
 			before := len(rec.deliveries())
-			eventually(t, "progress", func() bool { return len(rec.deliveries()) > before || before == total })
+			testwait.Until(t, 20*time.Second, "progress", func() bool { return len(rec.deliveries()) > before || before == total })
 			// Not a wait either: each run stops at a different moment
 			// after its first delivery, 0 to 21ms later.
 			time.Sleep(time.Duration(run%4) * 7 * time.Millisecond)
@@ -501,9 +502,9 @@ func TestPollsWithoutWaker(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := start(t, sub)
-	eventually(t, "running", func() bool { return sub.Status().Partitions[0].State == subscriber.Running })
+	testwait.Until(t, 20*time.Second, "running", func() bool { return sub.Status().Partitions[0].State == subscriber.Running })
 	appendN(t, s, 3)
-	eventually(t, "polled", func() bool { return len(rec.deliveries()) == 3 })
+	testwait.Until(t, 20*time.Second, "polled", func() bool { return len(rec.deliveries()) == 3 })
 	if err := r.stop(t); err != nil {
 		t.Fatal(err)
 	}
@@ -542,9 +543,9 @@ func TestWakerWakesIdlePartition(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := start(t, sub)
-	eventually(t, "the partition is idle, in its wait", func() bool { return w.empty.Load() > 0 })
+	testwait.Until(t, 20*time.Second, "the partition is idle, in its wait", func() bool { return w.empty.Load() > 0 })
 	appendN(t, s, 1)
-	eventually(t, "woken", func() bool { return len(rec.deliveries()) == 1 })
+	testwait.Until(t, 20*time.Second, "woken", func() bool { return len(rec.deliveries()) == 1 })
 	if err := r.stop(t); err != nil {
 		t.Fatal(err)
 	}
@@ -559,7 +560,7 @@ func TestRunOnceAtATime(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := start(t, sub)
-	eventually(t, "running", func() bool { return sub.Status().Running })
+	testwait.Until(t, 20*time.Second, "running", func() bool { return sub.Status().Running })
 	if err := sub.Run(t.Context()); err == nil {
 		t.Fatal("a second Run ran")
 	}
@@ -612,7 +613,7 @@ func TestEngineFailureRetried(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := start(t, sub)
-	eventually(t, "delivered after the failures", func() bool { return sub.Status().Partitions[0].Next == 3 })
+	testwait.Until(t, 20*time.Second, "delivered after the failures", func() bool { return sub.Status().Partitions[0].Next == 3 })
 	if err := r.stop(t); err != nil {
 		t.Fatal(err)
 	}
@@ -674,7 +675,7 @@ func TestHandlerTransaction(t *testing.T) {
 				t.Fatal(err)
 			}
 			r := start(t, sub)
-			eventually(t, "handled", func() bool { return sub.Status().Partitions[0].Next == 1 })
+			testwait.Until(t, 20*time.Second, "handled", func() bool { return sub.Status().Partitions[0].Next == 1 })
 			if err := r.stop(t); err != nil {
 				t.Fatal(err)
 			}
@@ -704,7 +705,7 @@ func TestSharedRegistry(t *testing.T) {
 	}
 	for _, sub := range subs {
 		r := start(t, sub)
-		eventually(t, "handled", func() bool { return sub.Status().Partitions[0].Next == 2 })
+		testwait.Until(t, 20*time.Second, "handled", func() bool { return sub.Status().Partitions[0].Next == 2 })
 		if err := r.stop(t); err != nil {
 			t.Fatal(err)
 		}
@@ -729,7 +730,7 @@ func TestPartitionsSubset(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := start(t, sub)
-	eventually(t, "handled", func() bool { return len(rec.deliveries()) == 4 })
+	testwait.Until(t, 20*time.Second, "handled", func() bool { return len(rec.deliveries()) == 4 })
 	// A sleep that measures: partition 1 stays unhandled for a while.
 	time.Sleep(30 * time.Millisecond)
 	if err := r.stop(t); err != nil {
