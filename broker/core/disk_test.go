@@ -168,10 +168,10 @@ func TestMergeWritesWithinItsBudget(t *testing.T) {
 // not retry it), reporting the storage failed — for each kind of fault.
 func TestJournalFaultsThroughTheSeam(t *testing.T) {
 	for i, r := range []diskio.Rule{
-		{Op: diskio.OpWrite, Path: "journal-", Count: 1, Err: syscall.EIO},
-		{Op: diskio.OpWrite, Path: "journal-", Count: 1, Err: syscall.ENOSPC},
-		{Op: diskio.OpWrite, Path: "journal-", Count: 1, Short: true},
-		{Op: diskio.OpSync, Path: "journal-", Count: 1, Err: syscall.EIO},
+		{Op: diskio.OpWrite, Path: ".log", Count: 1, Err: syscall.EIO},
+		{Op: diskio.OpWrite, Path: ".log", Count: 1, Err: syscall.ENOSPC},
+		{Op: diskio.OpWrite, Path: ".log", Count: 1, Short: true},
+		{Op: diskio.OpSync, Path: ".log", Count: 1, Err: syscall.EIO},
 	} {
 		t.Run(fmt.Sprint(i), func(t *testing.T) {
 			dir := t.TempDir() + "/data"
