@@ -477,7 +477,10 @@ func (f *flusher) propose(w *written) *proposal {
 	b := f.b
 	if w.obj != nil {
 		// Written into its object's descriptor already: no append is
-		// dropped now (a rollback fails the journal's later batches too).
+		// dropped now; one whose stream was rolled back, revoked or
+		// fenced meanwhile is left out of the tail when it settles
+		// (joinTail), and the stream reopens at a new epoch, so no start
+		// adopts it.
 		done := make(chan error, 1)
 		b.tail.hold(w.obj.ID)
 		go func() { done <- b.journal.Append(*w.obj) }()

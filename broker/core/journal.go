@@ -37,10 +37,14 @@ import (
 //     they would be written twice (journal, then their file) — measured,
 //     half the bandwidth of 100 KiB appends. A start adopts such an
 //     object only if its file is whole.
-//  1c. A failure before the journal (a file or the store) rolls its
-//     batch back only once every batch before it is answered; a journal
-//     append that fails fails every later one too, whatever the journal
-//     answers them (their offsets continue appends never acknowledged).
+//  1c. Nothing checks an acknowledged object's offsets but the owner, so
+//     a rollback must never leave an object built on rolled-back offsets
+//     able to land: a failure before the journal (a file or the store)
+//     rolls its batch back only once every batch before it is answered;
+//     a journal append that fails fails every later one too, whatever the
+//     journal answers them; and a rollback reopens the stream at a new
+//     epoch, so that an object of the old one still in flight is left out
+//     of the tail (APPEND_OUTCOME_UNKNOWN) and no start adopts it.
 //  2. The tail — what is acknowledged and not yet in the log — lives on
 //     the owner only (tailState). Reads, bounds, MaxBytes and producer
 //     checks see the log's state plus the tail; a tail range is used only
@@ -58,16 +62,22 @@ import (
 //     batch to be answered, the tail is checkpointed, and the batch
 //     commits through the log as before (frames inline or in a synced
 //     file) — never through the journal, so a refused one leaves nothing
-//     a restart could adopt.
+//     a restart could adopt —, and nothing is written after it until it
+//     is answered.
 //  5. At start, after the log replays, every journal object is read in
-//     order: those the state references are held again, and the appends
-//     past their stream's checkpointed end, at the epoch it is open at by
-//     this broker and continuing it, are adopted by one checkpoint before
-//     anything is served or opened (adopting one whose answer was lost is
-//     safe: its producer state travels with it).
+//     the order the flusher built them (their ids: several are handed to
+//     the journal at once and may land in another order): those the state
+//     references are held again, and the appends past their stream's
+//     checkpointed end, at the epoch it is open at by this broker and
+//     continuing it, are adopted by checkpoints (of bounded size) before
+//     anything is served or opened — never one a checkpoint refused
+//     before. Adopting one whose answer was lost is safe: its producer
+//     state travels with it.
 //  6. A journal segment is dropped, oldest first, once every object in it
 //     is checkpointed and either referenced by no range or written to its
-//     own file and synced (the maintenance loop; never by age).
+//     own file and synced (the maintenance loop; never by age). An object
+//     counts as the tail's from the moment it is handed to the journal
+//     until it is checkpointed, for this and for the orphan collector.
 //  7. A journal that failed a write or an fdatasync acknowledges nothing
 //     more: the volume is reported failed (STORAGE_FAILED) until restart.
 //  8. While the log takes no checkpoint, appends go on until
