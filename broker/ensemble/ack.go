@@ -114,12 +114,15 @@ func (a *Acks) done(object, stream uint64) {
 
 // Widen makes every object not yet acknowledged need a write quorum of
 // ensemble too: an ensemble change applies to what was sent before it as
-// well as after. The owner sends those objects to the new members.
+// well as after. That includes an object that has its quorum but waits
+// for an earlier part of its stream: acknowledged after the change, past
+// the end the change records, it must be found by a recovery that reads
+// only the new ensemble. (The simulation found one acknowledged on the old
+// ensemble alone.) The owner sends those objects to the new members.
 func (a *Acks) Widen(ensemble []string) {
 	for _, s := range a.objects {
-		if !s.quorate {
-			s.ensembles = append(s.ensembles, slices.Clone(ensemble))
-		}
+		s.ensembles = append(s.ensembles, slices.Clone(ensemble))
+		s.quorate = s.hasQuorum()
 	}
 }
 

@@ -22,14 +22,18 @@
 // is acknowledged: a stream's appends are acknowledged in order, so an
 // acknowledged offset never sits above one that may be lost. While an
 // ensemble change is pending an object must reach a quorum of both the old
-// and the new ensemble. A member that answers is counted once; a member
-// of neither ensemble is not counted.
+// and the new ensemble — every object not yet acknowledged, those that
+// have their quorum and wait for an earlier part included: the change
+// records the acknowledged end as of its proposal, and once it applies
+// only the new ensemble is read. A member that answers is counted once; a
+// member of neither ensemble is not counted.
 //
 // # What: the recovery chain (recovery.go)
 //
 // A new owner fences and reads, for every ensemble recorded since the
 // stream's last checkpoint (those of opens whose recovery never committed
-// included), at least R - Qw + 1 intact members of the recorded
+// included; an ensemble change is such a record, and checkpoints the end
+// it names), at least R - Qw + 1 intact members of the recorded
 // incarnation: then no write quorum of that ensemble is left unfenced, so
 // every object acknowledged in it is among what was read (any write quorum
 // meets any such set). From the checkpointed end it takes objects by
@@ -37,7 +41,11 @@
 // log records for the next recovered epoch (that recovery adopted exactly
 // what lay below it, and what lay above was never acknowledged: a dead
 // tail that can never compete with a live one at one offset), and the
-// last epoch's as far as they run contiguously. A gap below a recorded
+// last epoch's as far as they run contiguously. Objects of epochs older
+// than the checkpoint's owner's are dead past the checkpoint (that owner
+// recovered every acknowledged one below its own start), so a checkpoint
+// lets go of the records before it — an ensemble change's included,
+// whose old ensemble may never answer again. A gap below a recorded
 // start, or two different objects at one offset of one epoch, is an error,
 // not a choice: nothing is adopted from a read that contradicts the log.
 package ensemble

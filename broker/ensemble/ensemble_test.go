@@ -126,7 +126,7 @@ func TestRecoverFindsATailAcknowledgedOnAQuorum(t *testing.T) {
 		{Member: "m2", Intact: true, Copies: copies(1, 0, 30, 10, 1)}, // behind
 		{Member: "m3", Intact: true},
 	}
-	c, err := Recover(0, epochs, reads)
+	c, err := Recover(Checkpoint{}, epochs, reads)
 	if err != nil || c.End != 50 || !slices.Equal(offsets(c), []uint64{0, 10, 20, 30, 40}) {
 		t.Fatalf("chain %v end %d, %v; want the tail to 50", offsets(c), c.End, err)
 	}
@@ -138,7 +138,7 @@ func TestRecoverFindsATailAcknowledgedOnAQuorum(t *testing.T) {
 func TestRecoverWaitsForEnoughFencedCopies(t *testing.T) {
 	epochs := []Epoch{{Epoch: 1, Ensemble: []string{"o", "m1", "m2"}, Recovered: true}}
 	reads := []Read{{Member: "m1", Intact: true, Copies: copies(1, 0, 20, 10, 1)}, {Member: "m2", Intact: false, Copies: copies(1, 0, 20, 10, 1)}}
-	if _, err := Recover(0, epochs, reads); !errors.Is(err, TooFewFenced) {
+	if _, err := Recover(Checkpoint{}, epochs, reads); !errors.Is(err, TooFewFenced) {
 		t.Fatalf("one intact of three: %v, want RECOVERY_TOO_FEW_FENCED", err)
 	}
 }
@@ -158,11 +158,11 @@ func TestRecoverReadsTheEnsembleOfAnOpenThatNeverCommitted(t *testing.T) {
 		{Member: "b1", Intact: true, Copies: copies(1, 0, 40, 10, 1)},
 		{Member: "c0", Intact: true}, {Member: "c1", Intact: true},
 	}
-	if _, err := Recover(0, epochs, reads); !errors.Is(err, TooFewFenced) {
+	if _, err := Recover(Checkpoint{}, epochs, reads); !errors.Is(err, TooFewFenced) {
 		t.Fatalf("one of epoch 1's ensemble: %v, want to wait", err)
 	}
 	reads = append(reads, Read{Member: "a0", Intact: true, Copies: copies(1, 0, 20, 10, 1)})
-	c, err := Recover(0, epochs, reads)
+	c, err := Recover(Checkpoint{}, epochs, reads)
 	if err != nil || c.End != 40 {
 		t.Fatalf("with a0 back: end %d, %v; want the tail epoch 2's recovery copied, to 40", c.End, err)
 	}
@@ -186,7 +186,7 @@ func TestRecoverDropsADeadTail(t *testing.T) {
 		{Member: "d", Intact: true, Copies: append(copies(1, 0, 20, 10, 1), live...)},
 		{Member: "e", Intact: true},
 	}
-	c, err := Recover(0, epochs, reads)
+	c, err := Recover(Checkpoint{}, epochs, reads)
 	if err != nil || c.End != 50 {
 		t.Fatalf("end %d, %v", c.End, err)
 	}
@@ -205,14 +205,14 @@ func TestRecoverRefusesCopiesThatContradictTheLog(t *testing.T) {
 		{Member: "a", Intact: true, Copies: []Copy{{Object: 1, Epoch: 1, First: 0, Count: 10}}},
 		{Member: "b", Intact: true, Copies: []Copy{{Object: 2, Epoch: 1, First: 0, Count: 10}}},
 	}
-	if _, err := Recover(0, epochs, twice); !errors.Is(err, Inconsistent) {
+	if _, err := Recover(Checkpoint{}, epochs, twice); !errors.Is(err, Inconsistent) {
 		t.Fatalf("two objects at offset 0 of epoch 1: %v", err)
 	}
 	hole := []Read{
 		{Member: "a", Intact: true, Copies: copies(1, 0, 20, 10, 1)},
 		{Member: "b", Intact: true, Copies: copies(1, 0, 20, 10, 1)},
 	}
-	if _, err := Recover(0, epochs, hole); !errors.Is(err, Inconsistent) {
+	if _, err := Recover(Checkpoint{}, epochs, hole); !errors.Is(err, Inconsistent) {
 		t.Fatalf("copies to 20 below epoch 2's recorded start at 30: %v", err)
 	}
 }
@@ -246,7 +246,7 @@ func TestAckedIsRecovered(t *testing.T) {
 						reads = append(reads, Read{Member: m, Intact: true, Copies: held[m]})
 					}
 				}
-				chain, err := Recover(0, epochs[:len(epochs)-1], reads)
+				chain, err := Recover(Checkpoint{}, epochs[:len(epochs)-1], reads)
 				if err != nil {
 					t.Fatalf("seed %d epoch %d: %v", seed, e, err)
 				}
@@ -314,14 +314,14 @@ func TestRecoverRefusesReadsThatEndBelowARecordedStart(t *testing.T) {
 		{Member: "a", Intact: true, Copies: copies(2, 10, 20, 10, 5)},
 		{Member: "b", Intact: true, Copies: copies(2, 10, 20, 10, 5)},
 	}
-	if _, err := Recover(0, epochs, reads); !errors.Is(err, Inconsistent) {
+	if _, err := Recover(Checkpoint{}, epochs, reads); !errors.Is(err, Inconsistent) {
 		t.Fatalf("no copy below epoch 2's recorded start at 10: %v, want RECOVERY_INCONSISTENT", err)
 	}
 	zero := []Read{
 		{Member: "a", Intact: true, Copies: []Copy{{Object: 1, Epoch: 1, First: 0, Count: 0}}},
 		{Member: "b", Intact: true},
 	}
-	if _, err := Recover(0, epochs[:1], zero); !errors.Is(err, Inconsistent) {
+	if _, err := Recover(Checkpoint{}, epochs[:1], zero); !errors.Is(err, Inconsistent) {
 		t.Fatalf("a part of no record: %v", err)
 	}
 }
@@ -339,5 +339,24 @@ func TestAcksWidenAndResend(t *testing.T) {
 	}
 	if got := a.Durable(1, "m3"); !slices.Equal(got, []Acked{{1, 10}}) {
 		t.Fatalf("quorums of both: %v", got)
+	}
+}
+
+// TestRecoverSkipsOlderEpochsPastTheCheckpoint: after an ensemble change
+// of epoch 2 checkpointed its end (30) and let go of epoch 2's open, the
+// new ensemble is all a recovery reads; a member that also served epoch 1
+// still holds epoch 1's dead tail past 20 (epoch 2's start, no longer in
+// the records): it is not adopted, epoch 2's acknowledged tail is.
+func TestRecoverSkipsOlderEpochsPastTheCheckpoint(t *testing.T) {
+	change := []Epoch{{Epoch: 2, Ensemble: []string{"o", "m1", "m3"}}}
+	dead := copies(1, 20, 50, 10, 100) // epoch 1, offsets 20..50, never acknowledged
+	live := copies(2, 30, 50, 10, 200) // epoch 2, acknowledged past the checkpoint
+	reads := []Read{
+		{Member: "m1", Intact: true, Copies: append(slices.Clone(dead), live...)},
+		{Member: "m3", Intact: true, Copies: live},
+	}
+	c, err := Recover(Checkpoint{End: 30, Epoch: 2}, change, reads)
+	if err != nil || c.End != 50 || len(c.Objects) != 2 || c.Objects[0].Epoch != 2 || c.Objects[1].Epoch != 2 {
+		t.Fatalf("chain %+v, %v; want epoch 2's objects from 30 to 50", c, err)
 	}
 }

@@ -21,6 +21,14 @@ type Epoch struct {
 	Recovered bool
 }
 
+// Checkpoint is the stream's last checkpoint as the metadata log holds it:
+// the acknowledged end it recorded, by the owner of which epoch. (An
+// ensemble change records one too.)
+type Checkpoint struct {
+	End   uint64
+	Epoch int64
+}
+
 // Copy is one object part a fenced member holds of the stream.
 type Copy struct {
 	Object uint64
@@ -69,10 +77,20 @@ var (
 		500, 70)
 )
 
-// Recover builds the chain of a stream whose last checkpoint ends at
-// checkpointEnd, given the opens recorded since (oldest first) and the
-// fenced members' reads.
-func Recover(checkpointEnd uint64, epochs []Epoch, reads []Read) (Chain, error) {
+// Recover builds the chain of a stream from its last checkpoint, given the
+// ensembles recorded since — opens and ensemble changes, oldest first:
+// each must have a read quorum fenced — and the fenced members' reads.
+//
+// A copy of an epoch older than the checkpoint's is dead: the
+// checkpoint's owner recovered every acknowledged record of the epochs
+// before its own below its own start, so what an older epoch has past the
+// checkpoint was never acknowledged. (Without this rule an ensemble
+// change's checkpoint could not let go of the open before it: that open's
+// recorded start is what bounded the older epochs' dead tails, and its
+// ensemble — the one being changed, with a member gone — would have to be
+// read forever.)
+func Recover(cp Checkpoint, epochs []Epoch, reads []Read) (Chain, error) {
+	checkpointEnd := cp.End
 	byMember := map[string]Read{}
 	for _, r := range reads {
 		if r.Intact {
@@ -98,6 +116,9 @@ func Recover(checkpointEnd uint64, epochs []Epoch, reads []Read) (Chain, error) 
 	found := map[key]Copy{}
 	for _, r := range byMember {
 		for _, c := range r.Copies {
+			if c.Epoch < cp.Epoch {
+				continue // dead past the checkpoint (see above)
+			}
 			if c.Count == 0 {
 				return Chain{}, Inconsistent.With("epoch", c.Epoch, "offset", c.First, "reason", "an object part of no record")
 			}

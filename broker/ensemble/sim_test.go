@@ -4,6 +4,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"strconv"
@@ -23,11 +24,16 @@ import (
 // members (ensembles name members by incarnation, so a wiped one is no
 // fenced copy of what the old one held); new owners take the stream — the
 // old one, if alive, is not told (a paused owner resumed) — and recover:
-// fence, read, build the chain, copy it, commit. Checked at every recovery:
-// every acknowledged part is in the chain at its offset, and no offset is
-// ever acknowledged with two objects. Ensemble changes, drains and group
-// offsets come with the replication package that runs these rules (issue
-// 29).
+// fence, read, build the chain, copy it, commit. Owners also replace a
+// member of their ensemble (a down one when there is one): while the
+// change is pending every object not yet acknowledged needs a write quorum
+// of both ensembles; once the log applies it, it checkpoints the end it
+// named and recoveries read the new ensemble only. Checked at every
+// acknowledgement (by the model's own count of synced copies, in every
+// ensemble the object must reach) and at every recovery: every
+// acknowledged part is in the chain at its offset, and no offset is ever
+// acknowledged with two objects. Drains and group offsets come with the
+// replication package that runs these rules (issue 29).
 
 var simSeeds = flag.Int("sim.seeds", 200, "protocol simulation: seeds to run")
 
@@ -56,6 +62,22 @@ type simOwner struct {
 	acks     *Acks
 	sent     map[uint64]journal.Object
 	fenced   bool
+	// pending is the ensemble a change proposed and not yet applied
+	// replaces ensemble with; pendingEnd the acknowledged end it records.
+	pending    []string
+	pendingEnd uint64
+}
+
+// members is every member the owner sends to: its ensemble, and while a
+// change is pending the new one too.
+func (o *simOwner) members() []string {
+	out := slices.Clone(o.ensemble)
+	for _, m := range o.pending {
+		if !slices.Contains(out, m) {
+			out = append(out, m)
+		}
+	}
+	return out
 }
 
 type sim struct {
@@ -80,8 +102,9 @@ type sim struct {
 	// The last checkpoint: the acknowledged end it recorded, and the
 	// first open whose ensemble a recovery must still read (its owner's).
 	checkpoint      uint64
+	checkpointBy    int64 // the epoch of the owner that took it
 	checkpointEpoch int
-	stats           struct{ appends, acks, crashes, wipes, recoveries, waits, halfway, refused, checkpoints int }
+	stats           struct{ appends, acks, crashes, wipes, recoveries, waits, halfway, refused, checkpoints, changes, applied int }
 }
 
 func TestProtocolSimulation(t *testing.T) {
@@ -97,13 +120,15 @@ func TestProtocolSimulation(t *testing.T) {
 		total.stats.checkpoints += s.stats.checkpoints
 		total.stats.wipes += s.stats.wipes
 		total.stats.halfway += s.stats.halfway
+		total.stats.changes += s.stats.changes
+		total.stats.applied += s.stats.applied
 		if t.Failed() {
 			return
 		}
 	}
-	t.Logf("%d seeds: %d appends, %d parts acknowledged, %d checkpoints, %d crashes (%d wiped), %d recoveries (%d waited for fenced copies, %d died before committing), %d objects refused by a fence",
-		*simSeeds, total.stats.appends, total.stats.acks, total.stats.checkpoints, total.stats.crashes, total.stats.wipes, total.stats.recoveries, total.stats.waits, total.stats.halfway, total.stats.refused)
-	if total.stats.acks == 0 || total.stats.recoveries == 0 || total.stats.refused == 0 {
+	t.Logf("%d seeds: %d appends, %d parts acknowledged, %d checkpoints, %d ensemble changes proposed (%d applied), %d crashes (%d wiped), %d recoveries (%d waited for fenced copies, %d died before committing), %d objects refused by a fence",
+		*simSeeds, total.stats.appends, total.stats.acks, total.stats.checkpoints, total.stats.changes, total.stats.applied, total.stats.crashes, total.stats.wipes, total.stats.recoveries, total.stats.waits, total.stats.halfway, total.stats.refused)
+	if total.stats.acks == 0 || total.stats.recoveries == 0 || total.stats.refused == 0 || total.stats.applied == 0 {
 		t.Fatal("the simulation exercised nothing: no acknowledgement, recovery or fence refusal")
 	}
 }
@@ -129,20 +154,24 @@ func runSim(t *testing.T, seed uint64, steps int) *sim {
 		switch r := s.rng.IntN(100); {
 		case r < 40:
 			s.appendObject()
-		case r < 78:
+		case r < 76:
 			for range 1 + s.rng.IntN(4) {
 				s.deliver()
 			}
-		case r < 85:
+		case r < 83:
 			s.resend()
-		case r < 88:
+		case r < 86:
 			s.crash(s.names[s.rng.IntN(len(s.names))])
-		case r < 89:
+		case r < 87:
 			s.wipe(s.rng.IntN(len(s.names)))
-		case r < 93:
+		case r < 91:
 			s.restart(s.names[s.rng.IntN(len(s.names))])
-		case r < 97:
+		case r < 94:
 			s.checkpointNow()
+		case r < 96:
+			s.proposeChange()
+		case r < 98:
+			s.applyChange()
 		default:
 			s.failover()
 		}
@@ -244,9 +273,13 @@ func (s *sim) appendObject() {
 	s.nextID++
 	o.next += obj.Parts[0].Count
 	o.sent[obj.ID] = obj
-	o.acks.Sent(obj.ID, []uint64{simStream}, o.ensemble)
+	if o.pending != nil {
+		o.acks.Sent(obj.ID, []uint64{simStream}, o.ensemble, o.pending)
+	} else {
+		o.acks.Sent(obj.ID, []uint64{simStream}, o.ensemble)
+	}
 	s.stats.appends++
-	for _, m := range o.ensemble {
+	for _, m := range o.members() {
 		if m == o.broker {
 			err := s.brokers[m].j.Append(obj)
 			s.noteHeld(m, obj.ID, err)
@@ -273,10 +306,88 @@ func (s *sim) resend() {
 	if oldest == 0 {
 		return
 	}
-	for _, m := range o.ensemble {
+	for _, m := range o.members() {
 		if m != o.broker {
 			s.send(simMsg{from: o.broker, to: m, obj: o.sent[oldest], epoch: o.epoch})
 		}
+	}
+}
+
+// proposeChange has the current owner replace one member of its ensemble
+// (a down one when there is one: it stopped answering) by a live broker
+// outside it. Until the log applies the change, every object not yet
+// acknowledged needs a write quorum of both ensembles, and goes to the
+// new member too; the change records the acknowledged end as of now.
+func (s *sim) proposeChange() {
+	o := s.current()
+	if o == nil || o.fenced || !s.up(o.broker) || o.pending != nil || o.epoch != s.epochs[len(s.epochs)-1].Epoch {
+		return
+	}
+	var gone string
+	for _, m := range o.ensemble {
+		if m != o.broker && (!s.up(m) || gone == "" && s.rng.IntN(2) == 0) {
+			gone = m
+		}
+	}
+	if gone == "" {
+		return
+	}
+	var candidates []string
+	for _, name := range s.names {
+		if s.up(name) && !slices.Contains(o.ensemble, name) {
+			candidates = append(candidates, name)
+		}
+	}
+	if len(candidates) == 0 {
+		return
+	}
+	joins := candidates[s.rng.IntN(len(candidates))]
+	o.pending = slices.Clone(o.ensemble)
+	o.pending[slices.Index(o.pending, gone)] = joins
+	o.pendingEnd = s.ackedEnd()
+	o.acks.Widen(o.pending)
+	s.stats.changes++
+	ids := slices.Sorted(maps.Keys(o.sent))
+	for _, id := range ids {
+		if o.acks.Waiting(id) {
+			s.send(simMsg{from: o.broker, to: joins, obj: o.sent[id], epoch: o.epoch})
+		}
+	}
+}
+
+// applyChange: the log applies the current owner's pending change —
+// unless a later open applied first (the log refuses an older epoch's
+// change). It records the new ensemble for the owner's epoch and
+// checkpoints the end the change named: a recovery from then on reads
+// the new ensemble (and later ones), not the old.
+func (s *sim) applyChange() {
+	o := s.current()
+	if o == nil || o.pending == nil {
+		return
+	}
+	if o.epoch != s.epochs[len(s.epochs)-1].Epoch {
+		o.pending = nil
+		return
+	}
+	s.epochs = append(s.epochs, Epoch{Epoch: o.epoch, Ensemble: o.pending})
+	if o.pendingEnd >= s.checkpoint {
+		s.checkpoint, s.checkpointBy = o.pendingEnd, o.epoch
+	}
+	s.checkpointEpoch = len(s.epochs) - 1
+	o.ensemble, o.pending = o.pending, nil
+	s.stats.applied++
+}
+
+// ackedEnd is the end of what is acknowledged from the last checkpoint
+// on, with no gap.
+func (s *sim) ackedEnd() uint64 {
+	end := s.checkpoint
+	for {
+		c, ok := s.acked[end]
+		if !ok {
+			return end
+		}
+		end = c.First + c.Count
 	}
 }
 
@@ -362,14 +473,19 @@ func (s *sim) answered(o *simOwner, member string, id uint64, err error) {
 	for _, a := range o.acks.Durable(id, member) {
 		// The model's own rule, not the package's: a majority of the
 		// ensemble holds the object durable, now, on disk.
-		durable := 0
-		for _, m := range o.ensemble {
-			if w, ok := s.held[m][a.Object]; ok && s.dirs[m].Synced(w.segment, w.off, w.n) {
-				durable++
+		for _, ens := range [][]string{o.ensemble, o.pending} {
+			if ens == nil {
+				continue
 			}
-		}
-		if durable < len(o.ensemble)/2+1 {
-			s.fail("object %d acknowledged while durable on %d of %v", a.Object, durable, o.ensemble)
+			durable := 0
+			for _, m := range ens {
+				if w, ok := s.held[m][a.Object]; ok && s.dirs[m].Synced(w.segment, w.off, w.n) {
+					durable++
+				}
+			}
+			if durable < len(ens)/2+1 {
+				s.fail("object %d acknowledged while durable on %d of %v", a.Object, durable, ens)
+			}
 		}
 		p := o.sent[a.Object].Parts[0]
 		c := Copy{Object: a.Object, Epoch: p.Epoch, First: p.First, Count: p.Count}
@@ -394,15 +510,9 @@ func (s *sim) checkpointNow() {
 	if o.epoch != s.epochs[len(s.epochs)-1].Epoch {
 		return // a later open: the log refuses an older epoch's checkpoint
 	}
-	end := s.checkpoint
-	for {
-		c, ok := s.acked[end]
-		if !ok {
-			break
-		}
-		end = c.First + c.Count
-	}
-	s.checkpoint, s.checkpointEpoch = end, len(s.epochs)-1
+	// Its own ensemble's record (an open, or a change since) is where
+	// recoveries start reading.
+	s.checkpoint, s.checkpointBy, s.checkpointEpoch = s.ackedEnd(), o.epoch, len(s.epochs)-1
 	s.stats.checkpoints++
 }
 
@@ -453,7 +563,7 @@ func (s *sim) failover() {
 			reads = append(reads, r)
 		}
 	}
-	chain, err := Recover(s.checkpoint, prior, reads)
+	chain, err := Recover(Checkpoint{End: s.checkpoint, Epoch: s.checkpointBy}, prior, reads)
 	if errors.Is(err, TooFewFenced) {
 		s.stats.waits++
 		return // the open stays unrecovered; a later one retries
