@@ -101,6 +101,10 @@ type sim struct {
 	held map[string]map[uint64]where
 	// The last checkpoint: the acknowledged end it recorded, and the
 	// first open whose ensemble a recovery must still read (its owner's).
+	// script, when set, makes the next failover's choices (the fixed
+	// scenarios); scripted sims lose and delay no message.
+	script          *simScript
+	scripted        bool
 	checkpoint      uint64
 	checkpointBy    int64 // the epoch of the owner that took it
 	checkpointEpoch int
@@ -268,6 +272,12 @@ func (s *sim) appendObject() {
 	if o.fenced || !s.up(o.broker) {
 		return
 	}
+	s.sendObject(o)
+}
+
+// sendObject has owner o write its next object and send it to its
+// ensemble (both, while a change is pending); it returns the object's id.
+func (s *sim) sendObject(o *simOwner) uint64 {
 	obj := journal.Object{ID: s.nextID, Parts: []journal.Part{{Stream: simStream, Epoch: o.epoch, First: o.next, Count: 1 + uint64(s.rng.IntN(3))}}}
 	obj.Payload = []byte(fmt.Sprintf("object %d", obj.ID))
 	s.nextID++
@@ -288,6 +298,7 @@ func (s *sim) appendObject() {
 		}
 		s.send(simMsg{from: o.broker, to: m, obj: obj, epoch: o.epoch})
 	}
+	return obj.ID
 }
 
 // resend has the current owner send its oldest unacknowledged object
@@ -341,7 +352,11 @@ func (s *sim) proposeChange() {
 	if len(candidates) == 0 {
 		return
 	}
-	joins := candidates[s.rng.IntN(len(candidates))]
+	s.change(o, gone, candidates[s.rng.IntN(len(candidates))])
+}
+
+// change has owner o propose replacing gone by joins in its ensemble.
+func (s *sim) change(o *simOwner, gone, joins string) {
 	o.pending = slices.Clone(o.ensemble)
 	o.pending[slices.Index(o.pending, gone)] = joins
 	o.pendingEnd = s.ackedEnd()
@@ -415,6 +430,11 @@ type where struct {
 
 // send queues a message, or loses it (one in eight).
 func (s *sim) send(m simMsg) {
+	if s.scripted {
+		m.at = s.now
+		s.msgs = append(s.msgs, m)
+		return
+	}
 	if s.rng.IntN(8) == 0 {
 		return
 	}
@@ -433,7 +453,11 @@ func (s *sim) deliver() {
 	if len(due) == 0 {
 		return
 	}
-	i := due[s.rng.IntN(len(due))]
+	s.deliverAt(due[s.rng.IntN(len(due))])
+}
+
+// deliverAt delivers message i.
+func (s *sim) deliverAt(i int) {
 	m := s.msgs[i]
 	s.msgs = slices.Delete(s.msgs, i, i+1)
 	if !s.up(m.to) {
@@ -518,6 +542,16 @@ func (s *sim) checkpointNow() {
 
 // failover: a live broker opens the stream at the next epoch and
 // recovers it; on success it serves from the recovered end.
+// simScript is a fixed scenario's choice for the next failover.
+type simScript struct {
+	owner    string
+	ensemble []string
+	// dies: the new owner dies after copying this many chain objects,
+	// before committing (-1: it does not).
+	dies int
+	err  error // what the recovery answered
+}
+
 func (s *sim) failover() {
 	var live []string
 	for _, name := range s.names {
@@ -529,8 +563,16 @@ func (s *sim) failover() {
 		return
 	}
 	owner := live[s.rng.IntN(len(live))]
+	sc := s.script
+	s.script = nil
+	if sc != nil {
+		owner = sc.owner
+	}
 	epoch := int64(len(s.epochs))
 	ens := Choose(owner, live, 3)
+	if sc != nil && sc.ensemble != nil {
+		ens = sc.ensemble
+	}
 	prior := slices.Clone(s.epochs[s.checkpointEpoch:])
 	s.epochs = append(s.epochs, Epoch{Epoch: epoch, Ensemble: ens})
 	s.stats.recoveries++
@@ -564,6 +606,9 @@ func (s *sim) failover() {
 		}
 	}
 	chain, err := Recover(Checkpoint{End: s.checkpoint, Epoch: s.checkpointBy}, prior, reads)
+	if sc != nil {
+		sc.err = err
+	}
 	if errors.Is(err, TooFewFenced) {
 		s.stats.waits++
 		return // the open stays unrecovered; a later one retries
@@ -584,8 +629,11 @@ func (s *sim) failover() {
 	// the open stays unrecovered, with copies here and there, and the
 	// next open must read its ensemble too.
 	dies := s.rng.IntN(6) == 0
-	for _, c := range chain.Objects {
-		if dies && s.rng.IntN(len(chain.Objects)+1) == 0 {
+	if sc != nil {
+		dies = sc.dies >= 0
+	}
+	for i, c := range chain.Objects {
+		if dies && (sc == nil && s.rng.IntN(len(chain.Objects)+1) == 0 || sc != nil && i == sc.dies) {
 			s.stats.halfway++
 			return
 		}
