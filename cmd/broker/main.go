@@ -29,6 +29,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/picomq/picomq/broker/cluster"
 	"github.com/picomq/picomq/broker/core"
 	"github.com/picomq/picomq/broker/diskspace"
 	"github.com/picomq/picomq/broker/dsapi"
@@ -139,17 +140,17 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	defer close(diskStop)
 	go disk.Run(diskStop, time.Second)
 
-	var cl *cluster
+	var cl *cluster.Cluster
 	if cfg.Cluster.Name != "" {
-		cl, err = prepareCluster(ctx, cfg, logger, reg, sec)
-		if errors.Is(err, node.MemberRemoved) && drainedHere(cfg.DataDir) {
+		cl, err = cluster.Prepare(ctx, cfg, logger, reg, sec.peerServerTLS(), sec.clientTLS())
+		if errors.Is(err, node.MemberRemoved) && cluster.DrainedHere(cfg.DataDir) {
 			// A drained member's directory (a claim kept after a scale
 			// down, handed to a later scale up): it holds nothing the
 			// others lack, so it is set aside and the broker joins anew —
 			// once the leader took the old member out of the
 			// configuration, where a voter's log still counts for the
 			// quorum until then.
-			if stillConfigured(err) {
+			if cluster.StillConfigured(err) {
 				logger.Info("this data directory is a drained member's, still in the metadata log's configuration: waiting for the leader to take it out before setting it aside", "dataDir", cfg.DataDir)
 				select {
 				case <-ctx.Done():
@@ -158,7 +159,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 				return exitTempFail // started again, it looks again
 			}
 			logger.Info("this data directory is a drained member's: setting it aside and joining the cluster as a new member", "dataDir", cfg.DataDir)
-			if err = setAsideDrained(cfg.DataDir, time.Now()); err == nil {
+			if err = cluster.SetAsideDrained(cfg.DataDir, time.Now()); err == nil {
 				return restartCode
 			}
 			logger.Error("cannot set a drained member's data directory aside", "err", err)
@@ -188,30 +189,30 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	}
 	sizeForVolume(&coreCfg, disk.Total())
 	if cl != nil {
-		cl.configure(&coreCfg)
+		cl.Configure(&coreCfg)
 	}
 	b, err := core.Open(coreCfg)
 	if err != nil {
 		if cl != nil {
-			cl.close()
+			cl.Close()
 		}
 		logger.Error("cannot open the broker", "dataDir", cfg.DataDir, "err", err)
 		terminationMessage(cfg.TerminationLog, fmt.Errorf("cannot open the broker on %s: %w", cfg.DataDir, err))
 		return errs.ExitCode(err)
 	}
 	if cl != nil {
-		if err := cl.start(ctx, b); err != nil {
+		if err := cl.Start(ctx, b); err != nil {
 			logger.Error("cannot start the cluster member", "err", err)
 			terminationMessage(cfg.TerminationLog, err)
 			_ = b.Close()
-			cl.close()
+			cl.Close()
 			return errs.ExitCode(err)
 		}
 	}
 	front := frontend.Options{LongPollTimeout: cfg.LongPollTimeout, MaxBodyBytes: cfg.MaxBodyBytes, Logger: logger}
 	apiOpts := httpapi.Options{Options: front, MaxBatchRecords: cfg.MaxBatchRecords, Registerer: reg, TestClock: testClock, DefaultPolicy: cfg.DefaultStreamPolicy}
 	if cl != nil {
-		apiOpts.Cluster, apiOpts.Drain = cl.nodeInfo, cl
+		apiOpts.Cluster, apiOpts.Drain = cl.NodeInfo, cl
 	}
 	api := httpapi.New(b, reg, apiOpts)
 	ds := dsapi.New(b, dsapi.Options{Options: front})
@@ -220,8 +221,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		Name: "picomq_stream_reads_waiting", Help: "Durable Streams long-polls and SSE responses waiting for records now.",
 	}, func() float64 { return float64(ds.Waiting()) }))
 	if cl != nil {
-		cl.restart = func() { stopFor(errRestart) }
-		api.Handle("POST "+membership.RecoverPath, cl.member.ServeRecover(cl.restart))
+		cl.SetRestart(func() { stopFor(errRestart) })
+		api.Handle("POST "+membership.RecoverPath, cl.ServeRecover())
 	}
 	if cfg.Pprof {
 		api.Handle("/debug/pprof/", collectFirst(http.HandlerFunc(pprof.Index)))
@@ -233,8 +234,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	var handler http.Handler = api
 	var router interface{ Drain() }
 	if cl != nil {
-		r := cl.router(api, cfg.MaxBodyBytes, reg)
-		handler, router = cl.refuseOnceDrained(r, logger), r
+		r := cl.Router(api, cfg.MaxBodyBytes, reg)
+		handler, router = cl.RefuseOnceDrained(r, logger), r
 	}
 	handler = sec.wrap(handler)
 	ln, err := listenClient(cfg.Listen, sec.serverTLS())
@@ -245,7 +246,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 			logger.Error("closing the broker failed", "err", cerr)
 		}
 		if cl != nil {
-			cl.close()
+			cl.Close()
 		}
 		return exitUnavailable
 	}
@@ -283,7 +284,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	if cl != nil && code != restartCode {
 		// A broker restarting for a recovery has no quorum to hand
 		// anything over through.
-		cl.leave(context.Background())
+		cl.Leave(context.Background())
 	}
 	api.Drain()
 	ds.Drain()
@@ -303,7 +304,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		}
 	}
 	if cl != nil {
-		cl.close()
+		cl.Close()
 	}
 	logger.Info("stopped")
 	return code

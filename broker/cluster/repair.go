@@ -1,4 +1,4 @@
-package main
+package cluster
 
 import (
 	"context"
@@ -13,7 +13,7 @@ import (
 // core's objects and members, the member Leases' liveness and draining
 // flags, and replication's copies between members.
 type repairCluster struct {
-	c *cluster
+	c *Cluster
 	b *core.Broker
 }
 

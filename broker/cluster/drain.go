@@ -1,4 +1,4 @@
-package main
+package cluster
 
 import (
 	"context"
@@ -40,7 +40,7 @@ import (
 // writing a file would fail. Asked again while draining, it changes
 // nothing, but that a drain with stay asked to leave now leaves (the
 // other way, cancel first).
-func (c *cluster) StartDrain(ctx context.Context, o wire.DrainOptions) error {
+func (c *Cluster) StartDrain(ctx context.Context, o wire.DrainOptions) error {
 	if c.owners.Status().Draining {
 		if !o.Stay && !c.leaving.Load() {
 			c.leaving.Store(true)
@@ -71,7 +71,7 @@ func (c *cluster) StartDrain(ctx context.Context, o wire.DrainOptions) error {
 
 // drainAllowed refuses a drain that would leave too few members (see
 // drainRefusal), counted from the member Leases and the metadata log.
-func (c *cluster) drainAllowed() error {
+func (c *Cluster) drainAllowed() error {
 	self := c.member.Identity().ID()
 	others := 0
 	for _, p := range c.liveMembers() {
@@ -113,7 +113,7 @@ func drainRefusal(liveOthers, staying, replicationFactor int) error {
 
 // CancelDrain implements httpapi.Drainer: the broker is a full member
 // again and takes its share of the slots back.
-func (c *cluster) CancelDrain(ctx context.Context) error {
+func (c *Cluster) CancelDrain(ctx context.Context) error {
 	c.leaveMu.Lock()
 	defer c.leaveMu.Unlock()
 	if c.left.Load() {
@@ -141,7 +141,7 @@ func (c *cluster) CancelDrain(ctx context.Context) error {
 }
 
 // DrainStatus implements httpapi.Drainer.
-func (c *cluster) DrainStatus() wire.DrainStatus {
+func (c *Cluster) DrainStatus() wire.DrainStatus {
 	st := c.owners.Status()
 	ds := wire.DrainStatus{SlotsHeld: st.SlotsHeld, OpenStreams: c.openStreams()}
 	ds.ObjectsHeld, ds.BytesHeld = c.heldObjects()
@@ -183,7 +183,7 @@ func (c *cluster) DrainStatus() wire.DrainStatus {
 
 // heldObjects counts the committed objects whose replica set names this
 // member, and their size.
-func (c *cluster) heldObjects() (n int, bytes int64) {
+func (c *Cluster) heldObjects() (n int, bytes int64) {
 	b := c.broker()
 	if b == nil {
 		return 0, 0
@@ -201,7 +201,7 @@ func (c *cluster) heldObjects() (n int, bytes int64) {
 // finishDrain is the drain's last step, run every drainCheck: a draining
 // member that holds no slot, no open stream and no copy records that it
 // drained, then asks to be removed.
-func (c *cluster) finishDrain(ctx context.Context) {
+func (c *Cluster) finishDrain(ctx context.Context) {
 	if c.drained.Load() {
 		return
 	}
@@ -304,16 +304,16 @@ func writeDrainedMark(dataDir, member string) error {
 	return d.Sync()
 }
 
-// drainedHere says whether dataDir is a drained member's.
-func drainedHere(dataDir string) bool {
+// DrainedHere says whether dataDir is a drained member's.
+func DrainedHere(dataDir string) bool {
 	_, err := os.Stat(filepath.Join(dataDir, drainedMark))
 	return err == nil
 }
 
-// setAsideDrained moves a drained member's data directory out of the way
+// SetAsideDrained moves a drained member's data directory out of the way
 // (beside it, named .drained-<time>) and removes it, so that the broker
 // starts on an empty directory and joins as a new member.
-func setAsideDrained(dataDir string, now time.Time) error {
+func SetAsideDrained(dataDir string, now time.Time) error {
 	aside := fmt.Sprintf("%s.drained-%d", strings.TrimSuffix(dataDir, "/"), now.UnixNano())
 	if err := os.Rename(dataDir, aside); err != nil {
 		return err
@@ -323,7 +323,7 @@ func setAsideDrained(dataDir string, now time.Time) error {
 
 // openStreams counts the internal streams the metadata log has open with
 // this broker as their writer.
-func (c *cluster) openStreams() int {
+func (c *Cluster) openStreams() int {
 	b := c.broker()
 	if b == nil {
 		return 0
@@ -340,12 +340,12 @@ func (c *cluster) openStreams() int {
 	return n
 }
 
-// refuseOnceDrained answers the client API's requests with 503 NOT_READY
+// RefuseOnceDrained answers the client API's requests with 503 NOT_READY
 // (retriable: another broker serves them) once this broker drained and
 // left the cluster: its view of the metadata stops there, so it neither
 // serves nor routes. Probes, metrics, the drain's and the node's status
 // still answer.
-func (c *cluster) refuseOnceDrained(next http.Handler, log *slog.Logger) http.Handler {
+func (c *Cluster) RefuseOnceDrained(next http.Handler, log *slog.Logger) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if c.left.Load() {
 			switch r.URL.Path {
@@ -359,9 +359,9 @@ func (c *cluster) refuseOnceDrained(next http.Handler, log *slog.Logger) http.Ha
 	})
 }
 
-// stillConfigured says whether a MEMBER_REMOVED refusal says the member is
+// StillConfigured says whether a MEMBER_REMOVED refusal says the member is
 // still in the configuration (or could not say).
-func stillConfigured(err error) bool {
+func StillConfigured(err error) bool {
 	coded, ok := errs.As(err)
 	if !ok {
 		return true

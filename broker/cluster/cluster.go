@@ -1,4 +1,4 @@
-package main
+package cluster
 
 import (
 	"context"
@@ -28,9 +28,9 @@ import (
 	"github.com/picomq/picomq/broker/settings"
 )
 
-// cluster is a clustered broker's rooms around its core: the peer port,
+// Cluster is a clustered broker's rooms around its core: the peer port,
 // its membership in the metadata log, and what runs beside the core.
-type cluster struct {
+type Cluster struct {
 	cfg    settings.Cluster
 	log    *slog.Logger
 	reg    prometheus.Registerer
@@ -61,7 +61,7 @@ type cluster struct {
 	// held is why the drain's last step waits (empty: it does not): the
 	// voters that stay would have no majority answering.
 	held atomic.Pointer[string]
-	// restart stops the broker to start it again (set by main).
+	// restart stops the broker to start it again (SetRestart).
 	restart func()
 
 	mu sync.Mutex
@@ -72,10 +72,13 @@ type cluster struct {
 	wg   sync.WaitGroup
 }
 
-// prepareCluster opens the peer port and takes this broker's place in the
+// Prepare opens the peer port and takes this broker's place in the
 // cluster's metadata log (bootstrap or join), before the core opens.
-func prepareCluster(ctx context.Context, s settings.Settings, logger *slog.Logger, reg prometheus.Registerer, sec *security) (*cluster, error) {
-	c := &cluster{cfg: s.Cluster, log: logger, reg: reg, dataDir: s.DataDir, clientTLS: sec.clientTLS()}
+//
+// TLS is the peer port's: peerServer serves it (nil: plain), client dials
+// other brokers (nil: plain).
+func Prepare(ctx context.Context, s settings.Settings, logger *slog.Logger, reg prometheus.Registerer, peerServer, client *tls.Config) (*Cluster, error) {
+	c := &Cluster{cfg: s.Cluster, log: logger, reg: reg, dataDir: s.DataDir, clientTLS: client}
 	_, peerPort, err := net.SplitHostPort(s.Cluster.PeerListen)
 	if err != nil {
 		return nil, fmt.Errorf("--peer-listen %q: %w", s.Cluster.PeerListen, err)
@@ -98,7 +101,7 @@ func prepareCluster(ctx context.Context, s settings.Settings, logger *slog.Logge
 	// peer port is plain and a NetworkPolicy must keep others off it.
 	c.dialer = peer.Dialer{Addresses: c.addrs, TLS: c.clientTLS}
 	c.client = peer.NewClient(c.dialer)
-	if c.mux, err = peer.ListenTLS(s.Cluster.PeerListen, sec.peerServerTLS()); err != nil {
+	if c.mux, err = peer.ListenTLS(s.Cluster.PeerListen, peerServer); err != nil {
 		return nil, err
 	}
 	c.member, err = membership.Prepare(ctx, membership.Config{
@@ -126,7 +129,7 @@ func prepareCluster(ctx context.Context, s settings.Settings, logger *slog.Logge
 
 // liveMembers are the members holding live member Leases, not draining:
 // where new objects' copies go.
-func (c *cluster) liveMembers() []replication.Peer {
+func (c *Cluster) liveMembers() []replication.Peer {
 	b := c.broker()
 	if b == nil {
 		return nil
@@ -145,7 +148,7 @@ func (c *cluster) liveMembers() []replication.Peer {
 
 // countUnderReplicated counts the objects with fewer copies on current
 // members than R asks, for the metric and the node status.
-func (c *cluster) countUnderReplicated(b *core.Broker) {
+func (c *Cluster) countUnderReplicated(b *core.Broker) {
 	current := map[string]bool{}
 	for _, m := range b.Members() {
 		if m.Removed.IsZero() {
@@ -161,7 +164,7 @@ func (c *cluster) countUnderReplicated(b *core.Broker) {
 // newOwnership makes the slot Lease manager: the core asks it before it
 // opens a partition, and it hands slots off (Release) or stops them at
 // once (Revoke) through the core.
-func (c *cluster) newOwnership(s settings.Settings, reg prometheus.Registerer) (*ownership.Manager, error) {
+func (c *Cluster) newOwnership(s settings.Settings, reg prometheus.Registerer) (*ownership.Manager, error) {
 	var rc *rest.Config
 	var err error
 	if s.Cluster.Kubeconfig != "" {
@@ -211,14 +214,14 @@ func (c *cluster) newOwnership(s settings.Settings, reg prometheus.Registerer) (
 	return m, err
 }
 
-func (c *cluster) broker() *core.Broker {
+func (c *Cluster) broker() *core.Broker {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.b
 }
 
 // coreConfig is how the core reaches the cluster's metadata log.
-func (c *cluster) coreConfig() *core.ClusterConfig {
+func (c *Cluster) coreConfig() *core.ClusterConfig {
 	id := c.member.Identity()
 	return &core.ClusterConfig{
 		MemberID: id.ID(),
@@ -232,16 +235,16 @@ func (c *cluster) coreConfig() *core.ClusterConfig {
 	}
 }
 
-// configure sets the core's cluster seams in cfg.
-func (c *cluster) configure(cfg *core.Config) {
+// Configure sets the core's cluster seams in cfg.
+func (c *Cluster) Configure(cfg *core.Config) {
 	cfg.Cluster = c.coreConfig()
 	cfg.Ownership = c.owners
 	cfg.Placement = c.repl.Placement
 	cfg.Fetcher = c.repl.Fetcher()
 }
 
-// start serves the peer API and runs the membership duties beside b.
-func (c *cluster) start(ctx context.Context, b *core.Broker) error {
+// Start serves the peer API and runs the membership duties beside b.
+func (c *Cluster) Start(ctx context.Context, b *core.Broker) error {
 	c.srv = peer.NewServer(c.log)
 	c.mu.Lock()
 	c.b = b
@@ -300,9 +303,9 @@ func (c *cluster) start(ctx context.Context, b *core.Broker) error {
 	return nil
 }
 
-// close stops the cluster's rooms, after the core has closed (its last
+// Close stops the cluster's rooms, after the core has closed (its last
 // commands may still go to the leader through the peer port).
-func (c *cluster) close() {
+func (c *Cluster) Close() {
 	if c.stop != nil {
 		c.stop()
 	}
@@ -315,9 +318,9 @@ func (c *cluster) close() {
 	c.wg.Wait()
 }
 
-// router is the front of the client port: every request served here or by
+// Router is the front of the client port: every request served here or by
 // its partition's owner.
-func (c *cluster) router(local http.Handler, maxBody int64, reg prometheus.Registerer) *routing.Router {
+func (c *Cluster) Router(local http.Handler, maxBody int64, reg prometheus.Registerer) *routing.Router {
 	b := c.broker()
 	quorum := c.quorumWatch(b)
 	return routing.New(routing.Config{
@@ -339,7 +342,7 @@ func (c *cluster) router(local http.Handler, maxBody int64, reg prometheus.Regis
 // quorumWatch is the router's judge of a lost quorum: no contact with a
 // leader and no other member renewing its Lease, seen without a break for a
 // Lease duration.
-func (c *cluster) quorumWatch(b *core.Broker) *routing.QuorumWatch {
+func (c *Cluster) quorumWatch(b *core.Broker) *routing.QuorumWatch {
 	q := &routing.QuorumWatch{
 		For: c.cfg.LeaseDuration,
 		Lost: func() bool {
@@ -362,8 +365,8 @@ func (c *cluster) quorumWatch(b *core.Broker) *routing.QuorumWatch {
 	return q
 }
 
-// nodeInfo adds the cluster's view to GET /v1/admin/node.
-func (c *cluster) nodeInfo(info *wire.NodeInfo) {
+// NodeInfo adds the cluster's view to GET /v1/admin/node.
+func (c *Cluster) NodeInfo(info *wire.NodeInfo) {
 	ms := c.member.Status()
 	os := c.owners.Status()
 	info.ClusterID, info.MemberID, info.Voters, info.NonVoters = ms.ClusterID, ms.MemberID, ms.Voters, ms.NonVoters
@@ -376,13 +379,13 @@ func (c *cluster) nodeInfo(info *wire.NodeInfo) {
 	}
 }
 
-// leave hands this broker's work over before it stops (SIGTERM): its slots
+// Leave hands this broker's work over before it stops (SIGTERM): its slots
 // go to the others through the hand-off — their streams closed through the
 // log, so the next owners open them at once rather than after the Leases
 // run out — and its leadership of the metadata log to another voter. Each
 // is bounded, so that a stop of the whole cluster does not wait on peers
 // that are stopping too.
-func (c *cluster) leave(ctx context.Context) {
+func (c *Cluster) Leave(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, leaveTimeout)
 	defer cancel()
 	if err := c.owners.SetDraining(ctx, true); err != nil {
@@ -412,3 +415,11 @@ func (c *cluster) leave(ctx context.Context) {
 
 // leaveTimeout bounds the hand-over a stopping broker makes.
 const leaveTimeout = 8 * time.Second
+
+// SetRestart gives the cluster the way to stop the broker so that it
+// starts again (a drain cancelled after its removal, a recovery).
+func (c *Cluster) SetRestart(restart func()) { c.restart = restart }
+
+// ServeRecover is the member's recovery endpoint (membership.RecoverPath),
+// which restarts the broker.
+func (c *Cluster) ServeRecover() http.Handler { return c.member.ServeRecover(c.restart) }
