@@ -44,6 +44,7 @@ type Journal struct {
 	// sending is held by each request from its closed check to its send,
 	// and by Close to set closed.
 	sending sync.RWMutex
+	dropMu  sync.Mutex // one Drop at a time
 
 	mu       sync.Mutex // guards the index below, read by Objects and Read
 	fences   map[uint64]int64
@@ -84,6 +85,11 @@ type request struct {
 	refs []Ref // a fence's answer
 	err  error
 	done chan struct{}
+	// settled: the answer is final — what it needed is synced, or it was
+	// refused writing nothing — and a later failure of its batch does not
+	// change it (the object is durable: answering it failed would make a
+	// start's adoption of it a surprise).
+	settled bool
 }
 
 // Open opens the journal in fs, cutting off a torn tail; a journal found
@@ -400,6 +406,9 @@ func (j *Journal) Segments() []Segment {
 // current fence (Pinned) may go; the directory is synced before Drop
 // returns, so that a crash never leaves a gap before a later segment.
 func (j *Journal) Drop(n uint64) error {
+	// One at a time: the checks below hold until the file is gone.
+	j.dropMu.Lock()
+	defer j.dropMu.Unlock()
 	j.mu.Lock()
 	numbers := slices.Sorted(maps.Keys(j.segments))
 	switch {
@@ -421,6 +430,14 @@ func (j *Journal) Drop(n uint64) error {
 			return Pinned.With("segment", segmentName(n), "stream", st, "epoch", e)
 		}
 	}
+	j.mu.Unlock()
+	// The file first: a segment forgotten but left on disk would leave a
+	// gap behind the next one dropped, and a gap is damage at open. (The
+	// open file stays readable until it is closed below.)
+	if err := j.fs.Remove(segmentName(n)); err != nil {
+		return err
+	}
+	j.mu.Lock()
 	f := j.segments[n]
 	delete(j.segments, n)
 	gone := map[uint64]bool{}
@@ -447,9 +464,6 @@ func (j *Journal) Drop(n uint64) error {
 	delete(j.segObjs, n)
 	j.mu.Unlock()
 	_ = f.Close()
-	if err := j.fs.Remove(segmentName(n)); err != nil {
-		return err
-	}
 	return j.fs.SyncDir()
 }
 
@@ -543,6 +557,7 @@ func (j *Journal) commit(batch []*request) {
 	}
 	buf := make([]byte, batchHeader, 4096)
 	var accepted []placed
+	var inBuf []*request // answered by buf's flush
 	fences := map[uint64]int64{}    // raised in buf
 	pending := map[uint64]*Object{} // accepted in buf, by id
 	// flush writes and syncs buf, then makes its fences and objects the
@@ -562,6 +577,10 @@ func (j *Journal) commit(batch []*request) {
 			return false
 		}
 		j.curSize += int64(len(buf))
+		for _, r := range inBuf {
+			r.settled = true
+		}
+		inBuf = nil
 		j.mu.Lock()
 		for st, e := range fences {
 			j.fences[st], j.fenceSeg[st] = e, seg
@@ -607,12 +626,13 @@ func (j *Journal) commit(batch []*request) {
 					}
 				}
 			}
+			inBuf = append(inBuf, r)
 			continue
 		}
 		o := r.obj
 		size := objectBytes(o)
 		if size > maxObjectBytes {
-			r.err = TooLarge.With("object", o.ID, "bytes", size, "max", maxObjectBytes)
+			r.err, r.settled = TooLarge.With("object", o.ID, "bytes", size, "max", maxObjectBytes), true
 			continue
 		}
 		j.mu.Lock()
@@ -627,14 +647,19 @@ func (j *Journal) commit(batch []*request) {
 		j.mu.Unlock()
 		same := func(sum uint32, parts []Part) bool { return sum == objectSum(o) && slices.Equal(parts, o.Parts) }
 		switch prev, isPending := pending[o.ID]; {
-		case isHeld && same(held.sum, held.parts), isPending && same(objectSum(prev), prev.Parts):
-			// The same bytes, durable (or about to be) already: a resend.
+		case isHeld && same(held.sum, held.parts):
+			// The same bytes, durable already: a resend.
+			r.settled = true
+			continue
+		case isPending && same(objectSum(prev), prev.Parts):
+			// The same bytes, about to be durable: a resend.
+			inBuf = append(inBuf, r)
 			continue
 		case fenced != nil:
-			r.err = fenced
+			r.err, r.settled = fenced, true
 			continue
 		case isHeld || isPending:
-			r.err = Conflict.With("object", o.ID)
+			r.err, r.settled = Conflict.With("object", o.ID), true
 			continue
 		}
 		if len(buf)+size > splitBytes && !flush() {
@@ -643,6 +668,7 @@ func (j *Journal) commit(batch []*request) {
 		pending[o.ID] = o
 		buf = appendObject(buf, o)
 		accepted = append(accepted, placed{o, len(buf) - len(o.Payload)})
+		inBuf = append(inBuf, r)
 	}
 	flush()
 }
@@ -679,7 +705,9 @@ func (j *Journal) fail(cause error, seg uint64, op string, batch []*request) {
 	}
 	j.mu.Unlock()
 	for _, r := range batch {
-		r.err, r.refs = err, nil
+		if !r.settled {
+			r.err, r.refs = err, nil
+		}
 	}
 }
 
@@ -782,10 +810,12 @@ func (j *Journal) recover() error {
 			return err
 		}
 		num, inc, hlen, herr := parseHeader(data)
+		hlenWant := len(appendHeader(nil, n, j.opts.Incarnation))
 		switch {
-		case herr != nil && last && (len(data) < len(appendHeader(nil, n, j.opts.Incarnation)) || allZero(data)):
+		case herr != nil && last && (len(data) < hlenWant || allZero(data[hlenWant:])):
 			// Created, its header torn (nothing is written after a
-			// header before it is synced): begin it again.
+			// header before it is synced; a preallocated segment is
+			// zeros after it): begin it again.
 			if err := f.Truncate(0); err != nil {
 				return err
 			}
