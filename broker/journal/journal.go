@@ -557,7 +557,7 @@ func (j *Journal) commit(batch []*request) {
 	}
 	buf := make([]byte, batchHeader, 4096)
 	var accepted []placed
-	var inBuf []*request // answered by buf's flush
+	var inBuf []*request            // answered by buf's flush
 	fences := map[uint64]int64{}    // raised in buf
 	pending := map[uint64]*Object{} // accepted in buf, by id
 	// flush writes and syncs buf, then makes its fences and objects the
