@@ -80,6 +80,7 @@ type Broker struct {
 	journal      *journal.Journal
 	tail         *tailState
 	checkpointMu sync.Mutex // one checkpoint at a time
+	journalSeq   uint64     // the last sequence number the journal holds (the flusher goes on from it)
 
 	frames *frameCache
 	inline *inlineObjects
@@ -154,7 +155,15 @@ func Open(cfg Config) (*Broker, error) {
 	}
 	b.log = l
 	var journalMax uint64
-	if cfg.Cluster == nil && !cfg.LogCommits {
+	if cfg.Cluster != nil || cfg.LogCommits {
+		// The log path cannot adopt a journal's appends: opening a lone
+		// broker's directory on it would hand their offsets out again.
+		if names, _ := filepath.Glob(filepath.Join(journalDir(cfg.DataDir), "journal-*.log")); len(names) > 0 {
+			_ = l.Close()
+			return nil, stream.StreamDirectoryUnusable.With("path", journalDir(cfg.DataDir), "reason",
+				"the data directory holds a lone broker's journal, which a cluster member (or the log data path) cannot adopt: open it as a lone broker")
+		}
+	} else {
 		dir := journalDir(cfg.DataDir)
 		if err := objstore.PrepareDir(dir); err != nil {
 			_ = l.Close()

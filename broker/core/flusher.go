@@ -48,12 +48,14 @@ type flusher struct {
 	// broken is the first journal append that failed (settle's own): no
 	// later object is acknowledged, whatever the journal answers it.
 	broken error
+	// seq numbers the journal objects in the order built (the writer's).
+	seq uint64
 }
 
 func newFlusher(b *Broker) *flusher {
 	return &flusher{
 		b: b, signal: make(chan struct{}, 1), done: make(chan struct{}), unheld: make(chan struct{}, 1),
-		slots: make(chan struct{}, b.cfg.CommitsInFlight),
+		slots: make(chan struct{}, b.cfg.CommitsInFlight), seq: b.journalSeq,
 	}
 }
 
@@ -386,7 +388,8 @@ func (f *flusher) writeJournal(live []*pendingAppend, c *meta.Commit, payloadByt
 		for i, p := range live {
 			c.Appends[i] = p.app
 		}
-		payload, err := journalPayload(nil, c, objectInFile)
+		f.seq++
+		payload, err := journalPayload(nil, c, objectInFile, f.seq)
 		if err != nil {
 			f.failUnwritten(live, meta.BadCommand.Wrap(err, "op", "journal.describe"))
 			return nil
@@ -415,7 +418,8 @@ func (f *flusher) writeJournal(live []*pendingAppend, c *meta.Commit, payloadByt
 		}
 		c.Appends[i] = p.app
 	}
-	payload, err := journalPayload(frames, c, objectInJournal)
+	f.seq++
+	payload, err := journalPayload(frames, c, objectInJournal, f.seq)
 	if err != nil {
 		b.objs.Remove(id)
 		f.failUnwritten(live, meta.BadCommand.Wrap(err, "op", "journal.describe"))
@@ -594,11 +598,15 @@ func (f *flusher) settleJournaled(p *proposal) {
 			f.broken = err
 		}
 		b.tail.release(p.object)
-		b.objs.Remove(p.object)
+		b.objs.Remove(p.object) // a start restores it from the journal if it adopts it
 		if errors.Is(err, journal.Failed) {
 			b.storageFailed("journal.append", journalDir(b.cfg.DataDir), err)
 		}
-		f.fail(p.live, err)
+		// The object may be on disk whatever the answer (a failed
+		// fdatasync says nothing of the bytes that did reach it), and a
+		// start adopts what continues the stream: the outcome is unknown,
+		// never "nothing written".
+		f.fail(p.live, node.OutcomeUnknown.Wrap(err, "name", p.live[0].n.name, "first", p.live[0].app.First))
 		return
 	}
 	b.cfg.Metrics.FlushAppends.Observe(float64(len(p.live)))

@@ -91,7 +91,18 @@ func (b *Broker) collectGarbage(ctx context.Context, grace time.Duration, orphan
 	}
 	cutoff := time.Now().Add(-grace)
 	for _, info := range infos {
-		if _, waiting := seen[info.ID]; waiting || known[info.ID] || b.tail.holds(info.ID) || (grace > 0 && info.ModTime.After(cutoff)) {
+		if _, waiting := seen[info.ID]; waiting || known[info.ID] || (grace > 0 && info.ModTime.After(cutoff)) {
+			continue
+		}
+		// Looked at again, the journal's tail first: an object leaves it
+		// only once a checkpoint put it in the state, so one that left
+		// after the look above is in the state now.
+		if b.tail.holds(info.ID) {
+			continue
+		}
+		committed := false
+		b.fsm.View(func(s *meta.State) { _, committed = s.Objects[info.ID] })
+		if committed {
 			continue
 		}
 		// Never committed (or committed and already forgotten as garbage).

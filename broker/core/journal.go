@@ -1,6 +1,7 @@
 package core
 
 import (
+	"cmp"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -65,8 +66,10 @@ import (
 //     a restart could adopt —, and nothing is written after it until it
 //     is answered.
 //  5. At start, after the log replays, every journal object is read in
-//     the order the flusher built them (their ids: several are handed to
-//     the journal at once and may land in another order): those the state
+//     the order the flusher built them (a sequence number in its payload:
+//     several are handed to the journal at once and may land in another
+//     order, and a file's id comes from a pool, handed out earlier):
+//     those the state
 //     references are held again, and the appends past their stream's
 //     checkpointed end, at the epoch it is open at by this broker and
 //     continuing it, are adopted by checkpoints (of bounded size) before
@@ -80,9 +83,15 @@ import (
 //     until it is checkpointed, for this and for the orphan collector.
 //  7. A journal that failed a write or an fdatasync acknowledges nothing
 //     more: the volume is reported failed (STORAGE_FAILED) until restart.
+//     The appends it could not answer durable are answered
+//     APPEND_OUTCOME_UNKNOWN: their bytes may be on disk, and a start
+//     adopts what continues a stream.
 //  8. While the log takes no checkpoint, appends go on until
-//     MaxUncheckpointedBytes are waiting; past it they are refused with
-//     METADATA_UNAVAILABLE (retriable).
+//     MaxUncheckpointedBytes are waiting (records, and tailAppendBytes an
+//     append for what each costs beside them); past it they are refused
+//     with METADATA_UNAVAILABLE (retriable).
+//  9. The log path (a cluster member, or Config.LogCommits) refuses a
+//     data directory holding a journal: it could not adopt its appends.
 //
 // Upgrade: a data directory written before the journal has none; it is
 // created empty, and everything committed is in the log. A release before
@@ -150,6 +159,7 @@ func (t *tailState) index(c *meta.Commit) {
 			st = &streamTail{epoch: a.Epoch}
 			t.streams[a.Stream] = st
 		}
+		t.bytes += tailAppendBytes
 		if a.Range != nil {
 			st.ranges = append(st.ranges, *a.Range)
 			st.end = a.Range.Next
@@ -184,7 +194,12 @@ func (t *tailState) drop(n int) {
 	}
 }
 
-// size is the record bytes waiting.
+// tailAppendBytes is what the tail counts for an append beside its record
+// bytes — its descriptor in the journal and in memory, about — so that
+// MaxUncheckpointedBytes bounds what tiny records cost too.
+const tailAppendBytes = 256
+
+// size is the bytes waiting: records, and tailAppendBytes an append.
 func (t *tailState) size() int64 {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -329,8 +344,10 @@ func (t *tailState) overlay(streams []uint64, out *node.Entry) {
 
 // journalPayload is what the journal holds of a group commit: its frames
 // (none for objectInFile), its descriptor (c, frames aside), the
-// descriptor's length and kind.
-func journalPayload(frames []byte, c *meta.Commit, kind byte) ([]byte, error) {
+// descriptor's length, the flusher's sequence number of the object and
+// its kind. The sequence, not the id, orders adoption at start: an object
+// in a file of its own takes a pool file's id, handed out before.
+func journalPayload(frames []byte, c *meta.Commit, kind byte, seq uint64) ([]byte, error) {
 	desc, err := meta.Encode(&meta.Command{Op: meta.OpCommit, Commit: c})
 	if err != nil {
 		return nil, err
@@ -339,35 +356,37 @@ func journalPayload(frames []byte, c *meta.Commit, kind byte) ([]byte, error) {
 	// the held slice (frames[:len:len]) never sees past its length.
 	out := append(frames[:len(frames):cap(frames)], desc...)
 	out = binary.LittleEndian.AppendUint32(out, uint32(len(desc)))
+	out = binary.LittleEndian.AppendUint64(out, seq)
 	return append(out, kind), nil
 }
 
 // parseJournalPayload splits a journal object's payload.
-func parseJournalPayload(id uint64, p []byte) (frames []byte, c *meta.Commit, kind byte, err error) {
+func parseJournalPayload(id uint64, p []byte) (frames []byte, c *meta.Commit, kind byte, seq uint64, err error) {
 	bad := func(why string) error {
 		return stream.StreamBackendFailed.With("op", "journal.read", "object", id, "reason", why)
 	}
-	if len(p) < 5 {
-		return nil, nil, 0, bad("payload shorter than its descriptor's length")
+	if len(p) < 13 {
+		return nil, nil, 0, 0, bad("payload shorter than its trailer")
 	}
 	kind, p = p[len(p)-1], p[:len(p)-1]
+	seq, p = binary.LittleEndian.Uint64(p[len(p)-8:]), p[:len(p)-8]
 	n := int(binary.LittleEndian.Uint32(p[len(p)-4:]))
 	switch {
 	case n > len(p)-4:
-		return nil, nil, 0, bad("descriptor longer than the payload")
+		return nil, nil, 0, 0, bad("descriptor longer than the payload")
 	case kind != objectInJournal && kind != objectInFile:
-		return nil, nil, 0, bad(fmt.Sprintf("unknown kind %d", kind))
+		return nil, nil, 0, 0, bad(fmt.Sprintf("unknown kind %d", kind))
 	case kind == objectInFile && n != len(p)-4:
-		return nil, nil, 0, bad("frames beside a descriptor of an object in its own file")
+		return nil, nil, 0, 0, bad("frames beside a descriptor of an object in its own file")
 	}
 	var cmd meta.Command
 	if err := meta.Decode(p[len(p)-4-n:len(p)-4], &cmd); err != nil || cmd.Op != meta.OpCommit || cmd.Commit == nil {
-		return nil, nil, 0, bad(fmt.Sprintf("descriptor is not a commit: %v", err))
+		return nil, nil, 0, 0, bad(fmt.Sprintf("descriptor is not a commit: %v", err))
 	}
 	if cmd.Commit.Object != id {
-		return nil, nil, 0, bad(fmt.Sprintf("descriptor names object %d", cmd.Commit.Object))
+		return nil, nil, 0, 0, bad(fmt.Sprintf("descriptor names object %d", cmd.Commit.Object))
 	}
-	return p[: len(p)-4-n : len(p)-4-n], cmd.Commit, kind, nil
+	return p[: len(p)-4-n : len(p)-4-n], cmd.Commit, kind, seq, nil
 }
 
 // partsOf are the journal parts of c's appends.
@@ -402,24 +421,36 @@ func (b *Broker) recoverJournal() error {
 	ends := map[uint64]uint64{}
 	var adopt []meta.Commit
 	appends := 0
-	// By id, not by place in the journal: the flusher hands objects to the
-	// journal several at a time, so they may land out of order, but it
-	// numbers them in the order it built them — each stream's offsets
-	// grow with the ids.
-	var ids []uint64
-	for _, s := range b.journal.Segments() {
-		ids = append(ids, s.Objects...)
+	// In the order the flusher built them (its sequence numbers), not
+	// their place in the journal — it hands several to the journal at
+	// once, so they may land out of order — nor their ids — an object in
+	// a file of its own takes a pool file's id, handed out earlier. Each
+	// stream's offsets grow with the sequence.
+	type found struct {
+		id     uint64
+		seq    uint64
+		kind   byte
+		frames []byte
+		c      *meta.Commit
 	}
-	slices.Sort(ids)
-	for _, id := range ids {
-		_, payload, err := b.journal.Read(id)
-		if err != nil {
-			return stream.StreamBackendFailed.Wrap(err, "op", "journal.read", "object", id)
+	var all []found
+	for _, s := range b.journal.Segments() {
+		for _, id := range s.Objects {
+			_, payload, err := b.journal.Read(id)
+			if err != nil {
+				return stream.StreamBackendFailed.Wrap(err, "op", "journal.read", "object", id)
+			}
+			frames, c, kind, seq, err := parseJournalPayload(id, payload)
+			if err != nil {
+				return err
+			}
+			all = append(all, found{id, seq, kind, frames, c})
+			b.journalSeq = max(b.journalSeq, seq)
 		}
-		frames, c, kind, err := parseJournalPayload(id, payload)
-		if err != nil {
-			return err
-		}
+	}
+	slices.SortFunc(all, func(x, y found) int { return cmp.Compare(x.seq, y.seq) })
+	for _, f := range all {
+		id, frames, c, kind := f.id, f.frames, f.c, f.kind
 		// An object in a file of its own is adopted only whole: its
 		// appends were acknowledged after its fdatasync, and a crash
 		// before it may have left anything (or nothing).
@@ -667,6 +698,13 @@ func (b *Broker) releaseJournal() {
 			if err := b.cfg.syncObjects(objectsDir(b.cfg.DataDir), live); err != nil {
 				b.cfg.Logger.Warn("syncing the journal's live objects failed; the segment stays", "segment", s.Number, "err", err)
 				return
+			}
+			for _, id := range live {
+				if !b.objs.HasFile(id) {
+					// The journal holds the only copy: it stays.
+					b.cfg.Logger.Error("an object the state references is neither held nor a file; its journal segment stays", "object", id, "segment", s.Number)
+					return
+				}
 			}
 		}
 		if err := b.journal.Drop(s.Number); err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -18,6 +19,7 @@ import (
 	"github.com/picomq/picomq/broker/journal"
 	"github.com/picomq/picomq/broker/meta"
 	"github.com/picomq/picomq/broker/node"
+	"github.com/picomq/picomq/broker/stream"
 )
 
 // stopWithoutCheckpoint stops b as a crash of its process would, as far as
@@ -563,4 +565,125 @@ func (g *gatedJournal) Sync(f *os.File) error {
 		}
 	}
 	return g.FS.Sync(f)
+}
+
+// TestMixedSizesAdoptedInTheOrderBuilt: small appends (held objects, ids
+// handed out as they are built) and large ones (files of their own, with
+// pool ids handed out earlier) alternate on one stream; after a stop
+// without a checkpoint every one is adopted at its offset. (A review found
+// adoption by id skipping the large ones and handing their offsets out
+// again.)
+func TestMixedSizesAdoptedInTheOrderBuilt(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	cfg := func(c *Config) { c.CheckpointInterval = time.Hour; c.InlineBytes = 1024 }
+	b := openTest(t, dir, cfg)
+	mustCreate(t, b, "s", node.CreateOptions{})
+	var want []string
+	for i := range 8 {
+		p := fmt.Sprintf("small-%d", i)
+		if i%2 == 1 {
+			p = fmt.Sprintf("large-%d-%s", i, strings.Repeat("x", 4096))
+		}
+		if _, err := b.Append(context.Background(), "s", recs(p), node.AppendOptions{Partition: -1}); err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, p)
+	}
+	stopWithoutCheckpoint(t, b)
+	b = openTest(t, dir, cfg)
+	defer b.Close()
+	got := readAll(t, b, "s", 0)
+	if len(got) != len(want) {
+		t.Fatalf("%d of %d acknowledged records after the restart", len(got), len(want))
+	}
+	for i := range got {
+		if string(got[i].Record.Payload) != want[i] {
+			t.Fatalf("record %d: %.12q, want %.12q", i, got[i].Record.Payload, want[i])
+		}
+	}
+	if res, err := b.Append(context.Background(), "s", recs("next"), node.AppendOptions{Partition: -1}); err != nil || res.First != 8 {
+		t.Fatalf("the next append: %+v, %v; want offset 8", res, err)
+	}
+}
+
+// failRoll fails the creation of the journal's second segment, after the
+// first one's last batch was synced.
+type failRoll struct{ diskio.FS }
+
+func (f failRoll) Rename(from, to string) error {
+	if strings.HasSuffix(to, "journal-0000000000000002.log") {
+		return errors.New("injected: rename failed")
+	}
+	return f.FS.Rename(from, to)
+}
+
+func (f failRoll) OpenFile(path string, flag int, perm fs.FileMode) (*os.File, error) {
+	if strings.HasSuffix(path, "journal-0000000000000002.log") {
+		return nil, errors.New("injected: create failed")
+	}
+	return f.FS.OpenFile(path, flag, perm)
+}
+
+// TestJournalFailureAnswersOutcomeUnknown: appends the journal could not
+// answer durable are answered APPEND_OUTCOME_UNKNOWN, never as if nothing
+// was written — a start may adopt them — and every acknowledged one is
+// read back after a restart. (A review found an append answered failed and
+// adopted.)
+func TestJournalFailureAnswersOutcomeUnknown(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	slow := func(c *Config) { c.CheckpointInterval = time.Hour; c.JournalSegmentBytes = 8 << 10 }
+	b := openTest(t, dir, slow, func(c *Config) { c.FS = failRoll{diskio.OS} })
+	mustCreate(t, b, "s", node.CreateOptions{})
+	var acked []string
+	unknown := 0
+	for i := range 4 {
+		p := fmt.Sprintf("r%d-%s", i, strings.Repeat("q", 3000))
+		_, err := b.Append(context.Background(), "s", recs(p), node.AppendOptions{Partition: -1})
+		switch {
+		case err == nil:
+			acked = append(acked, p)
+		case errors.Is(err, node.OutcomeUnknown):
+			unknown++
+		case errors.Is(err, node.StorageFailed):
+			// refused at admission: nothing written
+		default:
+			t.Fatalf("append %d: %v, want success, APPEND_OUTCOME_UNKNOWN or STORAGE_FAILED", i, err)
+		}
+	}
+	if unknown == 0 && len(acked) == 4 {
+		t.Fatal("no append met the failure: the test proves nothing")
+	}
+	stopWithoutCheckpoint(t, b)
+	b = openTest(t, dir, slow)
+	defer b.Close()
+	got := readAll(t, b, "s", 0)
+	if len(got) < len(acked) || len(got) > len(acked)+unknown {
+		t.Fatalf("%d records after the restart: %d acknowledged, %d unknown", len(got), len(acked), unknown)
+	}
+	for i, p := range acked {
+		if string(got[i].Record.Payload) != p {
+			t.Fatalf("acknowledged record %d lost", i)
+		}
+	}
+}
+
+// TestLogPathRefusesALoneBrokersJournal: a data directory whose journal
+// holds a lone broker's appends is refused by the log path, which could
+// not adopt them and would hand their offsets out again.
+func TestLogPathRefusesALoneBrokersJournal(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	b := openTest(t, dir, func(c *Config) { c.CheckpointInterval = time.Hour })
+	mustCreate(t, b, "s", node.CreateOptions{})
+	appendNumbered(t, b, "s", 0, 3)
+	stopWithoutCheckpoint(t, b)
+	_, err := Open(Config{DataDir: dir, LogCommits: true, MaintenanceInterval: time.Hour})
+	if !errors.Is(err, stream.StreamDirectoryUnusable) {
+		t.Fatalf("the log path on a lone broker's journal: %v, want STREAM_DIRECTORY_UNUSABLE", err)
+	}
+	b = openTest(t, dir)
+	defer b.Close()
+	checkNumbered(t, b, "s", 3)
 }

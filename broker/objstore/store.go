@@ -211,6 +211,12 @@ func (s *Store) Dir() string { return s.dir }
 
 func (s *Store) path(id uint64) string { return fileNameIn(s.dir, id) }
 
+// HasFile reports whether object id is a file in the store's directory.
+func (s *Store) HasFile(id uint64) bool {
+	_, err := os.Stat(s.path(id))
+	return err == nil
+}
+
 // fileNameIn returns the path of object id's file in dir.
 func fileNameIn(dir string, id uint64) string { return filepath.Join(dir, fileName(id)) }
 
