@@ -105,7 +105,7 @@ func journalDir(dataDir string) string { return filepath.Join(dataDir, "journal"
 type tailState struct {
 	mu      sync.Mutex
 	commits []*meta.Commit // in the order acknowledged
-	bytes   int64          // their record bytes
+	bytes   int64          // their record bytes, and tailAppendBytes an append
 	objects map[uint64]int // object -> commits of the tail naming it
 	streams map[uint64]*streamTail
 	// due wakes the checkpointer before its tick.
@@ -611,10 +611,33 @@ func (b *Broker) checkCheckpoint(commits []meta.Commit, res any) {
 				continue
 			}
 			a := commits[i].Appends[k]
+			if errors.Is(err, meta.OffsetMismatch) && b.checkpointed(a, commits[i].Object) {
+				continue // an earlier checkpoint whose outcome was unknown took it
+			}
 			b.cfg.Metrics.CheckpointRefused.Inc()
 			b.cfg.Logger.Error("the log refused an acknowledged append in a checkpoint", "stream", a.Stream, "epoch", a.Epoch, "first", a.First, "object", commits[i].Object, "err", err)
 		}
 	}
+}
+
+// checkpointed reports whether the state holds append a, of object obj,
+// already (a checkpoint proposed again after an unknown outcome).
+func (b *Broker) checkpointed(a meta.Append, obj uint64) bool {
+	held := false
+	b.fsm.View(func(s *meta.State) {
+		in, ok := s.Streams[a.Stream]
+		if !ok || a.First >= in.End {
+			return
+		}
+		if a.Range == nil {
+			held = true // a close-only append below the end: taken
+			return
+		}
+		i := in.RangeAt(a.First)
+		// Below the start (trimmed since) or in the range it made.
+		held = a.First < in.Start || i < len(in.Ranges) && in.Ranges[i].Object == obj && in.Ranges[i].First == a.First
+	})
+	return held
 }
 
 // needs reports whether command c must see the tail in the state before

@@ -687,3 +687,33 @@ func TestLogPathRefusesALoneBrokersJournal(t *testing.T) {
 	defer b.Close()
 	checkNumbered(t, b, "s", 3)
 }
+
+// TestCheckpointProposedAgainIsNoRefusal: a checkpoint whose outcome was
+// unknown (it applied, the answer was lost) is proposed again with the
+// next; the log refuses its appends as already taken, which is no lost
+// append — nothing is counted or logged as one.
+func TestCheckpointProposedAgainIsNoRefusal(t *testing.T) {
+	t.Parallel()
+	m := NewMetrics(nil)
+	b := openTest(t, t.TempDir(), func(c *Config) { c.CheckpointInterval = time.Hour; c.Metrics = m })
+	defer b.Close()
+	mustCreate(t, b, "s", node.CreateOptions{})
+	appendNumbered(t, b, "s", 0, 5)
+	cp := &meta.Checkpoint{}
+	for _, c := range b.tail.take() {
+		cp.Commits = append(cp.Commits, *c)
+	}
+	// Applied, its answer lost: the tail still holds it.
+	if _, err := b.applyNow(context.Background(), &meta.Command{Op: meta.OpCheckpoint, Checkpoint: cp}); err != nil {
+		t.Fatal(err)
+	}
+	appendNumbered(t, b, "s", 5, 2)
+	checkpointed(t, b)
+	if n := testutil.ToFloat64(m.CheckpointRefused); n != 0 {
+		t.Fatalf("%v appends counted refused", n)
+	}
+	if in, _ := b.fsm.Internal(mustGet(t, b, "s").Partitions[0]); in.End != 7 {
+		t.Fatalf("end %d, want 7", in.End)
+	}
+	checkNumbered(t, b, "s", 7)
+}
