@@ -369,7 +369,7 @@ func (b *Broker) rollback(n *named, gen uint64, cause error) {
 	n.gen++
 	n.pendingBytes = 0
 	b.cfg.Metrics.Rollbacks.Inc()
-	b.cfg.Logger.Warn("append refused by the metadata log; rolling back provisional state", "name", n.name, "err", cause)
+	b.cfg.Logger.Warn("append refused; rolling back provisional state", "name", n.name, "err", cause)
 	// The state and the journal's tail in one view: a checkpoint moving
 	// appends from one to the other between two looks would hide them.
 	b.fsm.View(func(s *meta.State) {
