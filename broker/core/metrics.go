@@ -48,7 +48,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		HeldSpilled:    prometheus.NewCounter(prometheus.CounterOpts{Name: "picomq_held_objects_spilled_total", Help: "Inline-committed objects written to their own files because the merge had not freed them in time, too many bytes were held, or a snapshot needed them."}),
 		WALUnzeroed:    prometheus.NewCounter(prometheus.CounterOpts{Name: "picomq_wal_segments_unzeroed_total", Help: "Metadata-log segments created before a zeroed spare was ready; commits into them cost a second device write (measured each maintenance pass)."}),
 		CommitSeconds:  prometheus.NewHistogram(prometheus.HistogramOpts{Name: "picomq_metadata_commit_seconds", Help: "Proposal to application of one metadata command.", Buckets: latency}),
-		Rollbacks:      prometheus.NewCounter(prometheus.CounterOpts{Name: "picomq_rollbacks_total", Help: "Provisional state reset after the metadata log refused an append."}),
+		Rollbacks:      prometheus.NewCounter(prometheus.CounterOpts{Name: "picomq_rollbacks_total", Help: "Provisional state reset after an append was refused (by the metadata log, or the journal)."}),
 		CorruptReads:   prometheus.NewCounter(prometheus.CounterOpts{Name: "picomq_corrupt_reads_total", Help: "Reads refused because a committed frame failed its checksum."}),
 		TrimmedRanges:  prometheus.NewCounter(prometheus.CounterOpts{Name: "picomq_retention_trims_total", Help: "Trims made by retention."}),
 		MergedRanges:   prometheus.NewCounter(prometheus.CounterOpts{Name: "picomq_merged_ranges_total", Help: "Small ranges rewritten into segments."}),

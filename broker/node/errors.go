@@ -206,11 +206,12 @@ var StorageFailed = errs.Static(0x00_10_02_06, "STORAGE_FAILED",
 	"broker/diskspace: an fsync (or a write the store cannot undo) failed; fields: op, path, err; restart the broker, and check the volume",
 	500, 74)
 
-// OutcomeUnknown answers an append whose object may be durable but whose
-// stream was fenced, revoked or rolled back before it was acknowledged: a
-// later recovery may or may not have adopted it. Retriable; a producer's
-// retry is recognised if it was adopted.
+// OutcomeUnknown answers an append whose object may be durable but was
+// not acknowledged: the journal failed to answer it durable, or its
+// stream was fenced, revoked or rolled back meanwhile. A later start or
+// recovery may or may not adopt it. Retriable; a producer's retry is
+// recognised if it was adopted.
 var OutcomeUnknown = errs.Static(0x00_10_02_07, "APPEND_OUTCOME_UNKNOWN",
 	"Whether the append was stored is unknown; retry it (a producer's retry is answered as a duplicate if it was)",
-	"broker/core: the append's object may be durable, but its stream's epoch or provisional state ended before it was acknowledged; fields: name, first",
+	"broker/core: the append's object may be durable, but the journal did not answer it durable, or its stream's epoch or provisional state ended before it was acknowledged; fields: name, first",
 	503, 75)
