@@ -9,9 +9,11 @@ import (
 	"path/filepath"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/picomq/picomq/broker/errs"
 	"github.com/picomq/picomq/broker/stream"
+	"github.com/picomq/picomq/internal/testwait"
 )
 
 func openInternal(t *testing.T, opts Options) *Store {
@@ -272,8 +274,18 @@ func TestRemoveRecyclesTheFile(t *testing.T) {
 		}
 	}
 	// Take files until the recycled one comes out of the pool: a refill
-	// must have made its new name durable first.
+	// must have made its new name durable first. Each take waits for the
+	// pool to hold a file (the refill a take kicks runs beside it, and
+	// under load lags it): a take from an empty pool makes a new file and
+	// never meets the recycled one.
 	for range 50 {
+		if !testwait.Poll(10*time.Second, func() bool {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			return len(s.ready) > 0
+		}) {
+			t.Fatal("the pool stayed empty")
+		}
 		w, err := s.Create()
 		if err != nil {
 			t.Fatal(err)
