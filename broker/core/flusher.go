@@ -561,19 +561,30 @@ func (f *flusher) settle(p *proposal) {
 			pa.answer(err, false)
 			continue
 		}
-		// Live readers read what was just appended: serve it from memory,
-		// without a system call. A recycled buffer is not kept: a large
-		// batch's object is a file whose pages are cached anyway.
-		if r := pa.app.Range; r != nil && pa.payload != nil && !pa.recycled {
-			b.frames.put(frameKey{r.Object, r.Pos}, pa.payload)
-		}
-		if pa.recycled {
-			f.b.batchBuffers.Put(pa.payload)
-		}
-		pa.payload = nil
-		touched[pa.n] = true
-		pa.answer(nil, true)
+		f.acknowledge(pa, touched)
 	}
+	wake(touched)
+}
+
+// acknowledge answers a committed append and notes its stream in touched,
+// whose readers wake once the batch is answered.
+func (f *flusher) acknowledge(pa *pendingAppend, touched map[*named]bool) {
+	// Live readers read what was just appended: serve it from memory,
+	// without a system call. A recycled buffer is not kept: a large
+	// batch's object is a file whose pages are cached anyway.
+	if r := pa.app.Range; r != nil && pa.payload != nil && !pa.recycled {
+		f.b.frames.put(frameKey{r.Object, r.Pos}, pa.payload)
+	}
+	if pa.recycled {
+		f.b.batchBuffers.Put(pa.payload)
+	}
+	pa.payload = nil
+	touched[pa.n] = true
+	pa.answer(nil, true)
+}
+
+// wake signals the readers of the streams touched.
+func wake(touched map[*named]bool) {
 	for n := range touched {
 		n.mu.Lock()
 		n.signal()
@@ -613,28 +624,13 @@ func (f *flusher) settleJournaled(p *proposal) {
 	b.cfg.Metrics.FlushBytes.Observe(float64(p.bytes))
 	live := f.joinTail(p)
 	if b.tail.size() >= b.cfg.CheckpointBytes {
-		select {
-		case b.tail.due <- struct{}{}:
-		default:
-		}
+		b.tail.kick()
 	}
 	touched := map[*named]bool{}
 	for _, pa := range live {
-		if r := pa.app.Range; r != nil && pa.payload != nil && !pa.recycled {
-			b.frames.put(frameKey{r.Object, r.Pos}, pa.payload)
-		}
-		if pa.recycled {
-			b.batchBuffers.Put(pa.payload)
-		}
-		pa.payload = nil
-		touched[pa.n] = true
-		pa.answer(nil, true)
+		f.acknowledge(pa, touched)
 	}
-	for n := range touched {
-		n.mu.Lock()
-		n.signal()
-		n.mu.Unlock()
-	}
+	wake(touched)
 }
 
 // joinTail adds a journaled object's commit to the tail, without the

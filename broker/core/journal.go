@@ -259,48 +259,80 @@ func (t *tailState) heldBytes(id uint64) int64 {
 	return 0
 }
 
-// producerAt reports whether an acknowledged append of the tail to one of
-// streams carries producer tuple p or a later one.
-func (t *tailState) producerAt(streams []uint64, p meta.ProducerTuple) bool {
-	if t == nil {
-		return false
-	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	for _, c := range t.commits {
-		for _, a := range c.Appends {
-			if q := a.Producer; q != nil && q.ID == p.ID && slices.Contains(streams, a.Stream) &&
-				(q.Epoch > p.Epoch || q.Epoch == p.Epoch && q.Seq >= p.Seq) {
-				return true
-			}
-		}
-	}
-	return false
-}
-
-// replay lays the tail's named-level changes to the streams of n over
-// its committed state (a rollback's reset). Called with n.mu held.
-func (t *tailState) replay(n *named) {
+// appendsTo calls fn with each acknowledged append of the tail to one of
+// streams, in order, until fn returns false.
+func (t *tailState) appendsTo(streams []uint64, fn func(a *meta.Append) bool) {
 	if t == nil {
 		return
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for _, c := range t.commits {
-		for _, a := range c.Appends {
-			if !slices.Contains(n.streams, a.Stream) {
-				continue
-			}
-			if p := a.Producer; p != nil {
-				n.producers[p.ID] = meta.Producer{Epoch: p.Epoch, LastSeq: p.Seq}
-			}
-			if a.StreamSeq != "" {
-				n.lastSeq = a.StreamSeq
-			}
-			if a.Close {
-				n.closed, n.closedBy = true, a.Producer
+		for i := range c.Appends {
+			if a := &c.Appends[i]; slices.Contains(streams, a.Stream) && !fn(a) {
+				return
 			}
 		}
+	}
+}
+
+// producerAt reports whether an acknowledged append of the tail to one of
+// streams carries producer tuple p or a later one.
+func (t *tailState) producerAt(streams []uint64, p meta.ProducerTuple) bool {
+	found := false
+	t.appendsTo(streams, func(a *meta.Append) bool {
+		q := a.Producer
+		found = q != nil && q.ID == p.ID && (q.Epoch > p.Epoch || q.Epoch == p.Epoch && q.Seq >= p.Seq)
+		return !found
+	})
+	return found
+}
+
+// replay lays the tail's named-level changes to the streams of n over
+// its committed state (a rollback's reset). Called with n.mu held.
+func (t *tailState) replay(n *named) {
+	t.appendsTo(n.streams, func(a *meta.Append) bool {
+		if p := a.Producer; p != nil {
+			n.producers[p.ID] = meta.Producer{Epoch: p.Epoch, LastSeq: p.Seq}
+		}
+		if a.StreamSeq != "" {
+			n.lastSeq = a.StreamSeq
+		}
+		if a.Close {
+			n.closed, n.closedBy = true, a.Producer
+		}
+		return true
+	})
+}
+
+// overlay lays the tail's named-level changes to streams over out, an
+// entry as the state holds it.
+func (t *tailState) overlay(streams []uint64, out *node.Entry) {
+	t.appendsTo(streams, func(a *meta.Append) bool {
+		if p := a.Producer; p != nil {
+			if out.Producers == nil {
+				out.Producers = map[string]node.Producer{}
+			}
+			out.Producers[p.ID] = node.Producer{Epoch: p.Epoch, LastSeq: p.Seq}
+		}
+		if a.StreamSeq != "" {
+			out.LastStreamSeq = a.StreamSeq
+		}
+		if a.Close {
+			out.Closed = true
+			if p := a.Producer; p != nil {
+				out.ClosedBy = &node.ProducerTuple{ID: p.ID, Epoch: p.Epoch, Seq: p.Seq}
+			}
+		}
+		return true
+	})
+}
+
+// kick has the checkpointer run before its tick.
+func (t *tailState) kick() {
+	select {
+	case t.due <- struct{}{}:
+	default:
 	}
 }
 
@@ -309,38 +341,6 @@ const (
 	objectInJournal byte = 1 // the payload holds them
 	objectInFile    byte = 2 // the object's own file, synced before
 )
-
-// overlay lays the tail's named-level changes to streams over out, an
-// entry as the state holds it.
-func (t *tailState) overlay(streams []uint64, out *node.Entry) {
-	if t == nil {
-		return
-	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	for _, c := range t.commits {
-		for _, a := range c.Appends {
-			if !slices.Contains(streams, a.Stream) {
-				continue
-			}
-			if p := a.Producer; p != nil {
-				if out.Producers == nil {
-					out.Producers = map[string]node.Producer{}
-				}
-				out.Producers[p.ID] = node.Producer{Epoch: p.Epoch, LastSeq: p.Seq}
-			}
-			if a.StreamSeq != "" {
-				out.LastStreamSeq = a.StreamSeq
-			}
-			if a.Close {
-				out.Closed = true
-				if p := a.Producer; p != nil {
-					out.ClosedBy = &node.ProducerTuple{ID: p.ID, Epoch: p.Epoch, Seq: p.Seq}
-				}
-			}
-		}
-	}
-}
 
 // journalPayload is what the journal holds of a group commit: its frames
 // (none for objectInFile), its descriptor (c, frames aside), the
@@ -419,7 +419,7 @@ func journalMaxID(j *journal.Journal) uint64 {
 // flusher starts and before any open.
 func (b *Broker) recoverJournal() error {
 	ends := map[uint64]uint64{}
-	var adopt []meta.Commit
+	var adopt []*meta.Commit
 	appends := 0
 	// In the order the flusher built them (its sequence numbers), not
 	// their place in the journal — it hands several to the journal at
@@ -487,7 +487,7 @@ func (b *Broker) recoverJournal() error {
 			}
 		}
 		if len(keep) > 0 {
-			adopt = append(adopt, meta.Commit{Object: id, Size: c.Size, Appends: keep, Now: c.Now})
+			adopt = append(adopt, &meta.Commit{Object: id, Size: c.Size, Appends: keep, Now: c.Now})
 			appends += len(keep)
 		}
 	}
@@ -496,12 +496,11 @@ func (b *Broker) recoverJournal() error {
 	}
 	for _, chunk := range checkpointChunks(adopt) {
 		ctx, cancel := context.WithTimeout(context.Background(), applyTimeout)
-		res, err := b.apply(ctx, &meta.Command{Op: meta.OpCheckpoint, Checkpoint: &meta.Checkpoint{Commits: chunk}})
+		err := b.applyCheckpoint(ctx, chunk)
 		cancel()
 		if err != nil {
 			return err
 		}
-		b.checkCheckpoint(chunk, res)
 	}
 	b.cfg.Logger.Info("adopted the journal's appends past the last checkpoint", "appends", appends, "objects", len(adopt))
 	return nil
@@ -544,19 +543,28 @@ func (b *Broker) checkpoint(ctx context.Context) error {
 	defer b.checkpointMu.Unlock()
 	commits := b.tail.take()
 	for _, chunk := range checkpointChunks(commits) {
-		cp := &meta.Checkpoint{Commits: make([]meta.Commit, len(chunk))}
-		for i, c := range chunk {
-			cp.Commits[i] = *c
-		}
-		res, err := b.applyNow(ctx, &meta.Command{Op: meta.OpCheckpoint, Checkpoint: cp})
-		if err != nil {
+		if err := b.applyCheckpoint(ctx, chunk); err != nil {
 			return err
 		}
 		b.tail.drop(len(chunk))
 		b.cfg.Metrics.Checkpoints.Inc()
 		b.cfg.Metrics.CheckpointCommits.Observe(float64(len(chunk)))
-		b.checkCheckpoint(cp.Commits, res)
 	}
+	return nil
+}
+
+// applyCheckpoint puts commits into the log in one command and reports the
+// appends it refused.
+func (b *Broker) applyCheckpoint(ctx context.Context, commits []*meta.Commit) error {
+	cp := &meta.Checkpoint{Commits: make([]meta.Commit, len(commits))}
+	for i, c := range commits {
+		cp.Commits[i] = *c
+	}
+	res, err := b.applyNow(ctx, &meta.Command{Op: meta.OpCheckpoint, Checkpoint: cp})
+	if err != nil {
+		return err
+	}
+	b.checkCheckpoint(cp.Commits, res)
 	return nil
 }
 
@@ -567,11 +575,11 @@ const maxCheckpointAppends = 32 << 10
 
 // checkpointChunks splits commits, in order, into runs of at most
 // maxCheckpointAppends appends (a commit is never split).
-func checkpointChunks[C interface{ *meta.Commit | meta.Commit }](commits []C) [][]C {
-	var out [][]C
+func checkpointChunks(commits []*meta.Commit) [][]*meta.Commit {
+	var out [][]*meta.Commit
 	start, n := 0, 0
 	for i, c := range commits {
-		k := appendsOf(c)
+		k := len(c.Appends)
 		if n > 0 && n+k > maxCheckpointAppends {
 			out = append(out, commits[start:i])
 			start, n = i, 0
@@ -582,16 +590,6 @@ func checkpointChunks[C interface{ *meta.Commit | meta.Commit }](commits []C) []
 		out = append(out, commits[start:])
 	}
 	return out
-}
-
-func appendsOf[C interface{ *meta.Commit | meta.Commit }](c C) int {
-	switch v := any(c).(type) {
-	case *meta.Commit:
-		return len(v.Appends)
-	case meta.Commit:
-		return len(v.Appends)
-	}
-	return 0
 }
 
 // checkCheckpoint reports appends a checkpoint's log refused: acknowledged
@@ -679,10 +677,7 @@ func (b *Broker) uncheckpointedFull() error {
 		return nil
 	}
 	if n := b.tail.size(); n >= b.cfg.MaxUncheckpointedBytes {
-		select {
-		case b.tail.due <- struct{}{}:
-		default:
-		}
+		b.tail.kick()
 		return node.MetadataUnavailable.With("op", "append", "reason", "the metadata log has not taken a checkpoint of the appends acknowledged so far",
 			"uncheckpointed_bytes", n, "max", b.cfg.MaxUncheckpointedBytes)
 	}
