@@ -36,25 +36,32 @@ func sameStrings(a, b []string) bool {
 	return true
 }
 
-// TestAppendFaultsThroughTheSeam: an append whose object met EIO, ENOSPC
-// or a short write is not acknowledged and leaves what was acknowledged
-// intact; after an fsync failure the broker acknowledges no append at all.
-func TestAppendFaultsThroughTheSeam(t *testing.T) {
+// openFaulty opens a broker whose files go through a fault injector, on a
+// volume watched by a monitor (which a failed fdatasync is reported to).
+func openFaulty(t *testing.T, mod ...func(*Config)) (*Broker, *diskio.Faulty) {
+	t.Helper()
 	dir := t.TempDir() + "/data"
 	faults := &diskio.Faulty{}
-	var disk *diskspace.Monitor
-	b := openTest(t, dir, func(c *Config) {
+	b := openTest(t, dir, append([]func(*Config){func(c *Config) {
 		c.FS = faults
-		c.LogCommits = true // the log path (a cluster's): see TestJournalFaultsThroughTheSeam
-		c.InlineBytes = -1  // every object is a file with its own fdatasync
 		var err error
 		if err = objstore.PrepareDir(dir); err == nil {
-			disk, err = diskspace.New(diskspace.Options{Dir: dir, Headroom: diskspace.Headroom{Fixed: true}, ReserveBytes: -1})
+			c.Disk, err = diskspace.New(diskspace.Options{Dir: dir, Headroom: diskspace.Headroom{Fixed: true}, ReserveBytes: -1})
 		}
 		if err != nil {
 			t.Fatal(err)
 		}
-		c.Disk = disk
+	}}, mod...)...)
+	return b, faults
+}
+
+// TestAppendFaultsThroughTheSeam: an append whose object met EIO, ENOSPC
+// or a short write is not acknowledged and leaves what was acknowledged
+// intact; after an fsync failure the broker acknowledges no append at all.
+func TestAppendFaultsThroughTheSeam(t *testing.T) {
+	b, faults := openFaulty(t, func(c *Config) {
+		c.LogCommits = true // the log path (a cluster's): see TestJournalFaultsThroughTheSeam
+		c.InlineBytes = -1  // every object is a file with its own fdatasync
 	})
 	defer b.Close()
 	ctx := context.Background()
@@ -174,20 +181,7 @@ func TestJournalFaultsThroughTheSeam(t *testing.T) {
 		{Op: diskio.OpSync, Path: ".log", Count: 1, Err: syscall.EIO},
 	} {
 		t.Run(fmt.Sprint(i), func(t *testing.T) {
-			dir := t.TempDir() + "/data"
-			faults := &diskio.Faulty{}
-			var disk *diskspace.Monitor
-			b := openTest(t, dir, func(c *Config) {
-				c.FS = faults
-				var err error
-				if err = objstore.PrepareDir(dir); err == nil {
-					disk, err = diskspace.New(diskspace.Options{Dir: dir, Headroom: diskspace.Headroom{Fixed: true}, ReserveBytes: -1})
-				}
-				if err != nil {
-					t.Fatal(err)
-				}
-				c.Disk = disk
-			})
+			b, faults := openFaulty(t)
 			defer b.Close()
 			ctx := context.Background()
 			mustCreate(t, b, "s", node.CreateOptions{})

@@ -138,7 +138,7 @@ func TestProtocolSimulation(t *testing.T) {
 }
 
 func runSim(t *testing.T, seed uint64, steps int) *sim {
-	s := &sim{t: t, seed: seed, rng: rand.New(rand.NewPCG(seed, 29)), brokers: map[string]*simBroker{}, acked: map[uint64]Copy{}, nextID: 1,
+	s := &sim{t: t, seed: seed, rng: newRand(seed), brokers: map[string]*simBroker{}, acked: map[uint64]Copy{}, nextID: 1,
 		dirs: map[string]*crashfs.Dir{}, held: map[string]map[uint64]where{}}
 	for i := range 5 {
 		name := fmt.Sprintf("b%d", i)
