@@ -609,7 +609,7 @@ func (b *Broker) checkCheckpoint(commits []meta.Commit, res any) {
 				continue
 			}
 			a := commits[i].Appends[k]
-			if errors.Is(err, meta.OffsetMismatch) && b.checkpointed(a, commits[i].Object) {
+			if errors.Is(err, meta.OffsetMismatch) && b.alreadyTaken(a, commits[i].Object) {
 				continue // an earlier checkpoint whose outcome was unknown took it
 			}
 			b.cfg.Metrics.CheckpointRefused.Inc()
@@ -618,9 +618,9 @@ func (b *Broker) checkCheckpoint(commits []meta.Commit, res any) {
 	}
 }
 
-// checkpointed reports whether the state holds append a, of object obj,
+// alreadyTaken reports whether the state holds append a, of object obj,
 // already (a checkpoint proposed again after an unknown outcome).
-func (b *Broker) checkpointed(a meta.Append, obj uint64) bool {
+func (b *Broker) alreadyTaken(a meta.Append, obj uint64) bool {
 	held := false
 	b.fsm.View(func(s *meta.State) {
 		in, ok := s.Streams[a.Stream]
