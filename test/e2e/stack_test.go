@@ -134,6 +134,20 @@ func dumpLogs(dir string) {
 			return nil
 		}
 		raw, _ := os.ReadFile(path)
+		// A broker's tail is often a burst of routine lines: its warnings
+		// and errors first, since they usually say what went wrong.
+		var warned []string
+		for _, line := range strings.Split(string(raw), "\n") {
+			if strings.Contains(line, `"level":"WARN"`) || strings.Contains(line, `"level":"ERROR"`) {
+				warned = append(warned, line)
+			}
+		}
+		if len(warned) > 30 {
+			warned = warned[len(warned)-30:]
+		}
+		if len(warned) > 0 {
+			fmt.Printf("=== %s (last warnings and errors)\n%s\n", path, strings.Join(warned, "\n"))
+		}
 		if len(raw) > 3000 {
 			raw = raw[len(raw)-3000:]
 		}
