@@ -161,9 +161,38 @@ func (s *State) open(c *Open) any {
 	if !ok {
 		return StreamNotFound.With("stream", c.Stream)
 	}
+	if c.Expect != nil && *c.Expect != in.Epoch {
+		return StaleEpoch.With("stream", c.Stream, "epoch", *c.Expect, "current", in.Epoch)
+	}
+	// The recovery's appends are the fenced epoch's: each must continue
+	// the stream at that epoch, as its owner's checkpoint would have.
+	for i := range c.Recovered {
+		rc := &c.Recovered[i]
+		for j := range rc.Appends {
+			if a := &rc.Appends[j]; a.Stream != c.Stream || a.Epoch != in.Epoch {
+				return BadCommand.With("op", "open", "reason", "a recovered append of another stream or epoch", "stream", a.Stream, "epoch", a.Epoch)
+			}
+		}
+	}
+	for i := range c.Recovered {
+		res, _ := s.commit(&c.Recovered[i]).(*CommitResult)
+		if res == nil {
+			return BadCommand.With("op", "open", "reason", "no result for a recovered commit")
+		}
+		for _, err := range res.Appends {
+			if err != nil {
+				// Checked by the opener against this same state: a
+				// refusal means the copies contradict the log. The
+				// appends before it stand (as a checkpoint's would); the
+				// epoch is not raised, so the opener learns and retries.
+				return err
+			}
+		}
+	}
 	in.Epoch++
 	in.Owner = c.Owner
 	in.Open = true
+	in.Ensemble = slices.Clone(c.Ensemble)
 	return &OpenResult{Internal: in.Clone()}
 }
 

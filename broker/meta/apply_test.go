@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math/rand/v2"
 	"reflect"
+	"slices"
 	"testing"
 
 	"github.com/picomq/picomq/broker/stream"
@@ -477,4 +478,53 @@ func randomCommand(r *rand.Rand, s *State, names []string, obj *uint64) *Command
 		return &Command{Op: OpObjectsDeleted, ObjectsDeleted: &ObjectsDeleted{IDs: ids}}
 	}
 	return &Command{Op: OpTouch, Touch: &Touch{At: map[string]int64{name: int64(r.IntN(1000))}}}
+}
+
+// An open on the ensemble path commits its recovery with it: the fenced
+// epoch's adopted appends land at that epoch before the epoch is raised,
+// the new ensemble is recorded, and an open that read an older epoch than
+// the current one (another open came first) changes nothing.
+func TestOpenCommitsItsRecovery(t *testing.T) {
+	t.Parallel()
+	s := NewState()
+	id := mustApply(t, s, create("s", 1)).(*CreateResult).Entry.Streams[0]
+	mustApply(t, s, &Command{Op: OpOpen, Open: &Open{Stream: id, Owner: "a", Ensemble: []string{"a", "b", "c"}}})
+	mustApply(t, s, commit(1, Append{Stream: id, Epoch: 0, First: 0, Range: rng(0, 3, 1)}))
+	if in := s.Streams[id]; !slices.Equal(in.Ensemble, []string{"a", "b", "c"}) {
+		t.Fatalf("ensemble %v", in.Ensemble)
+	}
+	zero := int64(0)
+	recovered := []Commit{
+		{Object: 2, Size: 100, Replicas: []string{"b", "c"}, Appends: []Append{{Stream: id, Epoch: 0, First: 3, Range: rng(3, 5, 2), Producer: &ProducerTuple{ID: "p", Epoch: 1, Seq: 0}}}},
+		{Object: 3, Size: 100, Replicas: []string{"b"}, Appends: []Append{{Stream: id, Epoch: 0, First: 5, Range: rng(5, 6, 3)}}},
+	}
+	in := mustApply(t, s, &Command{Op: OpOpen, Open: &Open{Stream: id, Owner: "b", Ensemble: []string{"b", "c", "d"}, Expect: &zero, Recovered: recovered}}).(*OpenResult).Internal
+	if in.Epoch != 1 || in.End != 6 || in.Owner != "b" || !slices.Equal(in.Ensemble, []string{"b", "c", "d"}) || len(in.Ranges) != 3 {
+		t.Fatalf("after the recovering open: %+v", in)
+	}
+	if p, ok := s.Names["s"].Producers["p"]; !ok || p.Epoch != 1 || p.LastSeq != 0 {
+		t.Fatalf("the recovered producer state did not carry over: %+v", s.Names["s"].Producers)
+	}
+	if o := s.Objects[2]; o == nil || !slices.Equal(o.Replicas, []string{"b", "c"}) {
+		t.Fatalf("the recovered object's replicas: %+v", o)
+	}
+	// A second opener that fenced epoch 0 too lost the race: refused,
+	// nothing of its recovery applied.
+	before := s.Streams[id].Clone()
+	late := []Commit{{Object: 4, Size: 100, Appends: []Append{{Stream: id, Epoch: 0, First: 6, Range: rng(6, 7, 4)}}}}
+	if err, _ := s.Apply(&Command{Op: OpOpen, Open: &Open{Stream: id, Owner: "c", Expect: &zero, Recovered: late}}).(error); !errors.Is(err, StaleEpoch) {
+		t.Fatalf("a late recovering open = %v, want STALE_EPOCH", err)
+	}
+	if after := s.Streams[id]; !reflect.DeepEqual(before, after.Clone()) {
+		t.Fatalf("a refused open changed the stream: %+v", after)
+	}
+	// A recovered append of another epoch is refused whole.
+	one := int64(1)
+	bad := []Commit{{Object: 5, Size: 100, Appends: []Append{{Stream: id, Epoch: 0, First: 6, Range: rng(6, 7, 5)}}}}
+	if err, _ := s.Apply(&Command{Op: OpOpen, Open: &Open{Stream: id, Owner: "c", Expect: &one, Recovered: bad}}).(error); !errors.Is(err, BadCommand) {
+		t.Fatalf("a recovered append of an older epoch = %v, want BAD_COMMAND", err)
+	}
+	if s.Streams[id].Epoch != 1 {
+		t.Fatal("a refused open raised the epoch")
+	}
 }

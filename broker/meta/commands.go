@@ -96,9 +96,22 @@ type Delete struct {
 
 // Open makes Owner the writer of an internal stream at the next epoch,
 // fencing every writer of an older one.
+//
+// On the ensemble data path (LevelEnsemble) an open also carries its
+// recovery, committed with it in one command: Expect is the epoch the
+// opener fenced and read the stream at (the open is refused StaleEpoch if
+// another open came first, so two recoveries never both commit), Recovered
+// the appends of that epoch it adopted past the stream's end — applied as
+// that epoch's commits before the epoch is raised —, and Ensemble the
+// members that will hold the new epoch's objects. The new epoch starts at
+// the end the recovery reached, so everything before it is in the state:
+// the next recovery reads only this open's ensemble.
 type Open struct {
-	Stream uint64 `json:"stream"`
-	Owner  string `json:"owner"`
+	Stream    uint64   `json:"stream"`
+	Owner     string   `json:"owner"`
+	Ensemble  []string `json:"ensemble,omitempty"`
+	Expect    *int64   `json:"expect,omitempty"`
+	Recovered []Commit `json:"recovered,omitempty"`
 }
 
 // OpenResult is Open's answer: the stream as opened.

@@ -78,6 +78,10 @@ type Internal struct {
 	Epoch int64  `json:"epoch"`
 	Owner string `json:"owner,omitempty"`
 	Open  bool   `json:"open,omitempty"`
+	// Ensemble is the members holding the current epoch's objects past
+	// End (the ensemble data path; empty when its appends commit through
+	// the log): what the next open fences and reads.
+	Ensemble []string `json:"ensemble,omitempty"`
 	// Start is the first readable offset, End the next one to assign.
 	Start uint64 `json:"start"`
 	End   uint64 `json:"end"`
@@ -158,8 +162,12 @@ const (
 	// LevelCheckpoint: OpCheckpoint (owners commit appends in their
 	// journals and checkpoint them in batches).
 	LevelCheckpoint = 3
+	// LevelEnsemble: an Open carrying its ensemble and its recovery
+	// (Open.Ensemble, Expect, Recovered), which a build before it would
+	// apply as a plain open.
+	LevelEnsemble = 4
 	// Level is this build's.
-	Level = LevelCheckpoint
+	Level = LevelEnsemble
 )
 
 // EffectiveLevel is m's level, a build from before levels counting as
@@ -325,6 +333,7 @@ func (e *Entry) Clone() *Entry {
 func (in *Internal) Clone() *Internal {
 	c := *in
 	c.Ranges = append([]Range(nil), in.Ranges...)
+	c.Ensemble = slices.Clone(in.Ensemble)
 	if in.Groups != nil {
 		c.Groups = make(map[string]uint64, len(in.Groups))
 		for k, v := range in.Groups {
