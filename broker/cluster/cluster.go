@@ -18,6 +18,7 @@ import (
 
 	"github.com/picomq/picomq/broker/core"
 	"github.com/picomq/picomq/broker/httpapi/wire"
+	"github.com/picomq/picomq/broker/journalpeer"
 	"github.com/picomq/picomq/broker/membership"
 	"github.com/picomq/picomq/broker/metalog"
 	"github.com/picomq/picomq/broker/ownership"
@@ -241,6 +242,8 @@ func (c *Cluster) Configure(cfg *core.Config) {
 	cfg.Ownership = c.owners
 	cfg.Placement = c.repl.Placement
 	cfg.Fetcher = c.repl.Fetcher()
+	// Appends commit on ensembles of journals (core's ensembles.go).
+	cfg.Peers = &journalPeers{c: c, client: journalpeer.NewClient(c.client)}
 }
 
 // Start serves the peer API and runs the membership duties beside b.
@@ -251,7 +254,10 @@ func (c *Cluster) Start(ctx context.Context, b *core.Broker) error {
 	c.mu.Unlock()
 	// Before the peer API serves: the handler sets aside copies a crash
 	// left half received.
-	c.srv.Handle(replication.ObjectsPath, replication.Handler(b.Objects(), c.log))
+	c.srv.Handle(replication.ObjectsPath, replication.NewHandler(replication.HandlerConfig{Store: b.Objects(), Logger: c.log, Frames: b.JournalFrame}))
+	if j := b.Journal(); j != nil {
+		c.srv.Handle(journalpeer.Path, journalpeer.NewHandler(journalpeer.HandlerConfig{Journal: j, Logger: c.log}))
+	}
 	if err := c.member.Attach(ctx, b, c.srv); err != nil {
 		return err
 	}

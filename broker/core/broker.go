@@ -155,7 +155,7 @@ func Open(cfg Config) (*Broker, error) {
 	}
 	b.log = l
 	var journalMax uint64
-	if cfg.Cluster != nil || cfg.LogCommits {
+	if cfg.LogCommits || cfg.Cluster != nil && cfg.Peers == nil {
 		// The log path cannot adopt a journal's appends: opening a lone
 		// broker's directory on it would hand their offsets out again.
 		if names, _ := filepath.Glob(filepath.Join(journalDir(cfg.DataDir), "journal-*.log")); len(names) > 0 {
@@ -211,7 +211,10 @@ func Open(cfg Config) (*Broker, error) {
 	b.out = cfg.Placement(localObjects{objs})
 	var restored error
 	b.fsm.View(func(s *meta.State) { restored = b.inline.restore(objs, s) })
-	if restored == nil && b.journal != nil {
+	if restored == nil && b.journal != nil && cfg.Cluster == nil {
+		// A cluster member's journal tail is recovered by the next open
+		// of each stream, on its ensemble (ensembles.go, decision 12):
+		// its log may not even be replayed yet.
 		restored = b.recoverJournal()
 	}
 	if restored != nil {

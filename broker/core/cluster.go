@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/picomq/picomq/broker/journal"
 	"github.com/picomq/picomq/broker/meta"
 	"github.com/picomq/picomq/broker/metalog"
 	"github.com/picomq/picomq/broker/node"
@@ -55,6 +56,10 @@ func memberOf(m *meta.Member) Member {
 // Log is the broker's metadata log: its membership operations are the
 // membership room's.
 func (b *Broker) Log() *metalog.Log { return b.log }
+
+// Journal is this member's journal (nil on the log data path): its peers
+// append to it and fence it through the journal peer API.
+func (b *Broker) Journal() *journal.Journal { return b.journal }
 
 // Objects is this node's object store: a replica of another member's
 // object is written there by the replication room.

@@ -101,10 +101,19 @@ type Config struct {
 	// never drop; see objstore's cached.go).
 	PageCacheBytes int64
 	// LogCommits commits every group commit through the metadata log, as
-	// before the journal: the previous data path. A cluster member always
-	// does, until ensembles replicate journals; a lone broker commits in
-	// its journal and checkpoints into the log (see journal.go).
+	// before the journal: the previous data path. A lone broker commits in
+	// its journal and checkpoints into the log (see journal.go); a cluster
+	// member does so on its ensemble when Peers is set (ensembles.go), and
+	// through the log otherwise.
 	LogCommits bool
+	// Peers reaches the other members' journals: a cluster member's
+	// appends commit on its ensembles (ensembles.go). Nil: a cluster
+	// member commits through the log.
+	Peers Peers
+	// AckTimeout bounds how long an object waits for its write quorum
+	// before its appends are answered APPEND_OUTCOME_UNKNOWN, and a
+	// recovery's fences (default DefaultAckTimeout).
+	AckTimeout time.Duration
 	// CheckpointInterval is how often the journal's acknowledged appends
 	// are checkpointed into the metadata log (default 200 ms).
 	CheckpointInterval time.Duration
@@ -205,7 +214,7 @@ func (c Config) check() error {
 	}{
 		{"FlushLinger", c.FlushLinger}, {"MaintenanceInterval", c.MaintenanceInterval}, {"TouchInterval", c.TouchInterval},
 		{"GarbageGrace", c.GarbageGrace}, {"OrphanGrace", c.OrphanGrace}, {"MaxHold", c.MaxHold}, {"HoldFor", c.HoldFor},
-		{"CheckpointInterval", c.CheckpointInterval},
+		{"CheckpointInterval", c.CheckpointInterval}, {"AckTimeout", c.AckTimeout},
 	} {
 		if d.v < 0 {
 			return bad(d.field, d.v, "must not be negative (zero takes the default)")
@@ -289,6 +298,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.FrameBytes == 0 {
 		c.FrameBytes = 1 << 20
+	}
+	if c.AckTimeout == 0 {
+		c.AckTimeout = DefaultAckTimeout
 	}
 	if c.CheckpointInterval == 0 {
 		c.CheckpointInterval = 200 * time.Millisecond

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/picomq/picomq/broker/ensemble"
 	"github.com/picomq/picomq/broker/journal"
 	"github.com/picomq/picomq/broker/meta"
 	"github.com/picomq/picomq/broker/node"
@@ -487,7 +488,19 @@ func (f *flusher) propose(w *written) *proposal {
 		// adopts it.
 		done := make(chan error, 1)
 		b.tail.hold(w.obj.ID)
-		go func() { done <- b.journal.Append(*w.obj) }()
+		if b.cfg.Cluster != nil && b.cfg.Peers != nil {
+			// On its ensembles (ensembles.go, decision 10).
+			ensembles := objectEnsembles(w.live)
+			go func() {
+				holders, err := b.replicate(*w.obj, ensembles)
+				if err == nil && len(w.c.Replicas) == 0 {
+					w.c.Replicas = holders // its frames are in their journals
+				}
+				done <- err
+			}()
+		} else {
+			go func() { done <- b.journal.Append(*w.obj) }()
+		}
 		wait := func(context.Context) (any, error) { return nil, <-done }
 		return &proposal{live: w.live, object: w.c.Object, start: time.Now(), wait: wait, journaled: true, c: w.c, bytes: w.bytes}
 	}
@@ -605,6 +618,15 @@ func (f *flusher) settleJournaled(p *proposal) {
 		err = f.broken
 	}
 	if err != nil {
+		if errors.Is(err, ensemble.QuorumLost) && f.broken == nil {
+			// Not this journal's fault: the object's streams roll back to
+			// a new epoch (fail), whose open recovers, and the others go
+			// on (ensembles.go, decision 11).
+			b.tail.release(p.object)
+			b.objs.Remove(p.object)
+			f.fail(p.live, node.OutcomeUnknown.Wrap(err, "name", p.live[0].n.name, "first", p.live[0].app.First))
+			return
+		}
 		if f.broken == nil {
 			f.broken = err
 		}

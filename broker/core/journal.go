@@ -695,34 +695,64 @@ func (b *Broker) releaseJournal() {
 		if s.Current {
 			return
 		}
-		var live []uint64
 		for _, id := range s.Objects {
 			if b.tail.holds(id) {
 				return // not checkpointed yet
 			}
 		}
+		type object struct {
+			id     uint64
+			parts  []journal.Part
+			kind   byte
+			frames []byte
+		}
+		objects := make([]object, 0, len(s.Objects))
+		for _, id := range s.Objects {
+			parts, payload, err := b.journal.Read(id)
+			if err != nil {
+				b.cfg.Logger.Warn("reading a journal object failed; its segment stays", "object", id, "segment", s.Number, "err", err)
+				return
+			}
+			frames, _, kind, _, err := parseJournalPayload(id, payload)
+			if err != nil {
+				b.cfg.Logger.Error("a journal object cannot be parsed; its segment stays", "object", id, "segment", s.Number, "err", err)
+				return
+			}
+			objects = append(objects, object{id, parts, kind, frames})
+		}
+		// What the state makes of each (ensembles.go, decision 13): a
+		// file wanted here, dead, or still a live epoch's tail.
+		var files []object
+		live := false
 		b.fsm.View(func(st *meta.State) {
-			for _, id := range s.Objects {
-				if _, ok := st.Objects[id]; ok {
-					live = append(live, id)
+			for _, o := range objects {
+				needed, dead := b.journalObjectState(st, o.id, o.parts)
+				switch {
+				case needed:
+					files = append(files, o)
+				case !dead:
+					live = true
 				}
 			}
 		})
-		if len(live) > 0 {
-			if err := b.objs.Spill(live); err != nil {
-				b.cfg.Logger.Warn("writing the journal's live objects to files failed; the segment stays", "segment", s.Number, "err", err)
-				return
+		if live {
+			return
+		}
+		want := map[uint64][]byte{}
+		for _, o := range files {
+			if o.kind == objectInJournal {
+				want[o.id] = o.frames
 			}
-			if err := b.cfg.syncObjects(objectsDir(b.cfg.DataDir), live); err != nil {
-				b.cfg.Logger.Warn("syncing the journal's live objects failed; the segment stays", "segment", s.Number, "err", err)
+		}
+		if err := b.ensureFiles(want); err != nil {
+			b.cfg.Logger.Warn("writing the journal's live objects to files failed; the segment stays", "segment", s.Number, "err", err)
+			return
+		}
+		for _, o := range files {
+			if !b.objs.HasFile(o.id) && (o.kind == objectInJournal || b.cfg.Cluster == nil) {
+				// The journal holds the only copy here: it stays.
+				b.cfg.Logger.Error("an object the state references is neither held nor a file; its journal segment stays", "object", o.id, "segment", s.Number)
 				return
-			}
-			for _, id := range live {
-				if !b.objs.HasFile(id) {
-					// The journal holds the only copy: it stays.
-					b.cfg.Logger.Error("an object the state references is neither held nor a file; its journal segment stays", "object", id, "segment", s.Number)
-					return
-				}
 			}
 		}
 		if err := b.journal.Drop(s.Number); err != nil {

@@ -50,6 +50,9 @@ type part struct {
 	opened bool  // this node is the partition's writer at epoch
 	epoch  int64 // the epoch of the open, when opened
 	next   uint64
+	// ensemble holds the epoch's objects (the ensemble data path; empty
+	// otherwise), as its open recorded it.
+	ensemble []string
 	// opening is closed when an open of the partition in flight is over;
 	// nil when none is.
 	opening chan struct{}
@@ -80,6 +83,24 @@ func (n *named) reset(e *meta.Entry) {
 	n.lastSeq = e.LastStreamSeq
 	n.closed = e.Closed
 	n.closedBy = e.ClosedBy
+}
+
+// adopt merges into the provisional named-level state what an open
+// recovered: a producer's or Stream-Seq's committed state only ever grows,
+// so the later of the two is kept (the provisional one may hold other
+// partitions' appends in flight). Called with n.mu held.
+func (n *named) adopt(e *meta.Entry) {
+	for id, p := range e.Producers {
+		if q, ok := n.producers[id]; !ok || p.Epoch > q.Epoch || p.Epoch == q.Epoch && p.LastSeq > q.LastSeq {
+			n.producers[id] = p
+		}
+	}
+	if e.LastStreamSeq > n.lastSeq {
+		n.lastSeq = e.LastStreamSeq
+	}
+	if e.Closed && !n.closed {
+		n.closed, n.closedBy = true, e.ClosedBy
+	}
 }
 
 // stream returns the owner's view of name, loading it on first use; an
@@ -220,14 +241,28 @@ func (b *Broker) openPart(ctx context.Context, n *named, pt *part) error {
 	}
 	ch := make(chan struct{})
 	pt.opening = ch
+	prev := pt.next
 	n.mu.Unlock()
 
 	in, err := b.open(ctx, pt.id)
+	var e *meta.Entry
+	if err == nil && in.End > prev {
+		// The open may have recovered appends (ensembles.go): their
+		// producer and Stream-Seq state is the entry's now.
+		b.fsm.View(func(s *meta.State) {
+			if x, ok := s.Names[n.name]; ok {
+				e = x.Clone()
+			}
+		})
+	}
 	n.mu.Lock()
 	pt.opening = nil
 	close(ch)
+	if e != nil {
+		n.adopt(e)
+	}
 	if err == nil {
-		pt.opened, pt.epoch, pt.next = true, in.Epoch, in.End
+		pt.opened, pt.epoch, pt.next, pt.ensemble = true, in.Epoch, in.End, in.Ensemble
 		b.cfg.Logger.Debug("stream opened", "name", n.name, "stream", pt.id, "epoch", pt.epoch)
 	}
 	n.mu.Unlock()
@@ -239,7 +274,11 @@ func (b *Broker) open(ctx context.Context, id uint64) (*meta.Internal, error) {
 	if err := b.cfg.Ownership.MayOpen(id); err != nil {
 		return nil, err
 	}
-	res, err := b.apply(ctx, &meta.Command{Op: meta.OpOpen, Open: &meta.Open{Stream: id, Owner: b.self()}})
+	open, err := b.openCommand(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	res, err := b.apply(ctx, &meta.Command{Op: meta.OpOpen, Open: open})
 	if err != nil {
 		return nil, err
 	}

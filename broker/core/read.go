@@ -192,6 +192,13 @@ func (b *Broker) frame(r meta.Range) ([]byte, error) {
 		return p, nil
 	}
 	p, err := b.objs.ReadFrame(r.Object, r.Pos, r.Len)
+	if errors.Is(err, fs.ErrNotExist) {
+		// A peer's object this member holds only in its journal yet
+		// (ensembles.go, decision 13).
+		if jp, ok := b.journalFrame(r); ok {
+			p, err = jp, nil
+		}
+	}
 	if errors.Is(err, fs.ErrNotExist) && b.cfg.Fetcher != nil {
 		p, err = b.fetch(r, err)
 	}

@@ -4,7 +4,7 @@ import (
 	"hash/fnv"
 	"slices"
 
-	"github.com/picomq/picomq/broker/replication"
+	"github.com/picomq/picomq/broker/rendezvous"
 )
 
 // WriteQuorum is how many of an ensemble of r members must hold an object
@@ -30,6 +30,6 @@ func Choose(owner string, live []string, r int) []string {
 	}
 	h := fnv.New64a()
 	h.Write([]byte(owner))
-	ranked := replication.Rank(h.Sum64(), others)
+	ranked := rendezvous.Rank(h.Sum64(), others)
 	return append([]string{owner}, ranked[:min(r-1, len(ranked))]...)
 }

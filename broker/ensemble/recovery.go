@@ -58,9 +58,18 @@ type Chain struct {
 const (
 	CodeTooFewFenced errs.Code = 0x00_10_0B_01
 	CodeInconsistent errs.Code = 0x00_10_0B_02
+	CodeQuorumLost   errs.Code = 0x00_10_0B_03
 )
 
 var (
+	// QuorumLost: an object reached fewer members of one of its
+	// ensembles than the write quorum before the ack timeout; its
+	// appends' outcome is unknown (it may be durable on some).
+	QuorumLost = errs.Static(CodeQuorumLost, "WRITE_QUORUM_LOST",
+		"Too few of the stream's brokers answered to acknowledge the append; its outcome is unknown",
+		"broker/ensemble: an object reached fewer members of an ensemble than its write quorum; fields: object, ensemble, durable, need, waiting",
+		503, 75)
+
 	// TooFewFenced: some recorded ensemble has fewer intact fenced
 	// members than its read quorum; the stream waits (nothing is adopted
 	// that might miss an acknowledged object).

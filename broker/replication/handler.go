@@ -28,6 +28,10 @@ type HandlerConfig struct {
 	Logger *slog.Logger
 	// MaxObjectBytes bounds a copy received (default DefaultMaxObjectBytes).
 	MaxObjectBytes int64
+	// Frames, when set, is asked for a whole frame (header included) of
+	// an object Store has no file of: a member holds its peers' objects
+	// in its journal until they become files (the ensemble data path).
+	Frames func(id uint64, pos, n int64) ([]byte, bool)
 }
 
 // Handler is NewHandler with the defaults.
@@ -163,6 +167,11 @@ func (h *handler) frame(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	frame, err := h.cfg.Store.ReadFrameRaw(id, pos, n)
+	if errors.Is(err, fs.ErrNotExist) && h.cfg.Frames != nil {
+		if f, ok := h.cfg.Frames(id, pos, n); ok {
+			frame, err = f, nil
+		}
+	}
 	switch {
 	case err == nil:
 	case errors.Is(err, objstore.ErrFrameSize):

@@ -1,0 +1,79 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/picomq/picomq/broker/core"
+	"github.com/picomq/picomq/broker/ensemble"
+	"github.com/picomq/picomq/broker/journal"
+	"github.com/picomq/picomq/broker/journalpeer"
+	"github.com/picomq/picomq/broker/replication"
+)
+
+// journalPeers is the core's reach to the other members' journals
+// (core.Peers): an owner's ensemble among the live members, and the
+// journal peer API at each member's peer address.
+type journalPeers struct {
+	c      *Cluster
+	client *journalpeer.Client
+}
+
+var _ core.Peers = (*journalPeers)(nil)
+
+// Ensemble is this owner's ensemble: itself and R-1 live others by
+// rendezvous hashing (ensemble.Choose). Fewer than R when fewer are live,
+// but never fewer than R's write quorum: an object then still has as many
+// copies as a metadata log entry of R voters would.
+func (p *journalPeers) Ensemble() ([]string, error) {
+	self := p.c.member.Identity().ID()
+	var live []string
+	for _, m := range p.c.liveMembers() {
+		live = append(live, m.ID)
+	}
+	r := replication.EffectiveR(p.c.cfg.ReplicationFactor, max(len(live), 1))
+	e := ensemble.Choose(self, live, r)
+	if need := ensemble.WriteQuorum(r); len(e) < need {
+		return nil, replication.ReplicationFailed.With("reason", "too few live members for an ensemble", "live", len(live), "r", r, "need", need)
+	}
+	return e, nil
+}
+
+// addr is member id's peer address, while it is a member.
+func (p *journalPeers) addr(id string) (string, error) {
+	b := p.c.broker()
+	if b == nil {
+		return "", fmt.Errorf("cluster: not started")
+	}
+	m, ok := b.Member(id)
+	if !ok || !m.Removed.IsZero() {
+		// A member wiped or removed is another incarnation, or none: it
+		// cannot answer for the copies the ensemble recorded.
+		return "", replication.ReplicaRefused.With("member", id, "reason", "not a current member")
+	}
+	return m.PeerAddr, nil
+}
+
+func (p *journalPeers) Append(ctx context.Context, member string, o journal.Object) error {
+	a, err := p.addr(member)
+	if err != nil {
+		return err
+	}
+	return p.client.Append(ctx, a, o)
+}
+
+func (p *journalPeers) Fence(ctx context.Context, member string, stream uint64, epoch int64) ([]journal.Ref, error) {
+	a, err := p.addr(member)
+	if err != nil {
+		return nil, err
+	}
+	return p.client.Fence(ctx, a, stream, epoch)
+}
+
+func (p *journalPeers) Read(ctx context.Context, member string, id uint64) (journal.Object, error) {
+	a, err := p.addr(member)
+	if err != nil {
+		return journal.Object{}, err
+	}
+	return p.client.Read(ctx, a, id)
+}

@@ -1,0 +1,484 @@
+package core
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/picomq/picomq/broker/ensemble"
+	"github.com/picomq/picomq/broker/journal"
+	"github.com/picomq/picomq/broker/meta"
+	"github.com/picomq/picomq/broker/objstore"
+)
+
+// The ensemble data path: a cluster member's appends commit in the
+// journals of its ensemble, and the metadata log takes them in
+// checkpoints, as a lone broker's do in its one journal (journal.go). The
+// decisions beyond journal.go's, each for a reason (DESIGN.md,
+// "Ensembles", "Recovery on open"):
+//
+//  10. An owner's ensemble is chosen by Peers.Ensemble when it opens a
+//      stream and recorded in the open (meta.Internal.Ensemble). An
+//      object goes to every member of the ensembles of its streams —
+//      itself through its own journal, the others through Peers.Append —
+//      and is acknowledged once a write quorum of each has it durable
+//      (replicate); the flusher settles objects in order, so an append is
+//      never acknowledged before an earlier one of its stream. A member
+//      that does not answer is sent the same bytes again until the ack
+//      timeout; a refusal (fenced, conflict) is final. Every member it is
+//      sent to is named among the object's replicas in its checkpoint —
+//      those not durable at the quorum go on receiving it in the
+//      background, and a reader tries each in turn (as BookKeeper's
+//      readers try a ledger's ensemble).
+//  11. An object that cannot reach a quorum answers its appends
+//      APPEND_OUTCOME_UNKNOWN and rolls their streams back to a new epoch,
+//      whose open recovers: it may adopt the object (it is durable
+//      somewhere), never acknowledge it twice. Nothing latches: other
+//      streams go on.
+//  12. Recovery is one command: the opener fences the stream at the next
+//      epoch on every member of its recorded ensemble, reads what a read
+//      quorum hold past the stream's end (ensemble.Recover), makes each
+//      adopted object readable here (a synced file), and proposes the open
+//      with those appends (meta.Open.Expect, Recovered). Everything before
+//      the new epoch is then in the state, so only the last open's
+//      ensemble is ever read — never an older one's. Two openers both
+//      fence; one commits, the other is refused STALE_EPOCH.
+//  13. A member holds its peers' objects in its journal until the state
+//      says what they are: one a checkpoint names among its replicas is
+//      written to a file of its own (then served as any replica is); one
+//      whose every part is behind its stream's end or epoch is dead. A
+//      segment is dropped once each of its objects is one or the other —
+//      on metadata evidence, never by age.
+//  14. A close by the owner after every acknowledged append is
+//      checkpointed forgets the ensemble (meta.Close.Drained): the next
+//      open need read nobody. A close of streams a dead process left open
+//      keeps it.
+
+// Peers is the ensemble data path's reach to the other members' journals
+// (the cluster room's, over journalpeer). Members are named by their ids.
+type Peers interface {
+	// Ensemble is the members that will hold this owner's new objects:
+	// itself first, then R-1 live others.
+	Ensemble() ([]string, error)
+	// Append makes o durable in member's journal; an error that is no
+	// refusal says nothing of whether it was written.
+	Append(ctx context.Context, member string, o journal.Object) error
+	// Fence raises stream's fence to epoch at member and returns the
+	// parts of stream it holds from before the fence.
+	Fence(ctx context.Context, member string, stream uint64, epoch int64) ([]journal.Ref, error)
+	// Read returns object id as member holds it.
+	Read(ctx context.Context, member string, id uint64) (journal.Object, error)
+}
+
+// Defaults of the ensemble path.
+const (
+	// DefaultAckTimeout is Config.AckTimeout unless set: how long an
+	// object may wait for its write quorum before its appends are
+	// answered APPEND_OUTCOME_UNKNOWN.
+	DefaultAckTimeout = 5 * time.Second
+	// straggleFor is how long an object is still sent, in the background,
+	// to the members that were not durable at its quorum.
+	straggleFor = 30 * time.Second
+)
+
+// ensembleOf is the ensemble recorded for the part an append goes to.
+func (p *pendingAppend) ensembleOf() []string { return p.pt.ensemble }
+
+// objectEnsembles are the distinct ensembles of a batch's appends.
+func objectEnsembles(live []*pendingAppend) [][]string {
+	var out [][]string
+	for _, p := range live {
+		e := p.ensembleOf()
+		if len(e) > 0 && !slices.ContainsFunc(out, func(o []string) bool { return slices.Equal(o, e) }) {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// replicate makes o durable on a write quorum of every ensemble (decision
+// 10) and returns the members it was sent to. A failure of this member's own
+// journal is returned as it is (journal.go, decision 7); any other shortfall
+// is ensemble.QuorumLost.
+func (b *Broker) replicate(o journal.Object, ensembles [][]string) ([]string, error) {
+	var members []string
+	for _, e := range ensembles {
+		for _, m := range e {
+			if !slices.Contains(members, m) {
+				members = append(members, m)
+			}
+		}
+	}
+	if !slices.Contains(members, b.self()) {
+		members = append([]string{b.self()}, members...)
+	}
+	type answer struct {
+		member string
+		err    error
+	}
+	answers := make(chan answer, len(members))
+	ctx, cancel := context.WithTimeout(context.Background(), straggleFor)
+	ackBy := time.Now().Add(b.cfg.AckTimeout)
+	for _, m := range members {
+		go func() {
+			if m == b.self() {
+				answers <- answer{m, b.journal.Append(o)}
+				return
+			}
+			answers <- answer{m, b.sendUntil(ctx, m, o)}
+		}()
+	}
+	durable := map[string]bool{}
+	failed := map[string]error{}
+	quorate := func() (bool, error) {
+		for _, e := range ensembles {
+			have, lost := 0, 0
+			for _, m := range e {
+				switch {
+				case durable[m]:
+					have++
+				case failed[m] != nil:
+					lost++
+				}
+			}
+			need := ensemble.WriteQuorum(len(e))
+			if have < need {
+				if len(e)-lost < need {
+					var first error
+					for _, m := range e {
+						if failed[m] != nil && first == nil {
+							first = failed[m]
+						}
+					}
+					return false, ensemble.QuorumLost.Wrap(first, "object", o.ID, "ensemble", e, "durable", have, "need", need)
+				}
+				return false, nil
+			}
+		}
+		return true, nil
+	}
+	timeout := time.NewTimer(time.Until(ackBy))
+	defer timeout.Stop()
+	for pending := len(members); ; {
+		select {
+		case a := <-answers:
+			pending--
+			if a.err != nil {
+				if a.member == b.self() {
+					cancel()
+					return nil, a.err
+				}
+				failed[a.member] = a.err
+			} else {
+				durable[a.member] = true
+			}
+			if !durable[b.self()] && failed[b.self()] == nil {
+				continue // this member's journal answers first (it may have failed)
+			}
+			ok, err := quorate()
+			if err != nil || ok {
+				go func() { // the stragglers go on until straggleFor
+					for ; pending > 0; pending-- {
+						<-answers
+					}
+					cancel()
+				}()
+				if err != nil {
+					return nil, err
+				}
+				// Every member it was sent to is named: the stragglers
+				// go on receiving it, and a reader tries each in turn.
+				return members, nil
+			}
+		case <-timeout.C:
+			var waiting []string
+			for _, m := range members {
+				if !durable[m] && failed[m] == nil {
+					waiting = append(waiting, m)
+				}
+			}
+			go func() {
+				for ; pending > 0; pending-- {
+					<-answers
+				}
+				cancel()
+			}()
+			if !durable[b.self()] {
+				// This member's own journal did not answer in time: its
+				// fdatasync is stuck, and nothing more is acknowledged.
+				return nil, journal.Failed.With("op", "append", "reason", "the journal did not answer within the ack timeout", "object", o.ID)
+			}
+			return nil, ensemble.QuorumLost.With("object", o.ID, "waiting", waiting, "timeout", b.cfg.AckTimeout.String())
+		}
+	}
+}
+
+// sendUntil sends o to member until it is durable there, it refuses it, or
+// ctx ends. A resend is the same bytes: a member holding them answers at
+// once.
+func (b *Broker) sendUntil(ctx context.Context, member string, o journal.Object) error {
+	wait := 50 * time.Millisecond
+	for {
+		err := b.cfg.Peers.Append(ctx, member, o)
+		if err == nil || errors.Is(err, journal.Fenced) || errors.Is(err, journal.Conflict) || ctx.Err() != nil {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, time.Second)
+	}
+}
+
+// recoverOpen is decision 12's reading half: it fences stream in at
+// epoch+1 on its recorded ensemble, adopts what a read quorum hold past
+// its end, makes each adopted object readable here, and returns the
+// appends to commit with the open, each object's commit restricted to
+// in's stream.
+func (b *Broker) recoverOpen(ctx context.Context, in *meta.Internal) ([]meta.Commit, error) {
+	if len(in.Ensemble) == 0 {
+		return nil, nil
+	}
+	fence := in.Epoch + 1
+	type fenced struct {
+		member string
+		refs   []journal.Ref
+		err    error
+	}
+	answers := make(chan fenced, len(in.Ensemble))
+	fctx, cancel := context.WithTimeout(ctx, b.cfg.AckTimeout)
+	defer cancel()
+	for _, m := range in.Ensemble {
+		go func() {
+			var refs []journal.Ref
+			var err error
+			if m == b.self() && b.journal != nil {
+				refs, err = b.journal.Fence(in.ID, fence)
+			} else if b.cfg.Peers != nil {
+				refs, err = b.cfg.Peers.Fence(fctx, m, in.ID, fence)
+			} else {
+				err = fmt.Errorf("no peers to reach %s", m)
+			}
+			answers <- fenced{m, refs, err}
+		}()
+	}
+	var reads []ensemble.Read
+	holders := map[uint64][]string{}
+	var errsSeen []error
+	for range in.Ensemble {
+		a := <-answers
+		if a.err != nil {
+			errsSeen = append(errsSeen, fmt.Errorf("%s: %w", a.member, a.err))
+			continue
+		}
+		r := ensemble.Read{Member: a.member, Intact: true}
+		for _, ref := range a.refs {
+			if ref.Part.Stream != in.ID || ref.Part.Count == 0 {
+				continue
+			}
+			r.Copies = append(r.Copies, ensemble.Copy{Object: ref.Object, Epoch: ref.Part.Epoch, First: ref.Part.First, Count: ref.Part.Count})
+			if !slices.Contains(holders[ref.Object], a.member) {
+				holders[ref.Object] = append(holders[ref.Object], a.member)
+			}
+		}
+		reads = append(reads, r)
+	}
+	chain, err := ensemble.Recover(ensemble.Checkpoint{End: in.End, Epoch: in.Epoch},
+		[]ensemble.Epoch{{Epoch: in.Epoch, Ensemble: in.Ensemble, Start: in.End, Recovered: true}}, reads)
+	if err != nil {
+		if errors.Is(err, ensemble.TooFewFenced) && len(errsSeen) > 0 {
+			err = ensemble.TooFewFenced.Wrap(errors.Join(errsSeen...), "stream", in.ID, "ensemble", in.Ensemble)
+		}
+		return nil, err
+	}
+	var out []meta.Commit
+	for _, cp := range chain.Objects {
+		c, err := b.adoptObject(ctx, cp.Object, holders[cp.Object], in)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, *c)
+	}
+	if len(out) > 0 {
+		b.cfg.Logger.Info("stream recovered", "stream", in.ID, "epoch", in.Epoch, "from", in.End, "to", chain.End, "objects", len(out))
+	}
+	return out, nil
+}
+
+// adoptObject reads object id from this member's journal or one of its
+// holders, makes its frames a synced file here (an object in a file of its
+// own is read from its replicas as it is), and returns its commit
+// restricted to in's stream, naming the members that hold it.
+func (b *Broker) adoptObject(ctx context.Context, id uint64, holders []string, in *meta.Internal) (*meta.Commit, error) {
+	var o journal.Object
+	var err error
+	got := false
+	if slices.Contains(holders, b.self()) && b.journal != nil {
+		if _, payload, rerr := b.journal.Read(id); rerr == nil {
+			o, got = journal.Object{ID: id, Payload: payload}, true
+		}
+	}
+	for _, m := range holders {
+		if got {
+			break
+		}
+		if m == b.self() {
+			continue
+		}
+		if o, err = b.cfg.Peers.Read(ctx, m, id); err == nil {
+			got = true
+		}
+	}
+	if !got {
+		return nil, ensemble.TooFewFenced.Wrap(err, "stream", in.ID, "object", id, "reason", "no holder could be read")
+	}
+	frames, desc, kind, _, err := parseJournalPayload(id, o.Payload)
+	if err != nil {
+		return nil, err
+	}
+	c := *desc
+	c.Frames, c.Groups = nil, nil
+	c.Appends = slices.DeleteFunc(slices.Clone(desc.Appends), func(a meta.Append) bool { return a.Stream != in.ID })
+	if kind == objectInJournal {
+		if err := b.ensureFile(id, frames); err != nil {
+			return nil, err
+		}
+		c.Replicas = slices.Clone(holders)
+		if !slices.Contains(c.Replicas, b.self()) {
+			c.Replicas = append([]string{b.self()}, c.Replicas...)
+		}
+	}
+	return &c, nil
+}
+
+// ensureFile makes object id's frames a synced file of this member's
+// store, unless one is there.
+func (b *Broker) ensureFile(id uint64, frames []byte) error {
+	return b.ensureFiles(map[uint64][]byte{id: frames})
+}
+
+// ensureFiles makes each object's frames a file of this member's store,
+// and syncs them together.
+func (b *Broker) ensureFiles(objects map[uint64][]byte) error {
+	var ids []uint64
+	for id, frames := range objects {
+		if b.objs.HasFile(id) && !b.objs.Held(id) {
+			continue
+		}
+		if _, err := b.objs.Restore(id, frames); err != nil {
+			return err
+		}
+		ids = append(ids, id)
+	}
+	if len(ids) == 0 {
+		return nil
+	}
+	slices.Sort(ids)
+	if err := b.objs.Spill(ids); err != nil {
+		return err
+	}
+	return b.cfg.syncObjects(objectsDir(b.cfg.DataDir), ids)
+}
+
+// journalFrame reads a frame's payload of an object this member holds
+// only in its journal (a peer's object not yet written to a file,
+// decision 13).
+func (b *Broker) journalFrame(r meta.Range) ([]byte, bool) {
+	raw, ok := b.JournalFrame(r.Object, r.Pos, r.Len)
+	if !ok {
+		return nil, false
+	}
+	p, err := objstore.CheckFrame(r.Object, r.Pos, raw)
+	return p, err == nil
+}
+
+// JournalFrame returns the whole frame (header included, checked) at pos
+// of object id, n bytes, when this member holds the object in its journal
+// only: what the replication handler serves a peer's fetch from before
+// the object is a file here.
+func (b *Broker) JournalFrame(id uint64, pos, n int64) ([]byte, bool) {
+	if b.journal == nil {
+		return nil, false
+	}
+	_, payload, err := b.journal.Read(id)
+	if err != nil {
+		return nil, false
+	}
+	frames, _, kind, _, err := parseJournalPayload(id, payload)
+	at := pos - objstore.HeaderSize
+	if err != nil || kind != objectInJournal || at < 0 || n <= 0 || at+n > int64(len(frames)) {
+		return nil, false
+	}
+	raw := frames[at : at+n]
+	if _, err := objstore.CheckFrame(id, pos, raw); err != nil {
+		return nil, false
+	}
+	return raw, true
+}
+
+// journalObjectState says what the state makes of a journal object
+// (decision 13): needed — referenced, and a file is wanted here —, dead,
+// or neither yet (the tail of a live epoch).
+func (b *Broker) journalObjectState(s *meta.State, id uint64, parts []journal.Part) (needed, dead bool) {
+	if o, ok := s.Objects[id]; ok {
+		return len(o.Replicas) == 0 || slices.Contains(o.Replicas, b.self()), false
+	}
+	for _, p := range parts {
+		in, ok := s.Streams[p.Stream]
+		if !ok || in.Epoch > p.Epoch || p.First+p.Count <= in.End && in.Epoch == p.Epoch {
+			continue
+		}
+		return false, false
+	}
+	return false, true
+}
+
+// openCommand is the open of internal stream id this member proposes: a
+// plain one, or on the ensemble path (or for a stream whose last epoch
+// wrote on one) one carrying its ensemble and its recovery (decision 12).
+func (b *Broker) openCommand(ctx context.Context, id uint64) (*meta.Open, error) {
+	open := &meta.Open{Stream: id, Owner: b.self()}
+	if b.cfg.Cluster == nil {
+		return open, nil
+	}
+	// This member's own tail checkpointed first: the state's end is then
+	// where every append it acknowledged stops, and the recovery reads
+	// from there.
+	if err := b.checkpoint(ctx); err != nil {
+		return nil, err
+	}
+	var in *meta.Internal
+	b.fsm.View(func(s *meta.State) {
+		if x, ok := s.Streams[id]; ok {
+			in = x.Clone()
+		}
+	})
+	if in == nil {
+		return open, nil // refused by the log as it should be
+	}
+	if len(in.Ensemble) == 0 && b.cfg.Peers == nil {
+		return open, nil
+	}
+	if err := b.needLevel(meta.LevelEnsemble, meta.OpOpen); err != nil {
+		return nil, err
+	}
+	recovered, err := b.recoverOpen(ctx, in)
+	if err != nil {
+		return nil, err
+	}
+	expect := in.Epoch
+	open.Expect, open.Recovered = &expect, recovered
+	if b.journal != nil && b.cfg.Peers != nil {
+		if open.Ensemble, err = b.cfg.Peers.Ensemble(); err != nil {
+			return nil, err
+		}
+		if open.Ensemble[0] != b.self() {
+			return nil, meta.BadCommand.With("op", "open", "reason", "an ensemble not led by its owner", "ensemble", open.Ensemble)
+		}
+	}
+	return open, nil
+}

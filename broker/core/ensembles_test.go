@@ -1,0 +1,236 @@
+package core
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/picomq/picomq/broker/diskio"
+	"github.com/picomq/picomq/broker/journal"
+	"github.com/picomq/picomq/broker/meta"
+	"github.com/picomq/picomq/broker/node"
+	"github.com/picomq/picomq/broker/objstore"
+)
+
+// fakePeers are a member's ensemble peers as real journals in this
+// process, each of which can be made unreachable.
+type fakePeers struct {
+	self     string
+	mu       sync.Mutex
+	journals map[string]*journal.Journal
+	down     map[string]bool
+}
+
+func newFakePeers(t *testing.T, self string, ids ...string) *fakePeers {
+	t.Helper()
+	p := &fakePeers{self: self, journals: map[string]*journal.Journal{}, down: map[string]bool{}}
+	for _, id := range ids {
+		dir := filepath.Join(t.TempDir(), id)
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		j, err := journal.Open(journal.DirOn(dir, diskio.OS), journal.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { j.Close() })
+		p.journals[id] = j
+	}
+	return p
+}
+
+func (p *fakePeers) setDown(id string, down bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.down[id] = down
+}
+
+func (p *fakePeers) reach(id string) (*journal.Journal, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.down[id] {
+		return nil, fmt.Errorf("%s: connection refused", id)
+	}
+	j, ok := p.journals[id]
+	if !ok {
+		return nil, fmt.Errorf("%s: no such member", id)
+	}
+	return j, nil
+}
+
+func (p *fakePeers) Ensemble() ([]string, error) {
+	out := []string{p.self}
+	for id := range p.journals {
+		out = append(out, id)
+	}
+	slices.Sort(out[1:])
+	return out, nil
+}
+
+func (p *fakePeers) Append(ctx context.Context, member string, o journal.Object) error {
+	j, err := p.reach(member)
+	if err != nil {
+		return err
+	}
+	return j.Append(o)
+}
+
+func (p *fakePeers) Fence(ctx context.Context, member string, stream uint64, epoch int64) ([]journal.Ref, error) {
+	j, err := p.reach(member)
+	if err != nil {
+		return nil, err
+	}
+	return j.Fence(stream, epoch)
+}
+
+func (p *fakePeers) Read(ctx context.Context, member string, id uint64) (journal.Object, error) {
+	j, err := p.reach(member)
+	if err != nil {
+		return journal.Object{}, err
+	}
+	parts, payload, err := j.Read(id)
+	return journal.Object{ID: id, Parts: parts, Payload: payload}, err
+}
+
+// FetchFrame reads a frame from the first replica whose journal holds its
+// object, as the replication handler serves it (Broker.JournalFrame).
+func (p *fakePeers) FetchFrame(object uint64, replicas []string, pos, n int64) ([]byte, error) {
+	for _, m := range replicas {
+		j, err := p.reach(m)
+		if err != nil {
+			continue
+		}
+		_, payload, err := j.Read(object)
+		if err != nil {
+			continue
+		}
+		frames, _, kind, _, err := parseJournalPayload(object, payload)
+		if at := pos - objstore.HeaderSize; err == nil && kind == objectInJournal && at >= 0 && at+n <= int64(len(frames)) {
+			return objstore.CheckFrame(object, pos, frames[at:at+n])
+		}
+	}
+	return nil, fmt.Errorf("object %d: no replica of %v holds it", object, replicas)
+}
+
+// TestEnsembleTailRecoveredFromPeers: on the ensemble path an
+// acknowledged append is in its peers' journals before any checkpoint;
+// when its owner's process dies with it only there — and its own journal
+// is lost too —, the next open fences the ensemble, adopts the tail from a
+// read quorum (one peer down), makes it readable here and commits it with
+// the open: nothing acknowledged is lost, the producer state carries over.
+func TestEnsembleTailRecoveredFromPeers(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	peers := newFakePeers(t, "m-0~test", "p1", "p2")
+	mod := func(c *Config) {
+		c.CheckpointInterval, c.Peers, c.AckTimeout, c.Fetcher = time.Hour, peers, 2*time.Second, peers
+		c.Cluster.Number = 1 // its ids reserved on disk, as a member's are
+	}
+	b := openMember(t, dir, mod)
+	ctx := context.Background()
+	mustCreate(t, b, "s", node.CreateOptions{})
+	appendNumbered(t, b, "s", 0, 5)
+	checkpointed(t, b)
+	appendNumbered(t, b, "s", 5, 10)
+	p := &node.ProducerTuple{ID: "p", Epoch: 1, Seq: 0}
+	if _, err := b.Append(ctx, "s", recs("rec-15"), node.AppendOptions{Partition: -1, Producer: p}); err != nil {
+		t.Fatal(err)
+	}
+	id := mustGet(t, b, "s").Partitions[0]
+	in, _ := b.fsm.Internal(id)
+	if in.End != 5 || !slices.Equal(in.Ensemble, []string{"m-0~test", "p1", "p2"}) {
+		t.Fatalf("state before the crash: end %d ensemble %v; want 5 and the ensemble", in.End, in.Ensemble)
+	}
+	held := 0
+	for _, pid := range []string{"p1", "p2"} {
+		if refs := peers.journals[pid].Objects(id); len(refs) > 0 {
+			held++
+		}
+	}
+	if held == 0 {
+		t.Fatal("no peer holds the acknowledged tail")
+	}
+	stopWithoutCheckpoint(t, b)
+	if err := os.RemoveAll(journalDir(dir)); err != nil {
+		t.Fatal(err)
+	}
+	peers.setDown("p2", true)
+
+	b = openMember(t, dir, mod)
+	defer b.Close()
+	// The first append reopens the partition: the recovery runs then.
+	if res, err := b.Append(ctx, "s", recs("rec-16"), node.AppendOptions{Partition: -1}); err != nil || res.First != 16 {
+		t.Fatalf("the first append after the crash: %+v, %v; want offset 16", res, err)
+	}
+	got := readAll(t, b, "s", 0)
+	if len(got) != 17 {
+		t.Fatalf("%d records after the recovery, want 17", len(got))
+	}
+	for i, e := range got[:16] {
+		if string(e.Record.Payload) != fmt.Sprintf("rec-%d", i) || int(e.Offset) != i {
+			t.Fatalf("record %d: offset %d %q", i, e.Offset, e.Record.Payload)
+		}
+	}
+	in, _ = b.fsm.Internal(id)
+	if in.Epoch != 1 || in.End < 16 {
+		t.Fatalf("after the recovering open: epoch %d end %d; want epoch 1, end past 16", in.Epoch, in.End)
+	}
+	res, err := b.Append(ctx, "s", recs("rec-15"), node.AppendOptions{Partition: -1, Producer: p})
+	if err != nil || !res.Duplicate {
+		t.Fatalf("retry of the recovered producer append: %+v, %v; want a duplicate", res, err)
+	}
+	// The old epoch is fenced on the peers that answered: an object of it
+	// is refused there.
+	if err := peers.journals["p1"].Append(journal.Object{ID: 1 << 40, Parts: []journal.Part{{Stream: id, Epoch: 0, First: 17, Count: 1}}, Payload: []byte("x")}); !errors.Is(err, journal.Fenced) {
+		t.Fatalf("an old epoch's object after the recovery: %v, want JOURNAL_FENCED", err)
+	}
+}
+
+// TestEnsembleQuorumLostIsOutcomeUnknown: an object that cannot reach a
+// write quorum answers its appends APPEND_OUTCOME_UNKNOWN after the ack
+// timeout — never acknowledged, never "nothing written" — and once the
+// peers are back the stream reopens at a new epoch, its offsets
+// continuing whatever the recovery adopted.
+func TestEnsembleQuorumLostIsOutcomeUnknown(t *testing.T) {
+	t.Parallel()
+	peers := newFakePeers(t, "m-0~test", "p1", "p2")
+	b := openMember(t, t.TempDir(), func(c *Config) {
+		c.CheckpointInterval, c.Peers, c.AckTimeout = time.Hour, peers, 300*time.Millisecond
+	})
+	defer b.Close()
+	ctx := context.Background()
+	mustCreate(t, b, "s", node.CreateOptions{})
+	appendNumbered(t, b, "s", 0, 3)
+	peers.setDown("p1", true)
+	appendNumbered(t, b, "s", 3, 2) // a quorum of 2 of 3 still answers
+	peers.setDown("p2", true)
+	if _, err := b.Append(ctx, "s", recs("lost?"), node.AppendOptions{Partition: -1}); !errors.Is(err, node.OutcomeUnknown) {
+		t.Fatalf("an append with no write quorum: %v, want APPEND_OUTCOME_UNKNOWN", err)
+	}
+	peers.setDown("p1", false)
+	peers.setDown("p2", false)
+	res, err := b.Append(ctx, "s", recs("after"), node.AppendOptions{Partition: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := readAll(t, b, "s", 0)
+	if int(res.First) != len(got)-1 || (res.First != 5 && res.First != 6) {
+		t.Fatalf("the append after the peers came back got offset %d of %d records; want 5 or 6 (the unknown one adopted or not)", res.First, len(got))
+	}
+	for i, e := range got[:5] {
+		if string(e.Record.Payload) != fmt.Sprintf("rec-%d", i) {
+			t.Fatalf("record %d: %q", i, e.Record.Payload)
+		}
+	}
+	id := mustGet(t, b, "s").Partitions[0]
+	if in, _ := b.fsm.Internal(id); in.Epoch < 1 {
+		t.Fatalf("epoch %d after the lost quorum; want a new one", in.Epoch)
+	}
+	_ = meta.LevelEnsemble
+}
