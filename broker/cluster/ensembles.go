@@ -23,8 +23,9 @@ var _ core.Peers = (*journalPeers)(nil)
 
 // Ensemble is this owner's ensemble: itself and R-1 live others by
 // rendezvous hashing (ensemble.Choose). Fewer than R when fewer are live,
-// but never fewer than R's write quorum: an object then still has as many
-// copies as a metadata log entry of R voters would.
+// but never fewer than R's write quorum — nor than the write quorum of the
+// current members, when they are fewer than R: an object then has as many
+// copies as a metadata log entry would.
 func (p *journalPeers) Ensemble() ([]string, error) {
 	self := p.c.member.Identity().ID()
 	var live []string
@@ -33,7 +34,22 @@ func (p *journalPeers) Ensemble() ([]string, error) {
 	}
 	r := replication.EffectiveR(p.c.cfg.ReplicationFactor, max(len(live), 1))
 	e := ensemble.Choose(self, live, r)
-	if need := ensemble.WriteQuorum(r); len(e) < need {
+	need := ensemble.WriteQuorum(r)
+	if b := p.c.broker(); b != nil {
+		// A cluster whose members are fewer than R (the explicit recovery
+		// of a lost quorum leaves one) writes to what its metadata log's
+		// own quorum is: no worse than that log, as before ensembles.
+		current := 0
+		for _, m := range b.Members() {
+			if m.Removed.IsZero() {
+				current++
+			}
+		}
+		if current > 0 {
+			need = min(need, ensemble.WriteQuorum(current))
+		}
+	}
+	if len(e) < need {
 		return nil, replication.ReplicationFailed.With("reason", "too few live members for an ensemble", "live", len(live), "r", r, "need", need)
 	}
 	return e, nil

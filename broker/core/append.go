@@ -17,12 +17,15 @@ func (b *Broker) Hold() (release func()) { return b.flush.hold() }
 // pendingAppend is an append waiting for the flusher. It is the
 // node.Pending Admit returns.
 type pendingAppend struct {
-	b     *Broker
-	n     *named
-	pt    *part
-	gen   uint64
-	app   meta.Append
-	group *meta.GroupOffset
+	b   *Broker
+	n   *named
+	pt  *part
+	gen uint64
+	// ensemble is the part's, as it was opened when the append was
+	// admitted (the ensemble data path).
+	ensemble []string
+	app      meta.Append
+	group    *meta.GroupOffset
 	// payload is the encoded batch; recycled: it came from b.batchBuffers
 	// and goes back once answered.
 	payload  []byte
@@ -284,7 +287,7 @@ func (b *Broker) admit(ctx context.Context, a *admission) (*pendingAppend, admit
 		producer = &t
 	}
 	p := &pendingAppend{
-		b: b, n: n, pt: pt, gen: n.gen, count: len(a.records), bytes: a.batchBytes, at: now.UnixNano(),
+		b: b, n: n, pt: pt, gen: n.gen, ensemble: pt.ensemble, count: len(a.records), bytes: a.batchBytes, at: now.UnixNano(),
 		app:  meta.Append{Stream: pt.id, Epoch: pt.epoch, First: pt.next, Producer: producer, StreamSeq: o.StreamSeq, Close: o.Close},
 		done: make(chan error, 1),
 	}

@@ -169,7 +169,7 @@ func Open(cfg Config) (*Broker, error) {
 			_ = l.Close()
 			return nil, err
 		}
-		j, err := journal.Open(journal.DirOn(dir, diskio.Or(cfg.FS)), journal.Options{SegmentBytes: cfg.JournalSegmentBytes, Preallocate: true})
+		j, err := journal.Open(journal.DirOn(dir, diskio.Or(cfg.FS)), journal.Options{SegmentBytes: cfg.JournalSegmentBytes, Preallocate: true, Synced: cfg.Metrics.JournalSyncs.Inc})
 		if err == nil {
 			err = j.Damaged()
 			if err != nil {

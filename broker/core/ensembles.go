@@ -55,6 +55,10 @@ import (
 //      checkpointed forgets the ensemble (meta.Close.Drained): the next
 //      open need read nobody. A close of streams a dead process left open
 //      keeps it.
+//  15. A member removed for good never answers again: a recorded
+//      ensemble whose removals leave fewer than a read quorum (the
+//      explicit recovery of a lost quorum) recovers from every member left,
+//      all of which must answer, and logs what it may have lost.
 
 // Peers is the ensemble data path's reach to the other members' journals
 // (the cluster room's, over journalpeer). Members are named by their ids.
@@ -81,16 +85,16 @@ const (
 	// straggleFor is how long an object is still sent, in the background,
 	// to the members that were not durable at its quorum.
 	straggleFor = 30 * time.Second
+	// fenceGrace is how long a recovery waits for the rest of an ensemble
+	// once a read quorum answered its fences.
+	fenceGrace = 200 * time.Millisecond
 )
-
-// ensembleOf is the ensemble recorded for the part an append goes to.
-func (p *pendingAppend) ensembleOf() []string { return p.pt.ensemble }
 
 // objectEnsembles are the distinct ensembles of a batch's appends.
 func objectEnsembles(live []*pendingAppend) [][]string {
 	var out [][]string
 	for _, p := range live {
-		e := p.ensembleOf()
+		e := p.ensemble
 		if len(e) > 0 && !slices.ContainsFunc(out, func(o []string) bool { return slices.Equal(o, e) }) {
 			out = append(out, e)
 		}
@@ -199,17 +203,46 @@ func (b *Broker) replicate(o journal.Object, ensembles [][]string) ([]string, er
 					waiting = append(waiting, m)
 				}
 			}
+			if !durable[b.self()] && failed[b.self()] == nil {
+				// This member's own journal has not answered: a process
+				// paused (SIGSTOP) meets its timers first when it resumes.
+				// Its answer decides — a failure latches (decision 7) —,
+				// never the timer.
+				for a := range answers {
+					pending--
+					if a.member == b.self() {
+						if a.err != nil {
+							cancel()
+							return nil, a.err
+						}
+						durable[a.member] = true
+						break
+					}
+					if a.err != nil {
+						failed[a.member] = a.err
+					} else {
+						durable[a.member] = true
+					}
+				}
+				if ok, err := quorate(); ok || err != nil {
+					go func() {
+						for ; pending > 0; pending-- {
+							<-answers
+						}
+						cancel()
+					}()
+					if err != nil {
+						return nil, err
+					}
+					return members, nil
+				}
+			}
 			go func() {
 				for ; pending > 0; pending-- {
 					<-answers
 				}
 				cancel()
 			}()
-			if !durable[b.self()] {
-				// This member's own journal did not answer in time: its
-				// fdatasync is stuck, and nothing more is acknowledged.
-				return nil, journal.Failed.With("op", "append", "reason", "the journal did not answer within the ack timeout", "object", o.ID)
-			}
 			return nil, ensemble.QuorumLost.With("object", o.ID, "waiting", waiting, "timeout", b.cfg.AckTimeout.String())
 		}
 	}
@@ -244,15 +277,39 @@ func (b *Broker) recoverOpen(ctx context.Context, in *meta.Internal) ([]meta.Com
 		return nil, nil
 	}
 	fence := in.Epoch + 1
+	recorded := in.Ensemble
+	need := ensemble.ReadQuorum(len(recorded))
+	// Members removed for good never answer again. While enough others
+	// are left, they only count as silent; when the removals leave fewer
+	// than a read quorum — the explicit recovery of a quorum lost for
+	// good, or ensembles' members lost with their disks —, waiting cannot
+	// help: every member left must answer, and what only the removed ones
+	// held is lost (decision 15).
+	var left []string
+	b.fsm.View(func(s *meta.State) {
+		for _, m := range recorded {
+			if rec, ok := s.Members[m]; m == b.self() || !ok || rec.Removed == 0 {
+				left = append(left, m)
+			}
+		}
+	})
+	if len(left) < need {
+		b.cfg.Logger.Error("a stream's ensemble lost its read quorum for good: recovering from the members left; what only the removed ones held is lost",
+			"stream", in.ID, "ensemble", recorded, "left", left, "need", need)
+		recorded, need = left, len(left)
+		if need == 0 {
+			return nil, nil
+		}
+	}
 	type fenced struct {
 		member string
 		refs   []journal.Ref
 		err    error
 	}
-	answers := make(chan fenced, len(in.Ensemble))
+	answers := make(chan fenced, len(recorded))
 	fctx, cancel := context.WithTimeout(ctx, b.cfg.AckTimeout)
 	defer cancel()
-	for _, m := range in.Ensemble {
+	for _, m := range recorded {
 		go func() {
 			var refs []journal.Ref
 			var err error
@@ -269,8 +326,19 @@ func (b *Broker) recoverOpen(ctx context.Context, in *meta.Internal) ([]meta.Com
 	var reads []ensemble.Read
 	holders := map[uint64][]string{}
 	var errsSeen []error
-	for range in.Ensemble {
-		a := <-answers
+	// A read quorum is enough (any write quorum meets it); the rest get a
+	// moment more, so that a member that is slow, not gone, still adds
+	// its copies — but a stopped one does not hold the open up.
+	var grace <-chan time.Time
+	for range recorded {
+		var a fenced
+		select {
+		case a = <-answers:
+		case <-grace:
+		}
+		if grace != nil && a.member == "" {
+			break
+		}
 		if a.err != nil {
 			errsSeen = append(errsSeen, fmt.Errorf("%s: %w", a.member, a.err))
 			continue
@@ -286,13 +354,22 @@ func (b *Broker) recoverOpen(ctx context.Context, in *meta.Internal) ([]meta.Com
 			}
 		}
 		reads = append(reads, r)
+		if len(reads) >= need && grace == nil {
+			grace = time.After(fenceGrace)
+		}
+	}
+	if len(reads) < need {
+		return nil, ensemble.TooFewFenced.Wrap(errors.Join(errsSeen...), "stream", in.ID, "ensemble", recorded, "fenced", len(reads), "need", need)
+	}
+	if len(recorded) < len(in.Ensemble) {
+		recorded = in.Ensemble[:0:0] // every member left answered: a quorum of them is all of them
+		for _, r := range reads {
+			recorded = append(recorded, r.Member)
+		}
 	}
 	chain, err := ensemble.Recover(ensemble.Checkpoint{End: in.End, Epoch: in.Epoch},
-		[]ensemble.Epoch{{Epoch: in.Epoch, Ensemble: in.Ensemble, Start: in.End, Recovered: true}}, reads)
+		[]ensemble.Epoch{{Epoch: in.Epoch, Ensemble: recorded, Start: in.End, Recovered: true}}, reads)
 	if err != nil {
-		if errors.Is(err, ensemble.TooFewFenced) && len(errsSeen) > 0 {
-			err = ensemble.TooFewFenced.Wrap(errors.Join(errsSeen...), "stream", in.ID, "ensemble", in.Ensemble)
-		}
 		return nil, err
 	}
 	var out []meta.Commit
@@ -464,6 +541,13 @@ func (b *Broker) openCommand(ctx context.Context, id uint64) (*meta.Open, error)
 		return open, nil
 	}
 	if err := b.needLevel(meta.LevelEnsemble, meta.OpOpen); err != nil {
+		if len(in.Ensemble) == 0 {
+			// A rolling upgrade: some member's build would apply this
+			// open as a plain one. The stream stays on the log path
+			// (its appends commit through the log, flusher.write) until
+			// every member runs this build and it is opened again.
+			return open, nil
+		}
 		return nil, err
 	}
 	recovered, err := b.recoverOpen(ctx, in)

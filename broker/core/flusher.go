@@ -288,6 +288,10 @@ func (f *flusher) write(batch []*pendingAppend) *written {
 	for _, p := range live {
 		payloadBytes += int64(len(p.payload))
 		groups = groups || p.group != nil
+		// A cluster member's stream opened without an ensemble (a rolling
+		// upgrade, ensembles.go) commits through the log, as one with a
+		// group offset does.
+		groups = groups || b.cfg.Cluster != nil && len(p.ensemble) == 0
 	}
 	if b.journal != nil {
 		if !groups {

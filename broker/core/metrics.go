@@ -30,6 +30,7 @@ type Metrics struct {
 	CheckpointCommits      prometheus.Histogram
 	CheckpointRefused      prometheus.Counter
 	JournalSegmentsDropped prometheus.Counter
+	JournalSyncs           prometheus.Counter
 	UncheckpointedBytes    prometheus.Gauge
 }
 
@@ -60,12 +61,13 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		CheckpointCommits:      prometheus.NewHistogram(prometheus.HistogramOpts{Name: "picomq_checkpoint_commits", Help: "Group commits per checkpoint.", Buckets: prometheus.ExponentialBuckets(1, 2, 16)}),
 		CheckpointRefused:      prometheus.NewCounter(prometheus.CounterOpts{Name: "picomq_checkpoint_refused_appends_total", Help: "Acknowledged appends a checkpoint's state machine refused (other than for a stream deleted since): should stay 0."}),
 		JournalSegmentsDropped: prometheus.NewCounter(prometheus.CounterOpts{Name: "picomq_journal_segments_dropped_total", Help: "Journal segments dropped once every object in them was checkpointed and unreferenced or in its own synced file."}),
+		JournalSyncs:           prometheus.NewCounter(prometheus.CounterOpts{Name: "picomq_journal_fsyncs_total", Help: "fdatasyncs of the journal's batches (each covers every object and fence that arrived together: this broker's and its peers')."}),
 		UncheckpointedBytes:    prometheus.NewGauge(prometheus.GaugeOpts{Name: "picomq_uncheckpointed_bytes", Help: "Record bytes the journal acknowledged that no checkpoint holds yet (measured each maintenance pass)."}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.Appends, m.AppendBytes, m.FlushAppends, m.FlushBytes, m.FsyncSeconds, m.InlineObjects, m.HeldBytes, m.HeldSpilled, m.WALUnzeroed, m.CommitSeconds,
 			m.Rollbacks, m.CorruptReads, m.TrimmedRanges, m.MergedRanges, m.ObjectsDeleted, m.ExpiredStreams,
-			m.MetadataCommands, m.Checkpoints, m.CheckpointCommits, m.CheckpointRefused, m.JournalSegmentsDropped, m.UncheckpointedBytes)
+			m.MetadataCommands, m.Checkpoints, m.CheckpointCommits, m.CheckpointRefused, m.JournalSegmentsDropped, m.JournalSyncs, m.UncheckpointedBytes)
 	}
 	return m
 }

@@ -94,6 +94,14 @@ func (b *Broker) closeOpen(ctx context.Context, which func(id uint64) bool) erro
 	if len(parts) == 0 {
 		return nil
 	}
+	// Every append admitted is answered, and the apply checkpoints the
+	// tail first: the closes are drained (ensembles.go, decision 14) —
+	// once every member's build knows what that means.
+	if b.journal != nil && b.cfg.Cluster != nil && b.needLevel(meta.LevelEnsemble, meta.OpCloseMany) == nil {
+		for i := range parts {
+			parts[i].Drained = true
+		}
+	}
 	_, err := b.apply(ctx, &meta.Command{Op: meta.OpCloseMany, CloseMany: &meta.CloseMany{Streams: parts}})
 	return err
 }

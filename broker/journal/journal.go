@@ -25,6 +25,9 @@ type Options struct {
 	// existing bytes need not update its size, and measured here took
 	// half the time of one that grows the file (0.10 against 0.19 ms).
 	Preallocate bool
+	// Synced, when set, is called after each batch's fdatasync (metrics:
+	// the fdatasyncs a broker makes per second).
+	Synced func()
 }
 
 // Ref is one part of an object the journal holds.
@@ -575,6 +578,9 @@ func (j *Journal) commit(batch []*request) {
 		if err := f.Sync(); err != nil {
 			j.fail(err, seg, "sync", batch)
 			return false
+		}
+		if j.opts.Synced != nil {
+			j.opts.Synced()
 		}
 		j.curSize += int64(len(buf))
 		for _, r := range inBuf {

@@ -25,9 +25,8 @@
 // (BAD_JOURNAL_OBJECT), never appended. flags bit 0 marks a recovery's copy
 // (journal.Object.Copied), whose authority is epoch by.
 //
-// Status (2026-12): tested on its own; the broker does not serve it yet —
-// cluster members still commit through the metadata log, and the data path
-// on ensembles (issue 29) registers it on the peer port.
+// Served on the peer port by every cluster member (broker/cluster), over
+// the member's own journal; core's ensembles.go is its one caller.
 //
 // Not here: whom to send to and when an append counts as acknowledged
 // (broker/ensemble's write quorum and ack rule), recovery's choice of

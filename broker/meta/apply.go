@@ -206,6 +206,9 @@ func (s *State) close(c *Close) any {
 	}
 	in.Open = false
 	in.Owner = ""
+	if c.Drained {
+		in.Ensemble = nil
+	}
 	return nil
 }
 

@@ -527,4 +527,15 @@ func TestOpenCommitsItsRecovery(t *testing.T) {
 	if s.Streams[id].Epoch != 1 {
 		t.Fatal("a refused open raised the epoch")
 	}
+	// A close of a dead process's streams keeps the ensemble (its tail is
+	// there); the owner's drained close forgets it.
+	mustApply(t, s, &Command{Op: OpCloseMany, CloseMany: &CloseMany{Streams: []Close{{Stream: id, Epoch: 1}}}})
+	if in := s.Streams[id]; in.Open || len(in.Ensemble) != 3 {
+		t.Fatalf("a plain close: %+v; want closed, ensemble kept", in)
+	}
+	mustApply(t, s, &Command{Op: OpOpen, Open: &Open{Stream: id, Owner: "b", Ensemble: []string{"b", "c", "d"}}})
+	mustApply(t, s, &Command{Op: OpCloseMany, CloseMany: &CloseMany{Streams: []Close{{Stream: id, Epoch: 2, Drained: true}}}})
+	if in := s.Streams[id]; in.Open || len(in.Ensemble) != 0 {
+		t.Fatalf("a drained close: %+v; want closed, ensemble forgotten", in)
+	}
 }

@@ -120,9 +120,15 @@ type OpenResult struct {
 }
 
 // Close marks an internal stream closed (not owned) if Epoch is current.
+//
+// Drained (LevelEnsemble) says the owner closes it with every append it
+// acknowledged in the state: its ensemble is forgotten, and the next open
+// need read no journal. A close of streams a dead process left open is
+// not drained: their tail is in the ensemble's journals only.
 type Close struct {
-	Stream uint64 `json:"stream"`
-	Epoch  int64  `json:"epoch"`
+	Stream  uint64 `json:"stream"`
+	Epoch   int64  `json:"epoch"`
+	Drained bool   `json:"drained,omitempty"`
 }
 
 // CloseMany closes many internal streams in one command (a broker shutting

@@ -252,7 +252,7 @@ func singlePhases(ctx context.Context, bin, dir string, shapes []shape, res *com
 		r.proxied = -1
 		res.single[s.name] = r
 		printLoad("single", s, r)
-		fmt.Printf("%-15s   %s\n", "", describeMetrics(m0, scrape(b.URL)))
+		fmt.Printf("%-15s   %s\n", "", describeMetrics(m0, scrape(b.URL), r, *duration, 1))
 		if r.errs > 0 {
 			res.note("single node, %s: %d appends failed: %q", s.name, r.errs, r.firstErrs)
 		}
@@ -403,7 +403,7 @@ func clusterPhases(ctx context.Context, bin, dir string, shapes []shape, one []s
 				res.any[s.name] = r
 			}
 			printLoad(where, s, r)
-			fmt.Printf("%-15s   %s\n", "", describeMetrics(m0, scrapeAll(c.URLs())))
+			fmt.Printf("%-15s   %s\n", "", describeMetrics(m0, scrapeAll(c.URLs()), r, *duration, c.N()))
 			if r.errs > 0 {
 				res.note("%s, %s: %d appends failed: %q", where, s.name, r.errs, r.firstErrs)
 			}
@@ -455,8 +455,17 @@ func (m metrics) mean(before metrics, h string) float64 {
 // describeMetrics is what the brokers' metrics say of one load, summed
 // over the brokers: the group commit, the replica copies, the routing
 // and the slot Leases.
-func describeMetrics(before, after metrics) string {
+//
+// It leads with what issue 29 asks beside every figure: the metadata
+// log's commands per 1,000 acknowledged appends (every broker applies
+// each command, so the brokers' sum is divided by their number) and the
+// journal fdatasyncs per second per broker.
+func describeMetrics(before, after metrics, r loadResult, d0 time.Duration, brokers int) string {
 	d := func(name string) float64 { return after.sum(name) - before.sum(name) }
+	acked := r.appendsPerSec * d0.Seconds()
+	commands := d("picomq_metadata_commands_total") / float64(max(brokers, 1))
+	prefix := fmt.Sprintf("metadata-log commands per 1,000 acknowledged appends %.2f (%.0f); journal fdatasyncs %.0f/s per broker; ",
+		1000*commands/max(acked, 1), commands, d("picomq_journal_fsyncs_total")/d0.Seconds()/float64(max(brokers, 1)))
 	objects := d("picomq_flush_appends_count")
 	out := fmt.Sprintf("group commit: %.1f appends/object, %.0f%% inline, metadata commit %s",
 		after.mean(before, "picomq_flush_appends"), 100*d("picomq_inline_objects_total")/max(objects, 1),
@@ -471,7 +480,7 @@ func describeMetrics(before, after metrics) string {
 	if n, h := d("picomq_slot_lease_renew_failures_total"), d("picomq_slot_handoffs_total"); n > 0 || h > 0 {
 		out += fmt.Sprintf("; slot Lease renewals failed %.0f, slot hand-offs %.0f", n, h)
 	}
-	return out
+	return prefix + out
 }
 
 func brokerPids(c *clusterharness.Cluster) []int {

@@ -111,7 +111,7 @@ func (s cpuSample) since(before cpuSample, wall time.Duration) (cpuUse, bool) {
 func (u cpuUse) describe(r result) string {
 	s := fmt.Sprintf("CPU: broker %.2f cores, bench (clients) %.2f; machine %.0f%% busy, %.0f%% waiting for the disk", u.brokerCores, u.benchCores, 100*u.busy, 100*u.iowait)
 	if r.appendsPerSec > 0 {
-		s += fmt.Sprintf("; per append: broker %.0f µs, bench %.0f µs", 1e6*u.brokerCores/r.appendsPerSec, 1e6*u.benchCores/r.appendsPerSec)
+		s += fmt.Sprintf("; per append: broker %.0f µs, bench %.0f µs (broker CPU-seconds per 1,000 appends %.3f)", 1e6*u.brokerCores/r.appendsPerSec, 1e6*u.benchCores/r.appendsPerSec, 1e3*u.brokerCores/r.appendsPerSec)
 	}
 	if r.mbPerSec >= 50 {
 		s += fmt.Sprintf("; per MB: broker %.2f ms, bench %.2f ms", 1e3*u.brokerCores/r.mbPerSec, 1e3*u.benchCores/r.mbPerSec)
