@@ -254,7 +254,7 @@ func (c *Cluster) Start(ctx context.Context, b *core.Broker) error {
 	c.mu.Unlock()
 	// Before the peer API serves: the handler sets aside copies a crash
 	// left half received.
-	c.srv.Handle(replication.ObjectsPath, replication.NewHandler(replication.HandlerConfig{Store: b.Objects(), Logger: c.log, Frames: b.JournalFrame}))
+	c.srv.Handle(replication.ObjectsPath, replication.NewHandler(replication.HandlerConfig{Store: b.Objects(), Logger: c.log, Frames: b.JournalFrame, Object: b.JournalObject}))
 	if j := b.Journal(); j != nil {
 		c.srv.Handle(journalpeer.Path, journalpeer.NewHandler(journalpeer.HandlerConfig{Journal: j, Logger: c.log}))
 	}
@@ -264,8 +264,21 @@ func (c *Cluster) Start(ctx context.Context, b *core.Broker) error {
 	ctx, cancel := context.WithCancel(context.Background())
 	c.stop, c.ctx = cancel, ctx
 	c.repair = repair.New(repair.Config{DownGrace: c.cfg.RepairDownGrace, Logger: c.log.With("component", "repair"), Metrics: c.reg}, repairCluster{c: c, b: b})
-	c.wg.Add(6)
+	c.wg.Add(7)
 	go func() { defer c.wg.Done(); c.repair.Run(ctx) }()
+	go func() {
+		defer c.wg.Done()
+		t := time.NewTicker(reensembleEvery)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				c.reensemble(ctx, b)
+			}
+		}
+	}()
 	go func() {
 		defer c.wg.Done()
 		t := time.NewTicker(drainCheck)

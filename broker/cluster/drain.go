@@ -144,6 +144,9 @@ func (c *Cluster) CancelDrain(ctx context.Context) error {
 func (c *Cluster) DrainStatus() wire.DrainStatus {
 	st := c.owners.Status()
 	ds := wire.DrainStatus{SlotsHeld: st.SlotsHeld, OpenStreams: c.openStreams()}
+	if b := c.broker(); b != nil {
+		ds.EnsemblesNaming = b.EnsemblesNaming(c.member.Identity().ID())
+	}
 	ds.ObjectsHeld, ds.BytesHeld = c.heldObjects()
 	if c.drained.Load() {
 		ds.Phase = wire.DrainDrained
@@ -165,6 +168,8 @@ func (c *Cluster) DrainStatus() wire.DrainStatus {
 		ds.Message = fmt.Sprintf("handing off %d slots, %d streams open here; staying a member (a drain with stay: cancel it to serve again)", ds.SlotsHeld, ds.OpenStreams)
 	case ds.SlotsHeld > 0 || ds.OpenStreams > 0:
 		ds.Message = fmt.Sprintf("handing off %d slots, %d streams open here; %d copies of objects (%d bytes) to move to the brokers that stay", ds.SlotsHeld, ds.OpenStreams, ds.ObjectsHeld, ds.BytesHeld)
+	case ds.EnsemblesNaming > 0:
+		ds.Message = fmt.Sprintf("owns no slot and no open stream; %d partitions of other owners still write to an ensemble naming it (they move to one without it)", ds.EnsemblesNaming)
 	case ds.ObjectsHeld > 0:
 		ds.Message = fmt.Sprintf("owns no slot and no open stream; %d copies of objects (%d bytes) still to move to the brokers that stay", ds.ObjectsHeld, ds.BytesHeld)
 		if b := c.broker(); b != nil {
@@ -230,7 +235,7 @@ func (c *Cluster) finishDrain(ctx context.Context) {
 		}
 		return
 	}
-	if ds.SlotsHeld > 0 || ds.OpenStreams > 0 || ds.ObjectsHeld > 0 {
+	if ds.SlotsHeld > 0 || ds.OpenStreams > 0 || ds.ObjectsHeld > 0 || ds.EnsemblesNaming > 0 {
 		return
 	}
 	// Leaving is for good (a cancel after it restarts the broker as a

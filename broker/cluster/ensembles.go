@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/picomq/picomq/broker/core"
 	"github.com/picomq/picomq/broker/ensemble"
@@ -92,4 +93,29 @@ func (p *journalPeers) Read(ctx context.Context, member string, id uint64) (jour
 		return journal.Object{}, err
 	}
 	return p.client.Read(ctx, a, id)
+}
+
+// reensembleEvery is how often an owner looks for ensembles naming a
+// member that is gone.
+const reensembleEvery = 2 * time.Second
+
+// reensemble moves this owner's partitions off ensembles that name a
+// member removed, draining or without a live member Lease (core's
+// Reensemble, which moves them only when a live replacement exists).
+func (c *Cluster) reensemble(ctx context.Context, b *core.Broker) {
+	live := map[string]bool{}
+	for _, m := range c.owners.Members() {
+		if !m.Draining {
+			if rec, ok := b.Member(m.Identity); ok && rec.Removed.IsZero() {
+				live[rec.ID] = true
+			}
+		}
+	}
+	if len(live) == 0 {
+		return // no view of the members yet
+	}
+	n, err := b.Reensemble(ctx, func(member string) bool { return !live[member] })
+	if err != nil && ctx.Err() == nil {
+		c.log.Warn("moving partitions to a new ensemble", "moved", n, "err", err)
+	}
 }

@@ -59,6 +59,14 @@ import (
 //      ensemble whose removals leave fewer than a read quorum (the
 //      explicit recovery of a lost quorum) recovers from every member left,
 //      all of which must answer, and logs what it may have lost.
+//  16. An ensemble changes by a reopen (Reensemble): when a member of it
+//      is gone (removed, draining, down past its Lease) and a replacement
+//      is live, the owner lets the partition's admitted appends finish
+//      and opens it again — its own recovery at the next epoch, with the
+//      new ensemble. One command, the same open every failover makes; no
+//      append is acknowledged with a quorum of neither ensemble, because
+//      none is in flight across it. A drain waits until no open partition
+//      names the leaver.
 
 // Peers is the ensemble data path's reach to the other members' journals
 // (the cluster room's, over journalpeer). Members are named by their ids.
@@ -497,6 +505,24 @@ func (b *Broker) JournalFrame(id uint64, pos, n int64) ([]byte, bool) {
 	return raw, true
 }
 
+// JournalObject returns object id's bytes as its file would hold them
+// (header and frames) when this member holds it in its journal: what the
+// replication handler serves a repair's copy from before it is a file.
+func (b *Broker) JournalObject(id uint64) ([]byte, bool) {
+	if b.journal == nil {
+		return nil, false
+	}
+	_, payload, err := b.journal.Read(id)
+	if err != nil {
+		return nil, false
+	}
+	frames, _, kind, _, err := parseJournalPayload(id, payload)
+	if err != nil || kind != objectInJournal {
+		return nil, false
+	}
+	return append(objstore.AppendHeader(make([]byte, 0, objstore.HeaderSize+len(frames)), id), frames...), true
+}
+
 // journalObjectState says what the state makes of a journal object
 // (decision 13): needed — referenced, and a file is wanted here —, dead,
 // or neither yet (the tail of a live epoch).
@@ -565,4 +591,75 @@ func (b *Broker) openCommand(ctx context.Context, id uint64) (*meta.Open, error)
 		}
 	}
 	return open, nil
+}
+
+// Reensemble moves this owner's open partitions whose ensemble names a
+// member gone — removed, draining or down, as gone says — to the ensemble
+// Peers.Ensemble chooses now, when that one names no gone member and is
+// no smaller (decision 16): each is taken out of service once the appends
+// admitted to it are answered, and opened again at the next epoch, whose
+// recovery fences the old ensemble (a read quorum of it is still there)
+// and records the new one. It returns how many partitions moved.
+func (b *Broker) Reensemble(ctx context.Context, gone func(member string) bool) (int, error) {
+	if b.journal == nil || b.cfg.Peers == nil || b.cfg.Cluster == nil {
+		return 0, nil
+	}
+	next, err := b.cfg.Peers.Ensemble()
+	if err != nil || slices.ContainsFunc(next, gone) {
+		return 0, err
+	}
+	moved := 0
+	for _, n := range b.views() {
+		var ids []uint64
+		n.mu.Lock()
+		for _, p := range n.parts {
+			if p.opened && slices.ContainsFunc(p.ensemble, gone) && len(next) >= len(p.ensemble) {
+				ids = append(ids, p.id)
+			}
+		}
+		n.mu.Unlock()
+		if len(ids) == 0 {
+			continue
+		}
+		taken := n.takeOpen(func(id uint64) bool { return slices.Contains(ids, id) })
+		if err := n.awaitAnswered(ctx, taken); err != nil {
+			return moved, err
+		}
+		for _, c := range taken {
+			n.mu.Lock()
+			var pt *part
+			for _, p := range n.parts {
+				if p.id == c.Stream {
+					pt = p
+				}
+			}
+			n.mu.Unlock()
+			if pt == nil {
+				continue
+			}
+			if err := b.openPart(ctx, n, pt); err != nil {
+				return moved, err
+			}
+			moved++
+		}
+	}
+	if moved > 0 {
+		b.cfg.Logger.Info("partitions moved to a new ensemble", "partitions", moved, "ensemble", next)
+	}
+	return moved, nil
+}
+
+// EnsemblesNaming counts the open partitions, owned by another member,
+// whose recorded ensemble names member: a draining member leaves only once
+// none is left (decision 16).
+func (b *Broker) EnsemblesNaming(member string) int {
+	n := 0
+	b.fsm.View(func(s *meta.State) {
+		for _, in := range s.Streams {
+			if in.Open && in.Owner != member && slices.Contains(in.Ensemble, member) {
+				n++
+			}
+		}
+	})
+	return n
 }

@@ -25,11 +25,13 @@ type fakePeers struct {
 	mu       sync.Mutex
 	journals map[string]*journal.Journal
 	down     map[string]bool
+	// gone are left out of the ensembles chosen (removed or draining).
+	gone map[string]bool
 }
 
 func newFakePeers(t *testing.T, self string, ids ...string) *fakePeers {
 	t.Helper()
-	p := &fakePeers{self: self, journals: map[string]*journal.Journal{}, down: map[string]bool{}}
+	p := &fakePeers{self: self, journals: map[string]*journal.Journal{}, down: map[string]bool{}, gone: map[string]bool{}}
 	for _, id := range ids {
 		dir := filepath.Join(t.TempDir(), id)
 		if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -65,9 +67,13 @@ func (p *fakePeers) reach(id string) (*journal.Journal, error) {
 }
 
 func (p *fakePeers) Ensemble() ([]string, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	out := []string{p.self}
 	for id := range p.journals {
-		out = append(out, id)
+		if !p.gone[id] && len(out) < 3 {
+			out = append(out, id)
+		}
 	}
 	slices.Sort(out[1:])
 	return out, nil
@@ -233,4 +239,49 @@ func TestEnsembleQuorumLostIsOutcomeUnknown(t *testing.T) {
 		t.Fatalf("epoch %d after the lost quorum; want a new one", in.Epoch)
 	}
 	_ = meta.LevelEnsemble
+}
+
+// TestReensembleReplacesAGoneMember: a member of an owner's ensemble
+// gone (draining, here) is replaced by a reopen — the appends admitted
+// finish first, the open at the next epoch recovers from the old ensemble
+// and records the new one — and appends go on to the new members, the
+// gone one receiving nothing more.
+func TestReensembleReplacesAGoneMember(t *testing.T) {
+	t.Parallel()
+	peers := newFakePeers(t, "m-0~test", "p1", "p2", "p3")
+	peers.gone["p3"] = true // the ensemble starts as m-0, p1, p2
+	b := openMember(t, t.TempDir(), func(c *Config) { c.CheckpointInterval, c.Peers = time.Hour, peers })
+	defer b.Close()
+	ctx := context.Background()
+	mustCreate(t, b, "s", node.CreateOptions{})
+	appendNumbered(t, b, "s", 0, 5)
+	id := mustGet(t, b, "s").Partitions[0]
+	if in, _ := b.fsm.Internal(id); !slices.Equal(in.Ensemble, []string{"m-0~test", "p1", "p2"}) {
+		t.Fatalf("first ensemble %v", in.Ensemble)
+	}
+	if n, err := b.Reensemble(ctx, func(m string) bool { return m == "p2" }); err != nil || n != 0 {
+		t.Fatalf("with no replacement live: moved %d, %v; want nothing moved", n, err)
+	}
+	peers.mu.Lock()
+	peers.gone["p3"], peers.gone["p2"] = false, true
+	peers.mu.Unlock()
+	if n, err := b.Reensemble(ctx, func(m string) bool { return m == "p2" }); err != nil || n != 1 {
+		t.Fatalf("moved %d, %v; want the one partition moved", n, err)
+	}
+	in, _ := b.fsm.Internal(id)
+	if !slices.Equal(in.Ensemble, []string{"m-0~test", "p1", "p3"}) || in.Epoch != 1 || in.End != 5 {
+		t.Fatalf("after the move: ensemble %v epoch %d end %d", in.Ensemble, in.Epoch, in.End)
+	}
+	before := len(peers.journals["p2"].Objects(id))
+	appendNumbered(t, b, "s", 5, 5)
+	checkNumbered(t, b, "s", 10)
+	if after := len(peers.journals["p2"].Objects(id)); after != before {
+		t.Fatalf("the member replaced received %d more objects", after-before)
+	}
+	if len(peers.journals["p3"].Objects(id)) == 0 {
+		t.Fatal("the new member received nothing")
+	}
+	if n := b.EnsemblesNaming("p2"); n != 0 {
+		t.Fatalf("%d open partitions still name the replaced member", n)
+	}
 }

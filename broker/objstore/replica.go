@@ -57,6 +57,11 @@ func AppendObjectHeader(b []byte, id uint64) []byte { return appendHeader(b, id)
 // holding payload to b (its length and CRC-32C), as AppendFrame writes it.
 func AppendFrameHeader(b, payload []byte) []byte { return appendFrameHeader(b, payload) }
 
+// AppendHeader appends object id's file header to b: with its frames
+// after it, the bytes of the object's file (a copy served from elsewhere
+// than the file, as a journal).
+func AppendHeader(b []byte, id uint64) []byte { return appendHeader(b, id) }
+
 // CheckFrame checks a whole frame of object id read from pos — header and
 // payload, as ReadFrameRaw returns it — and returns its payload (a slice of
 // frame). A length or CRC that does not match is ErrCorrupt.

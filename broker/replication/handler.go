@@ -32,6 +32,9 @@ type HandlerConfig struct {
 	// an object Store has no file of: a member holds its peers' objects
 	// in its journal until they become files (the ensemble data path).
 	Frames func(id uint64, pos, n int64) ([]byte, bool)
+	// Object, when set, is asked likewise for a whole object's bytes
+	// (header and frames) Store has no file of.
+	Object func(id uint64) ([]byte, bool)
 }
 
 // Handler is NewHandler with the defaults.
@@ -135,6 +138,16 @@ func (h *handler) object(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	f, size, err := h.cfg.Store.OpenObject(id)
+	if errors.Is(err, fs.ErrNotExist) && h.cfg.Object != nil {
+		if raw, ok := h.cfg.Object(id); ok {
+			hd := w.Header()
+			hd.Set("Content-Type", "application/octet-stream")
+			hd.Set("Content-Length", strconv.Itoa(len(raw)))
+			hd.Set("Cache-Control", "no-store")
+			_, _ = w.Write(raw)
+			return
+		}
+	}
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		h.fail(w, r, ReplicaNotFound.With("object", id))

@@ -45,6 +45,10 @@ type DrainStatus struct {
 	// set still names this broker, and their size: copies still to move.
 	ObjectsHeld int   `json:"objectsHeld"`
 	BytesHeld   int64 `json:"bytesHeld"`
+	// EnsemblesNaming is how many open partitions of other owners still
+	// write to an ensemble naming this broker (they move to one without
+	// it before it leaves).
+	EnsemblesNaming int `json:"ensemblesNaming,omitempty"`
 	// Message says what is left before the broker may be removed.
 	Message string `json:"message,omitempty"`
 }
