@@ -11,15 +11,17 @@ import (
 	"github.com/picomq/picomq/broker/stream"
 )
 
-// serveLog routes /v1/log/{name}[:op]. Consumer-group offsets are metadata
-// and served here; every other operation is its partition's owner's.
+// serveLog routes /v1/log/{name}[:op]. Committed offsets are metadata and
+// served here; every other operation is its partition's owner's — a
+// commit included: the offset it may name runs to the appends the owner
+// acknowledged, which its journal holds before a checkpoint gives them to
+// the metadata log, so the owner checkpoints and proposes it.
 func (rt *Router) serveLog(w http.ResponseWriter, r *http.Request) {
 	rest := strings.TrimPrefix(r.URL.EscapedPath(), wire.LogPrefix)
 	name, op, _ := strings.Cut(rest, ":")
 	switch {
-	case node.ValidateName(name) != nil || op == wire.OpCommit:
-		// A bad name is refused there, as on one broker; a commit is a
-		// command the metadata log orders.
+	case node.ValidateName(name) != nil:
+		// A bad name is refused there, as on one broker.
 		rt.cfg.Local.ServeHTTP(w, r)
 		return
 	case op == wire.OpCommitted:
