@@ -180,6 +180,11 @@ func (b *Broker) replicate(o journal.Object, ensembles [][]string) ([]string, er
 			if a.err != nil {
 				if a.member == b.self() {
 					cancel()
+					if errors.Is(a.err, journal.Fenced) {
+						// A new owner fenced this one's own journal: the
+						// stream moved on, nothing is broken here.
+						return nil, ensemble.QuorumLost.Wrap(a.err, "object", o.ID, "reason", "fenced here by a newer epoch")
+					}
 					return nil, a.err
 				}
 				failed[a.member] = a.err
@@ -221,6 +226,9 @@ func (b *Broker) replicate(o journal.Object, ensembles [][]string) ([]string, er
 					if a.member == b.self() {
 						if a.err != nil {
 							cancel()
+							if errors.Is(a.err, journal.Fenced) {
+								return nil, ensemble.QuorumLost.Wrap(a.err, "object", o.ID, "reason", "fenced here by a newer epoch")
+							}
 							return nil, a.err
 						}
 						durable[a.member] = true

@@ -285,3 +285,45 @@ func TestReensembleReplacesAGoneMember(t *testing.T) {
 		t.Fatalf("%d open partitions still name the replaced member", n)
 	}
 }
+
+// TestOwnJournalFencedIsNoStorageFailure: an owner whose own journal a
+// newer epoch fenced (a new owner's recovery, while this one was paused)
+// answers the appends it had in flight APPEND_OUTCOME_UNKNOWN and latches
+// nothing: its other streams go on, and the fenced one reopens.
+func TestOwnJournalFencedIsNoStorageFailure(t *testing.T) {
+	t.Parallel()
+	peers := newFakePeers(t, "m-0~test", "p1", "p2")
+	b := openMember(t, t.TempDir(), func(c *Config) { c.CheckpointInterval, c.Peers = time.Hour, peers })
+	defer b.Close()
+	ctx := context.Background()
+	mustCreate(t, b, "s", node.CreateOptions{})
+	mustCreate(t, b, "other", node.CreateOptions{})
+	appendNumbered(t, b, "s", 0, 2)
+	appendNumbered(t, b, "other", 0, 2)
+	id := mustGet(t, b, "s").Partitions[0]
+	if _, err := b.journal.Fence(id, 1); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Append(ctx, "s", recs("fenced"), node.AppendOptions{Partition: -1}); !errors.Is(err, node.OutcomeUnknown) {
+		t.Fatalf("an append the own journal refused: %v, want APPEND_OUTCOME_UNKNOWN", err)
+	}
+	appendNumbered(t, b, "other", 2, 2)
+	checkNumbered(t, b, "other", 4)
+	res, err := b.Append(ctx, "s", recs("after"), node.AppendOptions{Partition: -1})
+	if err != nil {
+		t.Fatalf("the fenced stream after its reopen: %v", err)
+	}
+	// The unknown one is kept or not — its peers had it, so the reopen's
+	// recovery may adopt it —, and the next continues whichever it was.
+	var got []string
+	for _, e := range readAll(t, b, "s", 0) {
+		got = append(got, string(e.Record.Payload))
+	}
+	want := []string{"rec-0", "rec-1", "after"}
+	if res.First == 3 {
+		want = []string{"rec-0", "rec-1", "fenced", "after"}
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("records %q (the next append at %d), want %q", got, res.First, want)
+	}
+}
