@@ -691,7 +691,8 @@ func (b *Broker) releaseJournal() {
 	if b.journal == nil {
 		return
 	}
-	for _, s := range b.journal.Segments() {
+	segments := b.journal.Segments()
+	for i, s := range segments {
 		if s.Current {
 			return
 		}
@@ -700,6 +701,11 @@ func (b *Broker) releaseJournal() {
 				return // not checkpointed yet
 			}
 		}
+		// Within the retention, a segment whose objects still hold ranges
+		// waits for the merges to free them: writing each to a file of
+		// its own to drop the segment sooner cost half a cluster member's
+		// CPU under 1 KiB appends.
+		within := int64(len(segments)-i)*b.cfg.JournalSegmentBytes <= b.cfg.JournalRetainBytes
 		type object struct {
 			id     uint64
 			parts  []journal.Part
@@ -735,7 +741,7 @@ func (b *Broker) releaseJournal() {
 				}
 			}
 		})
-		if live {
+		if live || within && len(files) > 0 {
 			return
 		}
 		want := map[uint64][]byte{}

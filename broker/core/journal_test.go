@@ -189,7 +189,8 @@ func TestJournalSegmentsAreDropped(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	m := NewMetrics(nil)
-	small := func(c *Config) { c.JournalSegmentBytes = 4 << 10; c.Metrics = m }
+	// Retaining one segment's worth: every sealed one is past it.
+	small := func(c *Config) { c.JournalSegmentBytes, c.JournalRetainBytes = 4<<10, 4<<10; c.Metrics = m }
 	b := openTest(t, dir, small)
 	mustCreate(t, b, "s", node.CreateOptions{})
 	appendNumbered(t, b, "s", 0, 120)
@@ -225,6 +226,55 @@ func TestJournalSegmentsAreDropped(t *testing.T) {
 			t.Fatalf("object %d is neither a file nor held: %v", id, err)
 		}
 	}
+}
+
+// TestJournalRetainedWhileItsObjectsHoldRanges: within JournalRetainBytes
+// a checkpointed segment whose objects still hold ranges stays — the
+// merges usually free them soon, and writing each to a file of its own
+// costs more —, while one whose objects a merge freed goes.
+func TestJournalRetainedWhileItsObjectsHoldRanges(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	b := openTest(t, dir, func(c *Config) {
+		c.JournalSegmentBytes, c.JournalRetainBytes, c.MergeMinRanges = 4<<10, 1<<20, 8
+	})
+	defer b.Close()
+	mustCreate(t, b, "s", node.CreateOptions{})
+	appendNumbered(t, b, "s", 0, 60)
+	checkpointed(t, b)
+	count := func() int {
+		t.Helper()
+		names, err := filepath.Glob(filepath.Join(dir, "journal", "journal-*.log"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(names)
+	}
+	before := count()
+	if before < 3 {
+		t.Fatalf("%d journal segments: the test proves nothing", before)
+	}
+	b.releaseJournal()
+	if n := count(); n != before {
+		t.Fatalf("%d of %d segments dropped within the retention while their objects hold ranges", before-n, before)
+	}
+	for _, id := range objectsOf(t, b, "s") {
+		if b.objs.HasFile(id) && !b.objs.Held(id) {
+			t.Fatalf("object %d was written to a file within the retention", id)
+		}
+	}
+	// Merged, the objects hold nothing: their segments go.
+	budget := int64(1 << 30)
+	id := mustGet(t, b, "s").Partitions[0]
+	n, _ := b.stream("s")
+	if err := b.merge(context.Background(), n, id, &budget); err != nil {
+		t.Fatal(err)
+	}
+	b.releaseJournal()
+	if n := count(); n >= before {
+		t.Fatalf("%d segments after the merge freed their objects, want fewer than %d", n, before)
+	}
+	checkNumbered(t, b, "s", 60)
 }
 
 // TestUncheckpointedTailIsBounded: while the log takes no checkpoint,
