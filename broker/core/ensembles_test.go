@@ -327,3 +327,46 @@ func TestOwnJournalFencedIsNoStorageFailure(t *testing.T) {
 		t.Fatalf("records %q (the next append at %d), want %q", got, res.First, want)
 	}
 }
+
+// TestClusterDirectoryOfTheLogPathOpensOnEnsembles: a member's data
+// directory written by the previous release — every group commit through
+// the metadata log, no journal — opens on the ensemble path: what it
+// acknowledged reads back at its offsets, producer state carries over,
+// and the stream's next open records an ensemble, its appends going to
+// the peers' journals.
+func TestClusterDirectoryOfTheLogPathOpensOnEnsembles(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	number := func(c *Config) { c.Cluster.Number = 1 }
+	old := openMember(t, dir, number, func(c *Config) { c.LogCommits = true })
+	ctx := context.Background()
+	mustCreate(t, old, "s", node.CreateOptions{})
+	appendNumbered(t, old, "s", 0, 5)
+	p := &node.ProducerTuple{ID: "p", Epoch: 1, Seq: 0}
+	if _, err := old.Append(ctx, "s", recs("rec-5"), node.AppendOptions{Partition: -1, Producer: p}); err != nil {
+		t.Fatal(err)
+	}
+	if err := old.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(journalDir(dir)); err == nil {
+		t.Fatal("the log path wrote a journal: the fixture is not the previous release's")
+	}
+
+	peers := newFakePeers(t, "m-0~test", "p1", "p2")
+	b := openMember(t, dir, number, func(c *Config) { c.CheckpointInterval, c.Peers = time.Hour, peers })
+	defer b.Close()
+	checkNumbered(t, b, "s", 6)
+	if res, err := b.Append(ctx, "s", recs("rec-5"), node.AppendOptions{Partition: -1, Producer: p}); err != nil || !res.Duplicate {
+		t.Fatalf("the previous release's producer append retried: %+v, %v; want a duplicate", res, err)
+	}
+	appendNumbered(t, b, "s", 6, 3)
+	checkNumbered(t, b, "s", 9)
+	id := mustGet(t, b, "s").Partitions[0]
+	if in, _ := b.fsm.Internal(id); len(in.Ensemble) != 3 {
+		t.Fatalf("the reopened stream's ensemble %v, want three members", in.Ensemble)
+	}
+	if len(peers.journals["p1"].Objects(id)) == 0 {
+		t.Fatal("the new build's appends did not reach the ensemble's journals")
+	}
+}
