@@ -103,18 +103,25 @@ const reensembleEvery = 2 * time.Second
 // member removed, draining or without a live member Lease (core's
 // Reensemble, which moves them only when a live replacement exists).
 func (c *Cluster) reensemble(ctx context.Context, b *core.Broker) {
-	live := map[string]bool{}
+	live, draining := map[string]bool{}, map[string]bool{}
 	for _, m := range c.owners.Members() {
-		if !m.Draining {
-			if rec, ok := b.Member(m.Identity); ok && rec.Removed.IsZero() {
-				live[rec.ID] = true
-			}
+		if rec, ok := b.Member(m.Identity); ok && rec.Removed.IsZero() {
+			live[rec.ID] = true
+			draining[rec.ID] = m.Draining
 		}
 	}
 	if len(live) == 0 {
 		return // no view of the members yet
 	}
-	n, err := b.Reensemble(ctx, func(member string) bool { return !live[member] })
+	n, err := b.Reensemble(ctx, func(member string) core.Gone {
+		if rec, ok := b.Member(member); ok && !rec.Removed.IsZero() || draining[member] {
+			return core.Leaving
+		}
+		if !live[member] {
+			return core.Down
+		}
+		return core.Here
+	})
 	if err != nil && ctx.Err() == nil {
 		c.log.Warn("moving partitions to a new ensemble", "moved", n, "err", err)
 	}

@@ -601,27 +601,55 @@ func (b *Broker) openCommand(ctx context.Context, id uint64) (*meta.Open, error)
 	return open, nil
 }
 
+// Gone is how Reensemble sees a member: leaving for good (removed, or
+// draining out of the cluster) or down (no live member Lease).
+type Gone int
+
+const (
+	// Here: a member that answers.
+	Here Gone = iota
+	// Down: no live member Lease; it may come back with its journal.
+	Down
+	// Leaving: removed, or draining: it will not come back.
+	Leaving
+)
+
 // Reensemble moves this owner's open partitions whose ensemble names a
-// member gone — removed, draining or down, as gone says — to the ensemble
-// Peers.Ensemble chooses now, when that one names no gone member and is
-// no smaller (decision 16): each is taken out of service once the appends
-// admitted to it are answered, and opened again at the next epoch, whose
-// recovery fences the old ensemble (a read quorum of it is still there)
-// and records the new one. It returns how many partitions moved.
-func (b *Broker) Reensemble(ctx context.Context, gone func(member string) bool) (int, error) {
+// member gone, as gone says, to the ensemble Peers.Ensemble chooses now
+// (decision 16), when that one names no gone member and — for a member
+// only down — is no smaller (a member that comes back rejoins the old
+// ensemble; a smaller one would only stall sooner): each is taken out of
+// service once the appends admitted to it are answered, and opened again
+// at the next epoch, whose recovery fences the old ensemble (a read
+// quorum of it is still there) and records the new one. A member leaving
+// for good is replaced even by a smaller ensemble (the cluster shrinks).
+// It returns how many partitions moved.
+func (b *Broker) Reensemble(ctx context.Context, gone func(member string) Gone) (int, error) {
 	if b.journal == nil || b.cfg.Peers == nil || b.cfg.Cluster == nil {
 		return 0, nil
 	}
 	next, err := b.cfg.Peers.Ensemble()
-	if err != nil || slices.ContainsFunc(next, gone) {
+	if err != nil || slices.ContainsFunc(next, func(m string) bool { return gone(m) != Here }) {
 		return 0, err
+	}
+	move := func(e []string) bool {
+		leaving, down := false, false
+		for _, m := range e {
+			switch gone(m) {
+			case Leaving:
+				leaving = true
+			case Down:
+				down = true
+			}
+		}
+		return leaving || down && len(next) >= len(e)
 	}
 	moved := 0
 	for _, n := range b.views() {
 		var ids []uint64
 		n.mu.Lock()
 		for _, p := range n.parts {
-			if p.opened && slices.ContainsFunc(p.ensemble, gone) && len(next) >= len(p.ensemble) {
+			if p.opened && move(p.ensemble) {
 				ids = append(ids, p.id)
 			}
 		}

@@ -259,13 +259,21 @@ func TestReensembleReplacesAGoneMember(t *testing.T) {
 	if in, _ := b.fsm.Internal(id); !slices.Equal(in.Ensemble, []string{"m-0~test", "p1", "p2"}) {
 		t.Fatalf("first ensemble %v", in.Ensemble)
 	}
-	if n, err := b.Reensemble(ctx, func(m string) bool { return m == "p2" }); err != nil || n != 0 {
+	p2 := func(how Gone) func(string) Gone {
+		return func(m string) Gone {
+			if m == "p2" {
+				return how
+			}
+			return Here
+		}
+	}
+	if n, err := b.Reensemble(ctx, p2(Down)); err != nil || n != 0 {
 		t.Fatalf("with no replacement live: moved %d, %v; want nothing moved", n, err)
 	}
 	peers.mu.Lock()
 	peers.gone["p3"], peers.gone["p2"] = false, true
 	peers.mu.Unlock()
-	if n, err := b.Reensemble(ctx, func(m string) bool { return m == "p2" }); err != nil || n != 1 {
+	if n, err := b.Reensemble(ctx, p2(Down)); err != nil || n != 1 {
 		t.Fatalf("moved %d, %v; want the one partition moved", n, err)
 	}
 	in, _ := b.fsm.Internal(id)
@@ -369,4 +377,45 @@ func TestClusterDirectoryOfTheLogPathOpensOnEnsembles(t *testing.T) {
 	if len(peers.journals["p1"].Objects(id)) == 0 {
 		t.Fatal("the new build's appends did not reach the ensemble's journals")
 	}
+}
+
+// TestReensembleLeavesALeaverEvenForASmallerEnsemble: a member leaving
+// for good (draining out, removed) is replaced even when no broker is
+// left to take its place — the cluster shrinks, and its drain must end —
+// while one only down is not (it may come back; a smaller ensemble would
+// stall sooner).
+func TestReensembleLeavesALeaverEvenForASmallerEnsemble(t *testing.T) {
+	t.Parallel()
+	peers := newFakePeers(t, "m-0~test", "p1", "p2")
+	b := openMember(t, t.TempDir(), func(c *Config) { c.CheckpointInterval, c.Peers = time.Hour, peers })
+	defer b.Close()
+	ctx := context.Background()
+	mustCreate(t, b, "s", node.CreateOptions{})
+	appendNumbered(t, b, "s", 0, 3)
+	id := mustGet(t, b, "s").Partitions[0]
+	peers.mu.Lock()
+	peers.gone["p2"] = true // the ensemble chosen now: m-0, p1
+	peers.mu.Unlock()
+	how := Down
+	gone := func(m string) Gone {
+		if m == "p2" {
+			return how
+		}
+		return Here
+	}
+	if n, err := b.Reensemble(ctx, gone); err != nil || n != 0 {
+		t.Fatalf("a member down, no replacement: moved %d, %v; want none", n, err)
+	}
+	how = Leaving
+	if n, err := b.Reensemble(ctx, gone); err != nil || n != 1 {
+		t.Fatalf("a member leaving: moved %d, %v; want the partition", n, err)
+	}
+	if in, _ := b.fsm.Internal(id); !slices.Equal(in.Ensemble, []string{"m-0~test", "p1"}) {
+		t.Fatalf("ensemble %v after the leaver went, want m-0~test and p1", in.Ensemble)
+	}
+	if n := b.EnsemblesNaming("p2"); n != 0 {
+		t.Fatalf("%d open partitions still name the leaver", n)
+	}
+	appendNumbered(t, b, "s", 3, 2)
+	checkNumbered(t, b, "s", 5)
 }

@@ -761,6 +761,11 @@ func (b *Broker) releaseJournal() {
 				return
 			}
 		}
+		// The fences it holds (a recovery's) go on at the journal's end.
+		if err := b.journal.CarryFences(s.Number); err != nil {
+			b.cfg.Logger.Warn("carrying a journal segment's fences on failed; it stays", "segment", s.Number, "err", err)
+			return
+		}
 		if err := b.journal.Drop(s.Number); err != nil {
 			b.cfg.Logger.Warn("dropping a journal segment failed", "segment", s.Number, "err", err)
 			return

@@ -84,6 +84,8 @@ type request struct {
 	fence  bool
 	stream uint64
 	epoch  int64
+	// carry writes a fence again at its own epoch (CarryFences).
+	carry bool
 
 	refs []Ref // a fence's answer
 	err  error
@@ -403,10 +405,37 @@ func (j *Journal) Segments() []Segment {
 	return out
 }
 
+// CarryFences writes every stream's current fence that segment n holds
+// again, at the end of the journal, and returns once an fdatasync covers
+// them: the segment no longer pins them, and Drop may take it. (A stream
+// fenced once and never again would otherwise keep its segment, and every
+// later one, forever.)
+func (j *Journal) CarryFences(n uint64) error {
+	j.mu.Lock()
+	var reqs []*request
+	for st, seg := range j.fenceSeg {
+		if seg == n {
+			reqs = append(reqs, &request{fence: true, carry: true, stream: st, epoch: j.fences[st], done: make(chan struct{})})
+		}
+	}
+	j.mu.Unlock()
+	errs := make(chan error, len(reqs))
+	for _, r := range reqs {
+		go func() { errs <- j.do(r).err }()
+	}
+	var first error
+	for range reqs {
+		if err := <-errs; err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
 // Drop deletes segment n and forgets the objects in it: the caller has
 // them elsewhere, durably, or needs them no more. Only the oldest
 // segment, never the current one, and never one holding a stream's
-// current fence (Pinned) may go; the directory is synced before Drop
+// current fence (Pinned: CarryFences moves them on) may go; the directory is synced before Drop
 // returns, so that a crash never leaves a gap before a later segment.
 func (j *Journal) Drop(n uint64) error {
 	// One at a time: the checks below hold until the file is gone.
@@ -617,7 +646,7 @@ func (j *Journal) commit(batch []*request) {
 				return
 			}
 			j.mu.Lock()
-			if e, ok := fenceOf(r.stream); !ok || r.epoch > e {
+			if e, ok := fenceOf(r.stream); !ok || r.epoch > e || r.carry && r.epoch == e {
 				fences[r.stream] = r.epoch
 				buf = appendFence(buf, r.stream, r.epoch)
 			}
