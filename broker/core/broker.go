@@ -182,6 +182,17 @@ func Open(cfg Config) (*Broker, error) {
 		}
 		b.journal, b.tail = j, newTailState()
 		journalMax = journalMaxID(j)
+		if cl := cfg.Cluster; cl != nil && cl.Number == 0 {
+			// A lone broker's directory taken into a cluster: a cluster
+			// member does not adopt its own journal at start (its
+			// ensembles' opens recover), and a lone broker's streams
+			// have none to recover from.
+			if err := b.loneTail(); err != nil {
+				_ = j.Close()
+				_ = l.Close()
+				return nil, err
+			}
+		}
 	}
 	closeAll := func() {
 		if b.journal != nil {

@@ -11,6 +11,7 @@ import (
 	"github.com/picomq/picomq/broker/journal"
 	"github.com/picomq/picomq/broker/meta"
 	"github.com/picomq/picomq/broker/objstore"
+	"github.com/picomq/picomq/broker/stream"
 )
 
 // The ensemble data path: a cluster member's appends commit in the
@@ -698,4 +699,20 @@ func (b *Broker) EnsemblesNaming(member string) int {
 		}
 	})
 	return n
+}
+
+// loneTail refuses a lone broker's directory opened as a cluster member
+// never recorded before (ClusterConfig.Number 0): such a member's first
+// start finds an empty journal, so one that holds objects is a lone
+// broker's, whose streams have no ensemble to recover a tail from, and a
+// cluster member adopts nothing from its own journal at start. (The log
+// data path refused any journal before ensembles, and still does.)
+func (b *Broker) loneTail() error {
+	for _, seg := range b.journal.Segments() {
+		if len(seg.Objects) > 0 {
+			return stream.StreamDirectoryUnusable.With("path", journalDir(b.cfg.DataDir), "objects", len(seg.Objects),
+				"reason", "the data directory holds a lone broker's journal, which a cluster member cannot adopt: open it as a lone broker")
+		}
+	}
+	return nil
 }

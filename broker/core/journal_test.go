@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"net"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -18,6 +19,7 @@ import (
 	"github.com/picomq/picomq/broker/diskio"
 	"github.com/picomq/picomq/broker/journal"
 	"github.com/picomq/picomq/broker/meta"
+	"github.com/picomq/picomq/broker/metalog"
 	"github.com/picomq/picomq/broker/node"
 	"github.com/picomq/picomq/broker/stream"
 )
@@ -729,9 +731,22 @@ func TestLogPathRefusesALoneBrokersJournal(t *testing.T) {
 	mustCreate(t, b, "s", node.CreateOptions{})
 	appendNumbered(t, b, "s", 0, 3)
 	stopWithoutCheckpoint(t, b)
-	_, err := Open(Config{DataDir: dir, LogCommits: true, MaintenanceInterval: time.Hour})
-	if !errors.Is(err, stream.StreamDirectoryUnusable) {
+	if _, err := Open(Config{DataDir: dir, LogCommits: true, MaintenanceInterval: time.Hour}); !errors.Is(err, stream.StreamDirectoryUnusable) {
 		t.Fatalf("the log path on a lone broker's journal: %v, want STREAM_DIRECTORY_UNUSABLE", err)
+	}
+	// Nor as a cluster member (Number 0: a lone directory taken into a
+	// cluster), which adopts no journal at start.
+	peers := newFakePeers(t, "m-0~test", "p1", "p2")
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	network := &metalog.Network{Listener: ln, Advertise: ln.Addr().String(), Dial: func(ctx context.Context, a string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "tcp", a)
+	}}
+	if _, err := Open(Config{DataDir: dir, MaintenanceInterval: time.Hour, Peers: peers, Cluster: &ClusterConfig{MemberID: "m-0~test", Bootstrap: true, Network: network}}); !errors.Is(err, stream.StreamDirectoryUnusable) {
+		t.Fatalf("a cluster member on a lone broker's journal tail: %v, want STREAM_DIRECTORY_UNUSABLE", err)
 	}
 	b = openTest(t, dir)
 	defer b.Close()
