@@ -122,26 +122,28 @@ func projectCluster(ctx context.Context, bin, dir string, one []stream.RecordVal
 	if err != nil {
 		return nil, err
 	}
+	// Every stream accepts an append (through any broker: its owner opens
+	// it) before the owners are looked up and the clock starts.
+	warm, _, err := handlesWithin(ctx, cls[0], names, 30*time.Second)
+	if err != nil {
+		return nil, err
+	}
+	for j := range names {
+		if err := appendWithin(ctx, warm[j], one, time.Minute); err != nil {
+			return nil, fmt.Errorf("warming %s up: %w", names[j], err)
+		}
+	}
 	owner, err := owners(ctx, c, names)
 	if err != nil {
 		return nil, err
 	}
 	hs := make([]*client.Stream, len(names))
 	for j, n := range names {
-		cl := cls[owner[j]]
-		var lag int
-		var h []*client.Stream
-		if h, lag, err = handlesWithin(ctx, cl, []string{n}, 30*time.Second); err != nil {
+		h, _, err := handlesWithin(ctx, cls[owner[j]], []string{n}, 30*time.Second)
+		if err != nil {
 			return nil, err
 		}
-		_ = lag
 		hs[j] = h[0]
-		if err := appendWithin(ctx, hs[j], one, time.Minute); err != nil {
-			return nil, err
-		}
-	}
-	if owner, err = owners(ctx, c, names); err != nil { // the warm-up may have moved none; look again
-		return nil, err
 	}
 	pids := brokerPids(c)
 	m0 := scrapeAll(c.URLs())
