@@ -13,7 +13,6 @@ import (
 
 	"github.com/picomq/picomq/broker/diskio"
 	"github.com/picomq/picomq/broker/journal"
-	"github.com/picomq/picomq/broker/meta"
 	"github.com/picomq/picomq/broker/node"
 	"github.com/picomq/picomq/broker/objstore"
 )
@@ -238,7 +237,6 @@ func TestEnsembleQuorumLostIsOutcomeUnknown(t *testing.T) {
 	if in, _ := b.fsm.Internal(id); in.Epoch < 1 {
 		t.Fatalf("epoch %d after the lost quorum; want a new one", in.Epoch)
 	}
-	_ = meta.LevelEnsemble
 }
 
 // TestReensembleReplacesAGoneMember: a member of an owner's ensemble
