@@ -172,95 +172,60 @@ func (b *Broker) replicate(o journal.Object, ensembles [][]string) ([]string, er
 		}
 		return true, nil
 	}
+	// A process paused (SIGSTOP) meets its timers first when it resumes:
+	// the timeout decides only once this member's own journal answered —
+	// its failure latches (decision 7), never the timer.
 	timeout := time.NewTimer(time.Until(ackBy))
 	defer timeout.Stop()
-	for pending := len(members); ; {
+	timedOut := false
+	pending := len(members)
+	for {
 		select {
 		case a := <-answers:
 			pending--
-			if a.err != nil {
-				if a.member == b.self() {
-					cancel()
-					if errors.Is(a.err, journal.Fenced) {
-						// A new owner fenced this one's own journal: the
-						// stream moved on, nothing is broken here.
-						return nil, ensemble.QuorumLost.Wrap(a.err, "object", o.ID, "reason", "fenced here by a newer epoch")
-					}
-					return nil, a.err
-				}
-				failed[a.member] = a.err
-			} else {
+			switch {
+			case a.err == nil:
 				durable[a.member] = true
-			}
-			if !durable[b.self()] && failed[b.self()] == nil {
-				continue // this member's journal answers first (it may have failed)
-			}
-			ok, err := quorate()
-			if err != nil || ok {
-				go func() { // the stragglers go on until straggleFor
-					for ; pending > 0; pending-- {
-						<-answers
-					}
-					cancel()
-				}()
-				if err != nil {
-					return nil, err
-				}
-				// Every member it was sent to is named: the stragglers
-				// go on receiving it, and a reader tries each in turn.
-				return members, nil
+			case a.member != b.self():
+				failed[a.member] = a.err
+			case errors.Is(a.err, journal.Fenced):
+				// A new owner fenced this one's own journal: the stream
+				// moved on, nothing is broken here.
+				cancel()
+				return nil, ensemble.QuorumLost.Wrap(a.err, "object", o.ID, "reason", "fenced here by a newer epoch")
+			default:
+				cancel()
+				return nil, a.err
 			}
 		case <-timeout.C:
+			timedOut = true
+		}
+		if !durable[b.self()] {
+			continue // this member's journal answers first (it may have failed)
+		}
+		ok, err := quorate()
+		if !ok && err == nil && timedOut {
 			var waiting []string
 			for _, m := range members {
 				if !durable[m] && failed[m] == nil {
 					waiting = append(waiting, m)
 				}
 			}
-			if !durable[b.self()] && failed[b.self()] == nil {
-				// This member's own journal has not answered: a process
-				// paused (SIGSTOP) meets its timers first when it resumes.
-				// Its answer decides — a failure latches (decision 7) —,
-				// never the timer.
-				for a := range answers {
-					pending--
-					if a.member == b.self() {
-						if a.err != nil {
-							cancel()
-							if errors.Is(a.err, journal.Fenced) {
-								return nil, ensemble.QuorumLost.Wrap(a.err, "object", o.ID, "reason", "fenced here by a newer epoch")
-							}
-							return nil, a.err
-						}
-						durable[a.member] = true
-						break
-					}
-					if a.err != nil {
-						failed[a.member] = a.err
-					} else {
-						durable[a.member] = true
-					}
-				}
-				if ok, err := quorate(); ok || err != nil {
-					go func() {
-						for ; pending > 0; pending-- {
-							<-answers
-						}
-						cancel()
-					}()
-					if err != nil {
-						return nil, err
-					}
-					return members, nil
-				}
-			}
-			go func() {
+			err = ensemble.QuorumLost.With("object", o.ID, "waiting", waiting, "timeout", b.cfg.AckTimeout.String())
+		}
+		if ok || err != nil {
+			go func() { // the stragglers go on until straggleFor
 				for ; pending > 0; pending-- {
 					<-answers
 				}
 				cancel()
 			}()
-			return nil, ensemble.QuorumLost.With("object", o.ID, "waiting", waiting, "timeout", b.cfg.AckTimeout.String())
+			if err != nil {
+				return nil, err
+			}
+			// Every member it was sent to is named: the stragglers go on
+			// receiving it, and a reader tries each in turn.
+			return members, nil
 		}
 	}
 }
@@ -482,12 +447,12 @@ func (b *Broker) ensureFiles(objects map[uint64][]byte) error {
 // only in its journal (a peer's object not yet written to a file,
 // decision 13).
 func (b *Broker) journalFrame(r meta.Range) ([]byte, bool) {
-	raw, ok := b.JournalFrame(r.Object, r.Pos, r.Len)
+	frames, ok := journalFrames(b.journal, r.Object)
 	if !ok {
 		return nil, false
 	}
-	p, err := objstore.CheckFrame(r.Object, r.Pos, raw)
-	return p, err == nil
+	_, payload, ok := frameAt(frames, r.Object, r.Pos, r.Len)
+	return payload, ok
 }
 
 // JournalFrame returns the whole frame (header included, checked) at pos
@@ -495,41 +460,52 @@ func (b *Broker) journalFrame(r meta.Range) ([]byte, bool) {
 // only: what the replication handler serves a peer's fetch from before
 // the object is a file here.
 func (b *Broker) JournalFrame(id uint64, pos, n int64) ([]byte, bool) {
-	if b.journal == nil {
+	frames, ok := journalFrames(b.journal, id)
+	if !ok {
 		return nil, false
 	}
-	_, payload, err := b.journal.Read(id)
-	if err != nil {
-		return nil, false
-	}
-	frames, _, kind, _, err := parseJournalPayload(id, payload)
-	at := pos - objstore.HeaderSize
-	if err != nil || kind != objectInJournal || at < 0 || n <= 0 || at+n > int64(len(frames)) {
-		return nil, false
-	}
-	raw := frames[at : at+n]
-	if _, err := objstore.CheckFrame(id, pos, raw); err != nil {
-		return nil, false
-	}
-	return raw, true
+	raw, _, ok := frameAt(frames, id, pos, n)
+	return raw, ok
 }
 
 // JournalObject returns object id's bytes as its file would hold them
 // (header and frames) when this member holds it in its journal: what the
 // replication handler serves a repair's copy from before it is a file.
 func (b *Broker) JournalObject(id uint64) ([]byte, bool) {
-	if b.journal == nil {
+	frames, ok := journalFrames(b.journal, id)
+	if !ok {
 		return nil, false
 	}
-	_, payload, err := b.journal.Read(id)
+	return append(objstore.AppendHeader(make([]byte, 0, objstore.HeaderSize+len(frames)), id), frames...), true
+}
+
+// journalFrames are the frames of object id as journal j holds them,
+// when it holds them (an object in a file of its own has none there).
+func journalFrames(j *journal.Journal, id uint64) ([]byte, bool) {
+	if j == nil {
+		return nil, false
+	}
+	_, payload, err := j.Read(id)
 	if err != nil {
 		return nil, false
 	}
 	frames, _, kind, _, err := parseJournalPayload(id, payload)
-	if err != nil || kind != objectInJournal {
-		return nil, false
+	return frames, err == nil && kind == objectInJournal
+}
+
+// frameAt is the whole frame (header included) of n bytes at pos of
+// object id, whose frames are frames, and its payload, once checked.
+func frameAt(frames []byte, id uint64, pos, n int64) (raw, payload []byte, ok bool) {
+	at := pos - objstore.HeaderSize
+	if at < 0 || n <= 0 || at+n > int64(len(frames)) {
+		return nil, nil, false
 	}
-	return append(objstore.AppendHeader(make([]byte, 0, objstore.HeaderSize+len(frames)), id), frames...), true
+	raw = frames[at : at+n]
+	payload, err := objstore.CheckFrame(id, pos, raw)
+	if err != nil {
+		return nil, nil, false
+	}
+	return raw, payload, true
 }
 
 // journalObjectState says what the state makes of a journal object

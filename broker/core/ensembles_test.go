@@ -111,13 +111,10 @@ func (p *fakePeers) FetchFrame(object uint64, replicas []string, pos, n int64) (
 		if err != nil {
 			continue
 		}
-		_, payload, err := j.Read(object)
-		if err != nil {
-			continue
-		}
-		frames, _, kind, _, err := parseJournalPayload(object, payload)
-		if at := pos - objstore.HeaderSize; err == nil && kind == objectInJournal && at >= 0 && at+n <= int64(len(frames)) {
-			return objstore.CheckFrame(object, pos, frames[at:at+n])
+		if frames, ok := journalFrames(j, object); ok {
+			if _, payload, ok := frameAt(frames, object, pos, n); ok {
+				return payload, nil
+			}
 		}
 	}
 	return nil, fmt.Errorf("object %d: no replica of %v holds it", object, replicas)
