@@ -14,7 +14,6 @@ import (
 	"github.com/picomq/picomq/broker/diskio"
 	"github.com/picomq/picomq/broker/journal"
 	"github.com/picomq/picomq/broker/node"
-	"github.com/picomq/picomq/broker/objstore"
 )
 
 // fakePeers are a member's ensemble peers as real journals in this
