@@ -266,32 +266,8 @@ func (c *Cluster) Start(ctx context.Context, b *core.Broker) error {
 	c.repair = repair.New(repair.Config{DownGrace: c.cfg.RepairDownGrace, Logger: c.log.With("component", "repair"), Metrics: c.reg}, repairCluster{c: c, b: b})
 	c.wg.Add(7)
 	go func() { defer c.wg.Done(); c.repair.Run(ctx) }()
-	go func() {
-		defer c.wg.Done()
-		t := time.NewTicker(reensembleEvery)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-				c.reensemble(ctx, b)
-			}
-		}
-	}()
-	go func() {
-		defer c.wg.Done()
-		t := time.NewTicker(drainCheck)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-				c.finishDrain(ctx)
-			}
-		}
-	}()
+	go func() { defer c.wg.Done(); every(ctx, reensembleEvery, func() { c.reensemble(ctx, b) }) }()
+	go func() { defer c.wg.Done(); every(ctx, drainCheck, func() { c.finishDrain(ctx) }) }()
 	go func() {
 		defer c.wg.Done()
 		t := time.NewTicker(5 * time.Second)
@@ -320,6 +296,20 @@ func (c *Cluster) Start(ctx context.Context, b *core.Broker) error {
 	go func() { defer c.wg.Done(); c.member.Run(ctx) }()
 	c.log.Info("cluster member running", "member", c.member.Identity().ID(), "peer", c.mux.Addr().String(), "advertise", c.member.Advertise())
 	return nil
+}
+
+// every runs fn every d until ctx ends.
+func every(ctx context.Context, d time.Duration, fn func()) {
+	t := time.NewTicker(d)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			fn()
+		}
+	}
 }
 
 // Close stops the cluster's rooms, after the core has closed (its last
