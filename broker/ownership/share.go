@@ -5,6 +5,8 @@ import (
 	"hash/fnv"
 	"slices"
 	"sort"
+
+	"github.com/picomq/picomq/broker/rendezvous"
 )
 
 // targetShare is how many of slots the member self should hold when live
@@ -37,18 +39,7 @@ func score(identity string, slot int) uint64 {
 	b[0] = 0 // separator: "a"+slot 12 differs from "a1"+slot 2
 	binary.BigEndian.PutUint64(b[1:], uint64(slot))
 	h.Write(b[:])
-	return mix(h.Sum64())
-}
-
-// mix is splitmix64's finalizer: FNV's low bits vary little between similar
-// inputs, and rendezvous needs every bit.
-func mix(x uint64) uint64 {
-	x ^= x >> 30
-	x *= 0xbf58476d1ce4e5b9
-	x ^= x >> 27
-	x *= 0x94d049bb133111eb
-	x ^= x >> 31
-	return x
+	return rendezvous.Mix(h.Sum64()) // every bit must vary between similar inputs
 }
 
 // rank is self's place, 0 first, among live (self included whether or not

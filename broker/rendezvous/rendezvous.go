@@ -23,13 +23,13 @@ func Score(object uint64, member string) uint64 {
 	b[8] = 0 // separator: the member id cannot run into the object's bytes
 	h.Write(b[:])
 	h.Write([]byte(member))
-	return mix(h.Sum64())
+	return Mix(h.Sum64())
 }
 
-// mix is splitmix64's finalizer: FNV-1a's output varies little between
+// Mix is splitmix64's finalizer: FNV-1a's output varies little between
 // members whose ids differ in their last bytes, and the ranking needs every
 // bit to vary.
-func mix(x uint64) uint64 {
+func Mix(x uint64) uint64 {
 	x ^= x >> 30
 	x *= 0xbf58476d1ce4e5b9
 	x ^= x >> 27
