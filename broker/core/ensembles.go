@@ -66,8 +66,11 @@ import (
 //      and opens it again — its own recovery at the next epoch, with the
 //      new ensemble. One command, the same open every failover makes; no
 //      append is acknowledged with a quorum of neither ensemble, because
-//      none is in flight across it. A drain waits until no open partition
-//      names the leaver.
+//      none is in flight across it. Partitions the log records open that
+//      no process here opened (an earlier process of this member, or the
+//      slot's previous holder, opened them and no append came since) are
+//      opened here the same way, in the slots this member holds. A drain
+//      waits until no open partition names the leaver.
 
 // Peers is the ensemble data path's reach to the other members' journals
 // (the cluster room's, over journalpeer). Members are named by their ids.
@@ -656,10 +659,45 @@ func (b *Broker) Reensemble(ctx context.Context, gone func(member string) Gone) 
 			moved++
 		}
 	}
+	// Partitions the log records open on such an ensemble that no process
+	// here has opened, in slots this member holds: opened by an earlier
+	// process of this member (killed, then restarted) or by the slot's
+	// previous holder, and left open since because no append came. No
+	// hand-off or append would ever move them, and a drain waits for
+	// them: the open here recovers them at the next epoch on the new
+	// ensemble.
+	var orphans []uint64
+	b.fsm.View(func(s *meta.State) {
+		for id, in := range s.Streams {
+			if in.Open && len(in.Ensemble) > 0 && move(in.Ensemble) && b.cfg.Ownership.MayOpen(id) == nil {
+				orphans = append(orphans, id)
+			}
+		}
+	})
+	var failed error // one orphan that cannot open does not hold the others
+	for _, id := range orphans {
+		n, pt, err := b.partByID(id)
+		if err == nil {
+			n.mu.Lock()
+			opened := pt.opened
+			n.mu.Unlock()
+			if opened {
+				continue // moved above, or opened since by an append
+			}
+			err = b.openPart(ctx, n, pt)
+		}
+		if err != nil {
+			if failed == nil {
+				failed = err
+			}
+			continue
+		}
+		moved++
+	}
 	if moved > 0 {
 		b.cfg.Logger.Info("partitions moved to a new ensemble", "partitions", moved, "ensemble", next)
 	}
-	return moved, nil
+	return moved, failed
 }
 
 // EnsemblesNaming counts the open partitions, owned by another member,

@@ -413,3 +413,55 @@ func TestReensembleLeavesALeaverEvenForASmallerEnsemble(t *testing.T) {
 	appendNumbered(t, b, "s", 3, 2)
 	checkNumbered(t, b, "s", 5)
 }
+
+// TestReensembleMovesWhatAnEarlierProcessLeftOpen: a partition an earlier
+// process of this member opened — killed before it closed it, and no
+// append came since — is still open in the log on its old ensemble, and
+// no process here has it open. When a member of that ensemble leaves, the
+// re-ensemble opens it here at the next epoch on the new ensemble,
+// recovering its tail, so that the leaver's drain can end (CI's
+// TestStreamClusterScaleDownDrainsRealBrokers waited for it forever).
+func TestReensembleMovesWhatAnEarlierProcessLeftOpen(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	peers := newFakePeers(t, "m-0~test", "p1", "p2")
+	mod := func(c *Config) {
+		c.CheckpointInterval, c.Peers, c.Fetcher = time.Hour, peers, peers
+		c.Cluster.Number = 1
+	}
+	b := openMember(t, dir, mod)
+	ctx := context.Background()
+	mustCreate(t, b, "s", node.CreateOptions{})
+	appendNumbered(t, b, "s", 0, 4)
+	id := mustGet(t, b, "s").Partitions[0]
+	stopWithoutCheckpoint(t, b)
+
+	b = openMember(t, dir, mod)
+	defer b.Close()
+	if in, _ := b.fsm.Internal(id); !in.Open || !slices.Contains(in.Ensemble, "p2") {
+		t.Fatalf("after the restart: open %v ensemble %v; want left open on an ensemble naming p2", in.Open, in.Ensemble)
+	}
+	peers.mu.Lock()
+	peers.gone["p2"] = true
+	peers.mu.Unlock()
+	if n := b.EnsemblesNaming("p2"); n != 1 {
+		t.Fatalf("p2's drain waits for %d partitions, want the one left open", n)
+	}
+	if n, err := b.Reensemble(ctx, func(m string) Gone {
+		if m == "p2" {
+			return Leaving
+		}
+		return Here
+	}); err != nil || n != 1 {
+		t.Fatalf("moved %d, %v; want the partition left open", n, err)
+	}
+	in, _ := b.fsm.Internal(id)
+	if !in.Open || slices.Contains(in.Ensemble, "p2") || in.Epoch != 1 || in.End != 4 {
+		t.Fatalf("after the move: open %v ensemble %v epoch %d end %d; want open at epoch 1 without p2, end 4", in.Open, in.Ensemble, in.Epoch, in.End)
+	}
+	if n := b.EnsemblesNaming("p2"); n != 0 {
+		t.Fatalf("%d open partitions still name the leaver", n)
+	}
+	appendNumbered(t, b, "s", 4, 2)
+	checkNumbered(t, b, "s", 6)
+}

@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -164,7 +165,8 @@ type memSim struct {
 	net  *pipeNet
 	logs *lockedBuffer
 	root string
-	step int
+	// step is the event being run; async proposals log it too.
+	step atomic.Int64
 
 	mu         sync.Mutex
 	procs      []*proc // every incarnation ever started
@@ -214,7 +216,7 @@ func newMemSim(t *testing.T, seed uint64) *memSim {
 func (s *memSim) logf(format string, args ...any) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.history = append(s.history, fmt.Sprintf("%6.3fs [%2d] ", time.Since(s.started).Seconds(), s.step)+fmt.Sprintf(format, args...))
+	s.history = append(s.history, fmt.Sprintf("%6.3fs [%2d] ", time.Since(s.started).Seconds(), s.step.Load())+fmt.Sprintf(format, args...))
 }
 
 // violate records a broken invariant; the main goroutine fails on it.
@@ -292,12 +294,13 @@ func (s *memSim) run(steps int) {
 	}
 	s.converge("the initial cluster")
 
-	for s.step = 1; s.step <= steps; s.step++ {
+	for step := 1; step <= steps; step++ {
+		s.step.Store(int64(step))
 		s.event()
 		s.noteGone()
 		s.check()
 	}
-	s.step = steps + 1
+	s.step.Store(int64(steps + 1))
 	s.logf("faults stop")
 	s.settle()
 	s.check()
@@ -664,7 +667,7 @@ func (s *memSim) proposeAsync(n int) {
 		s.cmds++
 		cmds = append(cmds, fmt.Sprintf("cmd-%d", s.cmds))
 	}
-	step := s.step
+	step := s.step.Load()
 	s.async.Add(1)
 	go func() {
 		defer s.async.Done()
@@ -812,7 +815,7 @@ func (s *memSim) planStep(wait time.Duration) (converged bool) {
 	s.maxVoters = max(s.maxVoters, voters)
 	s.mu.Unlock()
 	if len(steps) == 0 {
-		if s.step > 0 && s.step <= *flagMemSteps {
+		if step := s.step.Load(); step > 0 && step <= int64(*flagMemSteps) {
 			s.logf("plan on %s (voters %v, index %d): nothing to do", l.id, conf.Voters(), conf.Index)
 		}
 		if target := voterTarget(kept); voters > 5 || voters%2 == 0 && eligible >= target {
@@ -925,7 +928,7 @@ func (s *memSim) noteGone() {
 			continue
 		}
 		s.goneAt[p.id], s.goneTerm[p.id] = conf.Index, term
-		s.history = append(s.history, fmt.Sprintf("%6.3fs [%2d] %s is out of the configuration at %d (term %d)", time.Since(s.started).Seconds(), s.step, p.id, conf.Index, term))
+		s.history = append(s.history, fmt.Sprintf("%6.3fs [%2d] %s is out of the configuration at %d (term %d)", time.Since(s.started).Seconds(), s.step.Load(), p.id, conf.Index, term))
 		if p.removed && !p.zombie {
 			p.left = true
 			if p.state != crashed {
