@@ -564,13 +564,11 @@ func (b *Broker) openCommand(ctx context.Context, id uint64) (*meta.Open, error)
 		}
 		return nil, err
 	}
-	recovered, err := b.recoverOpen(ctx, in)
-	if err != nil {
-		return nil, err
-	}
-	expect := in.Epoch
-	open.Expect, open.Recovered = &expect, recovered
+	// The new ensemble first: without one (too few live members) the open
+	// cannot commit, and a recovery run for nothing would fence, read and
+	// copy the tail again at every request.
 	if b.journal != nil && b.cfg.Peers != nil {
+		var err error
 		if open.Ensemble, err = b.cfg.Peers.Ensemble(); err != nil {
 			return nil, err
 		}
@@ -578,6 +576,12 @@ func (b *Broker) openCommand(ctx context.Context, id uint64) (*meta.Open, error)
 			return nil, meta.BadCommand.With("op", "open", "reason", "an ensemble not led by its owner", "ensemble", open.Ensemble)
 		}
 	}
+	recovered, err := b.recoverOpen(ctx, in)
+	if err != nil {
+		return nil, err
+	}
+	expect := in.Epoch
+	open.Expect, open.Recovered = &expect, recovered
 	return open, nil
 }
 

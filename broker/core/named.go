@@ -53,9 +53,8 @@ type part struct {
 	// ensemble holds the epoch's objects (the ensemble data path; empty
 	// otherwise), as its open recorded it.
 	ensemble []string
-	// opening is closed when an open of the partition in flight is over;
-	// nil when none is.
-	opening chan struct{}
+	// opening is the open of the partition in flight; nil when none is.
+	opening *openAttempt
 	// inflight counts the appends admitted and not answered yet.
 	inflight int
 }
@@ -216,13 +215,24 @@ func (b *Broker) forget(name string) {
 	}
 }
 
+// openAttempt is one open of a partition in flight: done is closed once
+// it is over, err (written before) says how it ended. Whoever waited for
+// it learns the outcome of that attempt — a failed open must not let a
+// waiting read be served from a state the open would have completed (a
+// recovery adopts the tail the last owner acknowledged).
+type openAttempt struct {
+	done chan struct{}
+	err  error
+}
+
 // openPart makes this node the writer of partition pt at a new epoch,
 // through the metadata log. It is called without n.mu and takes it only to
 // mark the open in flight and to record its outcome — no command is
 // proposed, nor Ownership asked, under a stream's lock —; appends to pt
 // wait for it meanwhile (pt.opening), so that the partition is opened
-// once. It returns once pt is open or the open failed; the caller checks
-// its append again, since the stream may have changed while the lock was
+// once. It returns once pt is open, or with the error of the open that
+// failed (its own, or the one it waited for); the caller checks its
+// append again, since the stream may have changed while the lock was
 // free.
 func (b *Broker) openPart(ctx context.Context, n *named, pt *part) error {
 	n.mu.Lock()
@@ -230,17 +240,17 @@ func (b *Broker) openPart(ctx context.Context, n *named, pt *part) error {
 		n.mu.Unlock()
 		return nil
 	}
-	if ch := pt.opening; ch != nil {
+	if a := pt.opening; a != nil {
 		n.mu.Unlock()
 		select {
-		case <-ch:
-			return nil
+		case <-a.done:
+			return a.err
 		case <-ctx.Done():
 			return context.Cause(ctx)
 		}
 	}
-	ch := make(chan struct{})
-	pt.opening = ch
+	a := &openAttempt{done: make(chan struct{})}
+	pt.opening = a
 	prev := pt.next
 	n.mu.Unlock()
 
@@ -257,7 +267,8 @@ func (b *Broker) openPart(ctx context.Context, n *named, pt *part) error {
 	}
 	n.mu.Lock()
 	pt.opening = nil
-	close(ch)
+	a.err = err
+	close(a.done)
 	if e != nil {
 		n.adopt(e)
 	}

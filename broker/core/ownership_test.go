@@ -123,6 +123,51 @@ func TestOpenLeavesTheStreamLock(t *testing.T) {
 	}
 }
 
+// TestWaitingForAFailedOpenFails: a request that found an open of its
+// partition in flight and waited for it learns that open's outcome. When
+// it failed — a recovery that could not reach its ensemble, say — the
+// waiter fails too: it must not serve a read from a state the open would
+// have completed with the tail it recovers (CI's recover-member-down
+// trial: a long-poll answered OFFSET_AHEAD with next=0 while the records
+// it had read were only in the journals).
+func TestWaitingForAFailedOpenFails(t *testing.T) {
+	t.Parallel()
+	own := &testOwnership{}
+	b := openMember(t, t.TempDir(), func(c *Config) { c.Ownership = own })
+	defer b.Close()
+	mustCreate(t, b, "w", node.CreateOptions{})
+	id := mustGet(t, b, "w").Partitions[0]
+	n, pt, err := b.partByID(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// An open in flight, as another request's would be.
+	a := &openAttempt{done: make(chan struct{})}
+	n.mu.Lock()
+	pt.opening = a
+	n.mu.Unlock()
+	waited := make(chan error, 1)
+	go func() { waited <- b.OpenForServing(context.Background(), id) }()
+	// Over, failed: the attempt stays in place until the waiter has
+	// looked, whether it came before or after.
+	failed := errors.New("the recovery reached no read quorum")
+	a.err = failed
+	close(a.done)
+	if err := <-waited; !errors.Is(err, failed) {
+		t.Fatalf("a request waiting for an open that failed: %v, want that open's error", err)
+	}
+	n.mu.Lock()
+	pt.opening = nil
+	opened := pt.opened
+	n.mu.Unlock()
+	if opened {
+		t.Fatal("the partition counts as opened after its open failed")
+	}
+	if err := b.OpenForServing(context.Background(), id); err != nil {
+		t.Fatalf("the next open: %v", err)
+	}
+}
+
 // TestReleaseClosesThroughTheLog: Release closes the partitions it names,
 // once their admitted appends are answered — those commit under the epoch
 // they were admitted at — and leaves the others open; the next append

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -42,6 +43,8 @@ var (
 	natsMsgs   = flag.Int("nats-msgs", 100000, "cluster mode: messages of each nats bench run (all clients together)")
 	natsBin    = flag.String("nats-bin", "", "cluster mode: where nats-server and nats are kept (default <user cache dir>/picomq/bench/bin)")
 	extraFlags = flag.String("broker-flags", "", "extra flags for every broker, space-separated (e.g. --pprof, to profile one during a load)")
+	inFlight   = flag.Int("appends-in-flight", client.DefaultAppendsInFlight, "cluster mode: each bench client's shared append requests out at once (client.WithAppendsInFlight)")
+	profileDir = flag.String("broker-profiles", "", "cluster mode: write every broker's CPU profile of each cluster load here (<load>-<route>-broker-<i>.pprof; the brokers need --pprof in -broker-flags)")
 )
 
 // shape is one load: every writer appends batch closed-loop to streams.
@@ -349,7 +352,7 @@ func clusterPhases(ctx context.Context, bin, dir string, shapes []shape, one []s
 	fmt.Printf("\ncluster of %d ready after %v (every slot held, shares balanced); broker logs in %s\n", c.N(), time.Since(t0).Round(10*time.Millisecond), dir)
 	cls := make([]*client.Client, c.N())
 	for i := range cls {
-		cl, err := client.New(c.URL(i), client.WithHTTPClient(&http.Client{Transport: &client.Transport{MaxIdlePerHost: 256}}))
+		cl, err := client.New(c.URL(i), client.WithHTTPClient(&http.Client{Transport: &client.Transport{MaxIdlePerHost: 256}}), client.WithAppendsInFlight(*inFlight))
 		if err != nil {
 			return err
 		}
@@ -393,6 +396,7 @@ func clusterPhases(ctx context.Context, bin, dir string, shapes []shape, one []s
 			pids := brokerPids(c)
 			m0 := scrapeAll(c.URLs())
 			cpu0, t0 := sampleCPU(pids...), time.Now()
+			profiled := profileBrokers(c.URLs(), fmt.Sprintf("%s-%s", s.name, route))
 			r := spreadLoad(ctx, *writers, s.batch, *duration, func(w, i int) (*client.Stream, bool) {
 				j := (w + i**writers) % len(names)
 				b := w % c.N() // through the writer's broker
@@ -402,6 +406,9 @@ func clusterPhases(ctx context.Context, bin, dir string, shapes []shape, one []s
 				return hs[b][j], b != owner[j]
 			})
 			r.use, r.cpuOK = sampleCPU(pids...).since(cpu0, time.Since(t0))
+			if err := profiled(); err != nil {
+				res.note("profiles: %v", err)
+			}
 			where := "cluster via any"
 			if route == "owner" {
 				where = "cluster to owner"
@@ -430,6 +437,47 @@ func clusterPhases(ctx context.Context, bin, dir string, shapes []shape, one []s
 		fmt.Fprintf(os.Stderr, "broker logs (tails):\n%s\n", c.LogTails(4096))
 	}
 	return nil
+}
+
+// profileBrokers starts a CPU profile of every broker at urls for the
+// next load (-broker-profiles) and returns the wait for them to be
+// written; without the flag it does nothing.
+func profileBrokers(urls []string, label string) (wait func() error) {
+	if *profileDir == "" {
+		return func() error { return nil }
+	}
+	secs := max(1, int((*duration).Seconds())-1)
+	errs := make(chan error, len(urls))
+	for i, u := range urls {
+		go func() {
+			errs <- func() error {
+				resp, err := http.Get(fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", u, secs))
+				if err != nil {
+					return err
+				}
+				defer resp.Body.Close()
+				if resp.StatusCode != http.StatusOK {
+					return fmt.Errorf("broker-%d: %s (run the brokers with -broker-flags --pprof)", i, resp.Status)
+				}
+				f, err := os.Create(filepath.Join(*profileDir, fmt.Sprintf("%s-broker-%d.pprof", label, i)))
+				if err != nil {
+					return err
+				}
+				if _, err := io.Copy(f, resp.Body); err != nil {
+					f.Close()
+					return err
+				}
+				return f.Close()
+			}()
+		}()
+	}
+	return func() error {
+		var all []error
+		for range urls {
+			all = append(all, <-errs)
+		}
+		return errors.Join(all...)
+	}
 }
 
 // scrapeAll sums the metrics of the brokers at urls.

@@ -255,6 +255,47 @@ var faults = []fault{
 		tr.waitMoved(second, 4*tr.lease()+5*time.Second)
 		return func() { tr.c.StartBroker(second) }
 	}},
+	{name: "recover-member-down", inject: func(tr *trial) func() {
+		// A recovery while one member of the old ensemble is down. With 3
+		// brokers and R=3 the ensemble is all of them, and the metadata
+		// log needs two: a member is killed, then the owner is cut from
+		// the apiserver, so its slots move while it still answers its
+		// peers. (Until it is live again by its member Lease, the one
+		// broker left cannot choose an ensemble with a write quorum: its
+		// opens are refused, retriably.) Once the owner is back, the
+		// stream's next open — by whichever broker holds its slot then —
+		// fences and reads the old ensemble with the killed member still
+		// down, and every acknowledged append must be in what it adopts.
+		owner := tr.owner()
+		down := (owner + 1 + tr.rng.IntN(tr.c.N()-1)) % tr.c.N()
+		tr.victim = owner
+		_, before, err := tr.c.OwnerAndEpoch(context.Background(), tr.streams[0].Name, 0)
+		if err != nil {
+			tr.t.Fatalf("the stream's epoch before the fault: %v", err)
+		}
+		tr.c.Kill(down)
+		tr.c.APIServerLink(owner).Cut()
+		tr.hold(tr.lease() + time.Second)
+		tr.c.APIServerLink(owner).Heal()
+		name := tr.streams[0].Name
+		began := time.Now()
+		err = tr.c.WaitFor(4*tr.lease()+5*time.Second, fmt.Sprintf("%s/0 opened again with broker-%d down", name, down), func(ctx context.Context) error {
+			i, epoch, err := tr.c.OwnerAndEpoch(ctx, name, 0)
+			if err != nil {
+				return err
+			}
+			if epoch <= before {
+				return fmt.Errorf("still epoch %d (broker-%d)", epoch, i)
+			}
+			tr.note += fmt.Sprintf("broker-%d down; reopened by broker-%d at epoch %d after %v; ", down, i, epoch, time.Since(began).Round(10*time.Millisecond))
+			return nil
+		})
+		if err != nil {
+			tr.t.Errorf("recovery: %v", err)
+		}
+		tr.hold(time.Second) // appends go on, recovered, the member still down
+		return func() { tr.c.StartBroker(down) }
+	}},
 	{name: "proxied", streams: []workload.StreamSpec{{Name: "t/solo"}},
 		// No fault: once the stream has an owner, every request goes to a
 		// broker that owns none of it, so each one is proxied, SSE and

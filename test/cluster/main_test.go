@@ -17,7 +17,7 @@ import (
 )
 
 var (
-	trials = flag.Int("cluster.trials", envInt("PICOMQ_CLUSTER_TRIALS", 22), "fault trials to run, cycling through the fault kinds (default 22: every kind once, the first eight twice) (env PICOMQ_CLUSTER_TRIALS)")
+	trials = flag.Int("cluster.trials", envInt("PICOMQ_CLUSTER_TRIALS", 22), "fault trials to run, cycling through the fault kinds (default 22: every kind once, the first seven twice) (env PICOMQ_CLUSTER_TRIALS)")
 	seed   = flag.Uint64("cluster.seed", uint64(time.Now().UnixNano()), "random seed: printed, so that a failing trial can be repeated")
 	only   = flag.String("cluster.kinds", "", "comma-separated fault kinds to run (default: all)")
 	force  = flag.Bool("cluster.force", os.Getenv("PICOMQ_CLUSTER_FORCE") != "", "run the trials even when the probe finds cluster mode incomplete (env PICOMQ_CLUSTER_FORCE)")

@@ -21,6 +21,13 @@ const ownerAskTimeout = 3 * time.Second
 // metadata, which names the old owner until it catches up, while the
 // majority already knows the new owner and its higher epoch.
 func (c *Cluster) Owner(ctx context.Context, name string, p int) (int, error) {
+	i, _, err := c.OwnerAndEpoch(ctx, name, p)
+	return i, err
+}
+
+// OwnerAndEpoch is Owner with the epoch of the partition's last open: a
+// new open (a failover, a hand-off, a recovery) raises it.
+func (c *Cluster) OwnerAndEpoch(ctx context.Context, name string, p int) (int, int64, error) {
 	var (
 		mu      sync.Mutex
 		best    = ownerAnswer{owner: -1, epoch: -1}
@@ -50,7 +57,7 @@ func (c *Cluster) Owner(ctx context.Context, name string, p int) (int, error) {
 	}
 	wg.Wait()
 	if best.owner >= 0 {
-		return best.owner, nil
+		return best.owner, best.epoch, nil
 	}
 	if last == nil {
 		if anyOpen {
@@ -59,7 +66,7 @@ func (c *Cluster) Owner(ctx context.Context, name string, p int) (int, error) {
 			last = fmt.Errorf("no broker serves")
 		}
 	}
-	return -1, last
+	return -1, -1, last
 }
 
 // ownerAnswer is one broker's view of a partition's owner.
