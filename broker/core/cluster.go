@@ -244,14 +244,23 @@ func (b *Broker) needLevel(need int, op meta.Op) error {
 // many it closed.
 func (b *Broker) CloseLeftOpen(ctx context.Context) (int, error) {
 	self := b.self()
-	var parts []meta.Close
+	var mine []meta.Close
 	b.fsm.View(func(s *meta.State) {
 		for id, in := range s.Streams {
-			if in.Open && in.Owner == self && b.cfg.Ownership.MayOpen(id) != nil {
-				parts = append(parts, meta.Close{Stream: id, Epoch: in.Epoch})
+			if in.Open && in.Owner == self {
+				mine = append(mine, meta.Close{Stream: id, Epoch: in.Epoch})
 			}
 		}
 	})
+	// Ownership asked outside the View: it reads the state itself
+	// (placement), and a read lock taken again while the state machine
+	// waits to write deadlocks.
+	var parts []meta.Close
+	for _, c := range mine {
+		if b.cfg.Ownership.MayOpen(c.Stream) != nil {
+			parts = append(parts, c)
+		}
+	}
 	if len(parts) == 0 {
 		return 0, nil
 	}

@@ -630,14 +630,20 @@ func (b *Broker) Reensemble(ctx context.Context, gone func(member string) Gone) 
 	}
 	moved := 0
 	for _, n := range b.views() {
-		var ids []uint64
+		ensembles := map[uint64][]string{}
 		n.mu.Lock()
 		for _, p := range n.parts {
-			if p.opened && move(p.ensemble) {
-				ids = append(ids, p.id)
+			if p.opened {
+				ensembles[p.id] = p.ensemble
 			}
 		}
 		n.mu.Unlock()
+		var ids []uint64 // judged without the stream's lock: gone may read the state
+		for id, e := range ensembles {
+			if move(e) {
+				ids = append(ids, id)
+			}
+		}
 		if len(ids) == 0 {
 			continue
 		}
@@ -670,16 +676,27 @@ func (b *Broker) Reensemble(ctx context.Context, gone func(member string) Gone) 
 	// hand-off or append would ever move them, and a drain waits for
 	// them: the open here recovers them at the next epoch on the new
 	// ensemble.
-	var orphans []uint64
+	// (Gathered inside the View, judged outside it: gone and Ownership
+	// may read the state themselves, and a read lock taken again while
+	// the state machine waits to write deadlocks.)
+	type openOn struct {
+		id       uint64
+		ensemble []string
+	}
+	var opens []openOn
 	b.fsm.View(func(s *meta.State) {
 		for id, in := range s.Streams {
-			if in.Open && len(in.Ensemble) > 0 && move(in.Ensemble) && b.cfg.Ownership.MayOpen(id) == nil {
-				orphans = append(orphans, id)
+			if in.Open && len(in.Ensemble) > 0 {
+				opens = append(opens, openOn{id, in.Ensemble})
 			}
 		}
 	})
 	var failed error // one orphan that cannot open does not hold the others
-	for _, id := range orphans {
+	for _, o := range opens {
+		id := o.id
+		if !move(o.ensemble) || b.cfg.Ownership.MayOpen(id) != nil {
+			continue
+		}
 		n, pt, err := b.partByID(id)
 		if err == nil {
 			n.mu.Lock()

@@ -153,6 +153,7 @@ type compare struct {
 	natsAlways         *natsResult
 	natsDefault        *natsResult
 	kills              []killResult
+	members            []memberLoss   // ensemble members killed under load (ensembles.go)
 	leader             *leaderLatency // the off-leader probe (ensembles.go)
 	project            *projection    // the larger cluster's run (ensembles.go)
 	notes              []string       // problems met, for the report
@@ -432,6 +433,11 @@ func clusterPhases(ctx context.Context, bin, dir string, shapes []shape, one []s
 		if err := failover(ctx, c, tb, cls, spread, one, res); err != nil {
 			return fmt.Errorf("failover: %w", err)
 		}
+	}
+	members, err := measureMemberLoss(ctx, c, tb, cls, spread, one)
+	res.members = members
+	if err != nil {
+		res.note("ensemble member lost: %v", err)
 	}
 	if tb.Failed() {
 		fmt.Fprintf(os.Stderr, "broker logs (tails):\n%s\n", c.LogTails(4096))
@@ -980,6 +986,17 @@ func (r *compare) print(shapes []shape, load0, load1 string) {
 			verdict = "NOT met"
 		}
 		fmt.Printf("| failover max over %d kills | %s | ≤ lease %v + 2 s = %v: %s |\n", len(fo), sec(fo[len(fo)-1]), *leaseDur, target, verdict)
+	}
+	if len(r.members) > 0 {
+		var worst time.Duration
+		for _, m := range r.members {
+			worst = max(worst, m.pause)
+		}
+		verdict := "met"
+		if worst > memberLossTarget {
+			verdict = "NOT met"
+		}
+		fmt.Printf("| appends to an owner whose ensemble lost a member: longest pause, max over %d kills | %s | ≤ %v: %s |\n", len(r.members), ms(worst), memberLossTarget, verdict)
 	}
 	printProjection(r.project, co, cs)
 	if len(r.notes) > 0 {

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"sort"
+	"sync"
 	"time"
 
 	"github.com/picomq/picomq/broker/client"
@@ -23,7 +24,116 @@ import (
 var (
 	projectN    = flag.Int("project-brokers", 6, "cluster mode: also run the 64-stream load to owners on a cluster of this many brokers (R=-replicas) and project from its per-append costs what as many machines would do (0: skip)")
 	leaderProbe = flag.Int("leader-probes", 200, "cluster mode: sequential appends timed to a stream owned on the metadata leader and to one owned off it (0: skip)")
+	memberKills = flag.Int("member-kills", 3, "cluster mode: kill -9s of a member of a stream's ensemble (not its owner) under appends to the owner, timing the longest pause (0: skip)")
 )
+
+// memberLossTarget is issue 29's bound on the pause of appends to an
+// owner whose ensemble lost one member.
+const memberLossTarget = 2 * time.Second
+
+// memberLoss is one kill of an ensemble member under load.
+type memberLoss struct {
+	stream                string
+	owner, victim         int
+	leader                bool          // the victim was the metadata leader
+	pause                 time.Duration // longest time without an acknowledgement from the kill on
+	acked, failed, before int           // appends acknowledged and failed after the kill; acknowledged in the second before it
+	firstErr              string
+}
+
+// measureMemberLoss kills, *memberKills times, a member of a stream's
+// ensemble other than its owner (with R = the brokers, every other
+// broker is one) while 8 writers append to that stream through its
+// owner, one append at a time each, and takes the longest stretch from
+// the kill on without an acknowledgement: with a write quorum left the
+// owner goes on, and the pause is how long the data path took to notice.
+// The victim is started again and the cluster let settle after each.
+func measureMemberLoss(ctx context.Context, c *clusterharness.Cluster, tb *clusterharness.ProgramTB, cls []*client.Client, names []string, one []stream.RecordValue) ([]memberLoss, error) {
+	if *memberKills <= 0 || len(names) == 0 {
+		return nil, nil
+	}
+	fmt.Printf("\nensemble member lost: %d kill -9s of a member (not the owner) of a stream's ensemble, 8 writers appending to the stream through its owner; target: the longest pause from the kill on <= %v\n", *memberKills, memberLossTarget)
+	var out []memberLoss
+	for k := 0; k < *memberKills; k++ {
+		if err := c.WaitFor(settleTimeout(), "every slot held, shares balanced", balanced(c)); err != nil {
+			return out, fmt.Errorf("member kill %d: the cluster did not settle before it: %w", k, err)
+		}
+		name := names[k%len(names)]
+		o, err := c.Owner(ctx, name, 0)
+		if err != nil {
+			return out, err
+		}
+		m := memberLoss{stream: name, owner: o, victim: (o + 1 + k%(c.N()-1)) % c.N()}
+		m.leader = c.Leader() == m.victim
+		s, err := cls[o].Stream(ctx, name)
+		if err != nil {
+			return out, err
+		}
+		var mu sync.Mutex
+		var acks []time.Time
+		var errsAfter []string
+		lctx, stop := context.WithCancel(ctx)
+		var wg sync.WaitGroup
+		for range 8 {
+			wg.Go(func() {
+				for lctx.Err() == nil {
+					actx, cancel := context.WithTimeout(lctx, 10*time.Second)
+					_, err := s.Append(actx, one)
+					cancel()
+					mu.Lock()
+					if err == nil {
+						acks = append(acks, time.Now())
+					} else if lctx.Err() == nil {
+						errsAfter = append(errsAfter, shorten(err.Error()))
+					}
+					mu.Unlock()
+					if err != nil {
+						time.Sleep(10 * time.Millisecond)
+					}
+				}
+			})
+		}
+		time.Sleep(time.Second)
+		t0 := time.Now()
+		c.Kill(m.victim)
+		time.Sleep(3 * time.Second)
+		stop()
+		wg.Wait()
+		end := time.Now()
+		sort.Slice(acks, func(i, j int) bool { return acks[i].Before(acks[j]) })
+		last := t0
+		for _, a := range acks {
+			switch {
+			case a.Before(t0):
+				if t0.Sub(a) <= time.Second {
+					m.before++
+				}
+				continue
+			case a.Sub(last) > m.pause:
+				m.pause = a.Sub(last)
+			}
+			last = a
+			m.acked++
+		}
+		m.pause = max(m.pause, end.Sub(last)) // none since: the pause lasts to the end
+		m.failed = len(errsAfter)
+		if len(errsAfter) > 0 {
+			m.firstErr = errsAfter[0]
+		}
+		role := ""
+		if m.leader {
+			role = " (metadata leader)"
+		}
+		fmt.Printf("  member kill %d: %s owned by broker-%d, broker-%d%s killed: longest pause %s; %d acknowledged in the 3 s after (%d in the second before), %d failed %s\n",
+			k, m.stream, m.owner, m.victim, role, ms(m.pause), m.acked, m.before, m.failed, m.firstErr)
+		out = append(out, m)
+		if err := tb.Do(func() error { c.StartBroker(m.victim); return nil }); err != nil {
+			return out, fmt.Errorf("member kill %d: restarting broker-%d: %v", k, m.victim, err)
+		}
+	}
+	return out, nil
+}
+
 
 // leaderLatency is the off-leader probe's outcome.
 type leaderLatency struct {
