@@ -134,7 +134,6 @@ func measureMemberLoss(ctx context.Context, c *clusterharness.Cluster, tb *clust
 	return out, nil
 }
 
-
 // leaderLatency is the off-leader probe's outcome.
 type leaderLatency struct {
 	on, off time.Duration // p50 of one append at a time
