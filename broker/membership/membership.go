@@ -30,7 +30,6 @@ import (
 	"github.com/picomq/picomq/broker/metalog"
 	"github.com/picomq/picomq/broker/node"
 	"github.com/picomq/picomq/broker/peer"
-	"github.com/picomq/picomq/broker/settings"
 )
 
 // Config configures a member.
@@ -84,7 +83,7 @@ func Prepare(ctx context.Context, cfg Config) (*Member, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	ordinal, err := settings.Ordinal(cfg.Node)
+	ordinal, err := Ordinal(cfg.Node)
 	if err != nil {
 		return nil, fmt.Errorf("membership: node %q: %w", cfg.Node, err)
 	}
@@ -277,7 +276,7 @@ func (m *Member) leaderDuties(ctx context.Context, b *core.Broker, l *metalog.Lo
 		if !recorded {
 			nodeName = m.cfg.Addresses.NodeOf(s.Address)
 		}
-		ord, err := settings.Ordinal(nodeName)
+		ord, err := Ordinal(nodeName)
 		if err != nil {
 			ord = 1 << 20 // not a StatefulSet name: last
 		}

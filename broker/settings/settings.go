@@ -23,6 +23,7 @@ import (
 	"github.com/picomq/picomq/broker/core"
 	"github.com/picomq/picomq/broker/diskspace"
 	"github.com/picomq/picomq/broker/httpapi/wire"
+	"github.com/picomq/picomq/broker/membership"
 	"github.com/picomq/picomq/broker/repair"
 	"github.com/picomq/picomq/broker/stream"
 )
@@ -376,7 +377,7 @@ func (s Settings) check() error {
 	case c.RepairDownGrace <= 0:
 		return bad("--repair-down-grace %v: must be positive", c.RepairDownGrace)
 	}
-	if _, err := Ordinal(s.NodeID); err != nil {
+	if _, err := membership.Ordinal(s.NodeID); err != nil {
 		return bad("--node-id %q: %v", s.NodeID, err)
 	}
 	if len(c.Peers) > 0 {
@@ -389,20 +390,6 @@ func (s Settings) check() error {
 		}
 	}
 	return nil
-}
-
-// Ordinal is a node name's ordinal: the number after its last '-'
-// (StatefulSet pod names, broker-0).
-func Ordinal(node string) (int, error) {
-	i := strings.LastIndexByte(node, '-')
-	if i < 0 || i == len(node)-1 {
-		return 0, errors.New("a cluster node's name ends in -<ordinal>, as a StatefulSet's pods do")
-	}
-	n, err := strconv.Atoi(node[i+1:])
-	if err != nil || n < 0 {
-		return 0, errors.New("a cluster node's name ends in -<ordinal>, as a StatefulSet's pods do")
-	}
-	return n, nil
 }
 
 // parsePolicy reads a policy in the admin API's JSON shape, refusing
