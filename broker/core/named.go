@@ -2,6 +2,7 @@ package core
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -215,6 +216,11 @@ func (b *Broker) forget(name string) {
 	}
 }
 
+// gaveUp reports an error that says only that a request's context ended.
+func gaveUp(err error) bool {
+	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
+}
+
 // openAttempt is one open of a partition in flight: done is closed once
 // it is over, err (written before) says how it ended. Whoever waited for
 // it learns the outcome of that attempt — a failed open must not let a
@@ -236,18 +242,27 @@ type openAttempt struct {
 // free.
 func (b *Broker) openPart(ctx context.Context, n *named, pt *part) error {
 	n.mu.Lock()
-	if pt.opened {
-		n.mu.Unlock()
-		return nil
-	}
-	if a := pt.opening; a != nil {
+	for {
+		if pt.opened {
+			n.mu.Unlock()
+			return nil
+		}
+		a := pt.opening
+		if a == nil {
+			break
+		}
 		n.mu.Unlock()
 		select {
 		case <-a.done:
-			return a.err
 		case <-ctx.Done():
 			return context.Cause(ctx)
 		}
+		if a.err == nil || !gaveUp(a.err) || ctx.Err() != nil {
+			return a.err
+		}
+		// The request that ran the open went away, not the open's
+		// chances: this one tries.
+		n.mu.Lock()
 	}
 	a := &openAttempt{done: make(chan struct{})}
 	pt.opening = a

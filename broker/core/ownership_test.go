@@ -163,8 +163,25 @@ func TestWaitingForAFailedOpenFails(t *testing.T) {
 	if opened {
 		t.Fatal("the partition counts as opened after its open failed")
 	}
-	if err := b.OpenForServing(context.Background(), id); err != nil {
-		t.Fatalf("the next open: %v", err)
+	// An open that failed only because the request running it went away
+	// says nothing of the partition: a waiter runs the open itself.
+	a = &openAttempt{done: make(chan struct{})}
+	n.mu.Lock()
+	pt.opening = a
+	n.mu.Unlock()
+	go func() { waited <- b.OpenForServing(context.Background(), id) }()
+	n.mu.Lock()
+	pt.opening, a.err = nil, context.Canceled
+	close(a.done)
+	n.mu.Unlock()
+	if err := <-waited; err != nil {
+		t.Fatalf("a request waiting for an open whose requester went away: %v, want its own open", err)
+	}
+	n.mu.Lock()
+	opened = pt.opened
+	n.mu.Unlock()
+	if !opened {
+		t.Fatal("the waiter's own open did not open the partition")
 	}
 }
 
