@@ -258,7 +258,7 @@ func (c *Cluster) Start(ctx context.Context, b *core.Broker) error {
 	if j := b.Journal(); j != nil {
 		c.srv.Handle(journalpeer.Path, journalpeer.NewHandler(journalpeer.HandlerConfig{Journal: j, Logger: c.log}))
 	}
-	if err := c.member.Attach(ctx, b, c.srv); err != nil {
+	if err := c.member.Attach(ctx, b, b.Log(), c.srv); err != nil {
 		return err
 	}
 	ctx, cancel := context.WithCancel(context.Background())

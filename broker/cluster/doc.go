@@ -6,12 +6,14 @@
 // client requests to owners (broker/routing), and the drain.
 //
 // A newcomer finds the drain in drain.go, the repair's view of the
-// cluster in repair.go, and the composition — prepare before the core
-// opens, configure the core's seams, start beside it, leave and close —
-// in cluster.go.
+// cluster in repair.go, the ensembles' reach to the peers' journals and
+// the re-ensemble loop in ensembles.go, and the composition — prepare
+// before the core opens, configure the core's seams, start beside it,
+// leave and close — in cluster.go.
 //
-// Still to come (issue 29): the journal data path on ensembles
-// (broker/ensemble's rules, broker/journalpeer's transport), and rooms
-// reaching the metadata log through narrow interfaces of their own rather
-// than through core.Broker.Log.
+// The composition hands the metadata log the core opened to membership,
+// which reaches it only through its own narrow interface
+// (membership.MetaLog). Still to come (issue 29): the log opened here
+// rather than inside the core, so that no room gets it from
+// core.Broker.Log.
 package cluster

@@ -53,8 +53,8 @@ func memberOf(m *meta.Member) Member {
 	return out
 }
 
-// Log is the broker's metadata log: its membership operations are the
-// membership room's.
+// Log is the broker's metadata log, for the cluster's composition to hand
+// on: membership reaches it through its own interface (membership.MetaLog).
 func (b *Broker) Log() *metalog.Log { return b.log }
 
 // Journal is this member's journal (nil on the log data path): its peers

@@ -99,7 +99,7 @@ func (c *testCluster) start(name string) (*testMember, error) {
 		t.Fatal(err)
 	}
 	tm := &testMember{name: name, dir: c.dirs[name], mux: mux, m: m, b: b, srv: peer.NewServer(m.log), done: make(chan struct{})}
-	if err := m.Attach(ctx, b, tm.srv); err != nil {
+	if err := m.Attach(ctx, b, b.Log(), tm.srv); err != nil {
 		t.Fatal(err)
 	}
 	go func() { _ = tm.srv.Serve(mux.HTTP()) }()

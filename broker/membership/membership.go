@@ -66,6 +66,7 @@ type Member struct {
 
 	mu       sync.Mutex
 	b        *core.Broker
+	mlog     MetaLog
 	last     Status
 	removing *Recovery
 }
@@ -143,19 +144,36 @@ func (m *Member) Bootstrap() bool { return m.boot }
 // Advertise is the address the configuration knows this member by.
 func (m *Member) Advertise() string { return m.addrSelf }
 
-// Attach gives the member its broker, once open, and serves the peer API's
+// MetaLog is what membership needs of the metadata log: its leadership
+// and configuration, the changes to them the leader makes, and the
+// entries other members forward to it. (*metalog.Log is one; the cluster
+// hands it over at Attach.)
+type MetaLog interface {
+	IsLeader() bool
+	Leader() (addr, id string)
+	Configuration(ctx context.Context) (metalog.Configuration, error)
+	Barrier(ctx context.Context) error
+	AcceptForwarded(ctx context.Context, entries [][]byte) ([]error, error)
+	AddNonvoter(ctx context.Context, id, addr string) error
+	Promote(ctx context.Context, id string) error
+	DemoteVoter(ctx context.Context, id string) error
+	RemoveServer(ctx context.Context, id string) error
+	TransferLeadership(ctx context.Context, to string) error
+}
+
+// Attach gives the member its broker and the metadata log, once open, and serves the peer API's
 // membership routes on srv. A member that bootstrapped the cluster names it
 // and records itself first, before any peer can join: it is member 1, the
 // number its object ids were given when the broker opened.
-func (m *Member) Attach(ctx context.Context, b *core.Broker, srv *peer.Server) error {
+func (m *Member) Attach(ctx context.Context, b *core.Broker, l MetaLog, srv *peer.Server) error {
 	m.mu.Lock()
-	m.b = b
+	m.b, m.mlog = b, l
 	m.mu.Unlock()
 	if err := m.recovered(); err != nil {
 		return err
 	}
 	if m.id.Bootstrapping {
-		if _, err := m.leaderDuties(ctx, b, b.Log()); err != nil {
+		if _, err := m.leaderDuties(ctx, b, m.metaLog()); err != nil {
 			return fmt.Errorf("membership: naming the new cluster: %w", err)
 		}
 		if err := m.recordSelf(ctx, b); err != nil {
@@ -173,6 +191,13 @@ func (m *Member) broker() *core.Broker {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.b
+}
+
+// metaLog is the metadata log given at Attach (nil before).
+func (m *Member) metaLog() MetaLog {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.mlog
 }
 
 // Run does the member's duties until ctx ends: record itself, and on the
@@ -198,7 +223,7 @@ func (m *Member) tick(ctx context.Context) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	l := b.Log()
+	l := m.metaLog()
 	// One change at a time (raft applies them so), as many as are due: a
 	// cluster forming promotes its joiners in one go.
 	for step := 0; step < maxStepsPerTick && l.IsLeader(); step++ {
@@ -248,7 +273,7 @@ const maxStepsPerTick = 8
 
 // leaderDuties runs on the leader: name the cluster, then plan and make
 // the next membership change. It reports whether it changed anything.
-func (m *Member) leaderDuties(ctx context.Context, b *core.Broker, l *metalog.Log) (bool, error) {
+func (m *Member) leaderDuties(ctx context.Context, b *core.Broker, l MetaLog) (bool, error) {
 	if b.ClusterID() == "" {
 		id := m.cfg.ClusterID
 		if id == "" {
@@ -456,7 +481,7 @@ func (m *Member) Status() Status {
 
 func (m *Member) refreshStatus(ctx context.Context, b *core.Broker) {
 	st := Status{MemberID: m.id.ID(), ClusterID: b.ClusterID(), Leader: b.Status().Leader, Number: m.id.Number}
-	if conf, err := b.Log().Configuration(ctx); err == nil {
+	if conf, err := m.metaLog().Configuration(ctx); err == nil {
 		for _, s := range conf.Servers {
 			if s.Suffrage == metalog.Voter {
 				st.Voters = append(st.Voters, s.ID)
@@ -499,7 +524,7 @@ func (m *Member) Catchup(ctx context.Context) error {
 		// The leader has every committed entry; a barrier makes sure it
 		// has applied them (a new leader applies its predecessors' last
 		// commits once it commits in its own term).
-		return b.Log().Barrier(ctx)
+		return m.metaLog().Barrier(ctx)
 	}
 	want, err := m.leaderReadIndex(ctx, st.Leader)
 	if err != nil {

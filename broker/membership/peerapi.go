@@ -99,7 +99,7 @@ func (m *Member) notLeader(b *core.Broker) error {
 
 func (m *Member) serveForward(w http.ResponseWriter, r *http.Request) {
 	b := m.broker()
-	if b == nil || !b.Log().IsLeader() {
+	if b == nil || !m.metaLog().IsLeader() {
 		m.fail(w, r, errNotLeader.With("reason", "not the leader"))
 		return
 	}
@@ -113,7 +113,7 @@ func (m *Member) serveForward(w http.ResponseWriter, r *http.Request) {
 		m.fail(w, r, stream.StreamMisconfigured.With("field", "body", "reason", err.Error()))
 		return
 	}
-	errsOut, err := b.Log().AcceptForwarded(r.Context(), entries)
+	errsOut, err := m.metaLog().AcceptForwarded(r.Context(), entries)
 	if errors.Is(err, metalog.ErrNotLeader) {
 		m.fail(w, r, m.notLeader(b))
 		return
@@ -199,7 +199,7 @@ func decodeEntries(b []byte) ([][]byte, error) {
 
 func (m *Member) serveJoin(w http.ResponseWriter, r *http.Request) {
 	b := m.broker()
-	if b == nil || !b.Log().IsLeader() {
+	if b == nil || !m.metaLog().IsLeader() {
 		if b == nil {
 			m.fail(w, r, errNotLeader.With("reason", "starting"))
 		} else {
@@ -222,7 +222,7 @@ func (m *Member) serveJoin(w http.ResponseWriter, r *http.Request) {
 		m.fail(w, r, err)
 		return
 	}
-	l := b.Log()
+	l := m.metaLog()
 	conf, err := l.Configuration(r.Context())
 	if err != nil {
 		m.fail(w, r, err)
@@ -338,13 +338,13 @@ func (m *Member) serveReadIndex(w http.ResponseWriter, r *http.Request) {
 		m.fail(w, r, errNotLeader.With("reason", "starting"))
 		return
 	}
-	if !b.Log().IsLeader() {
+	if !m.metaLog().IsLeader() {
 		m.fail(w, r, m.notLeader(b))
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
 	defer cancel()
-	if err := b.Log().Barrier(ctx); err != nil {
+	if err := m.metaLog().Barrier(ctx); err != nil {
 		m.fail(w, r, err)
 		return
 	}
@@ -366,7 +366,7 @@ func (m *Member) serveMember(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	cur, ok := b.Member(id)
 	mi := memberInfo{Known: ok, Removed: ok && !cur.Removed.IsZero()}
-	if conf, err := b.Log().Configuration(r.Context()); err == nil {
+	if conf, err := m.metaLog().Configuration(r.Context()); err == nil {
 		for _, sv := range conf.Servers {
 			mi.Configured = mi.Configured || sv.ID == id
 		}

@@ -81,7 +81,7 @@ func (m *Member) CheckLeaveKeepsQuorum(ctx context.Context) error {
 	if b == nil {
 		return QuorumAtRisk.With("reason", "the broker is starting")
 	}
-	conf, err := b.Log().Configuration(ctx)
+	conf, err := m.metaLog().Configuration(ctx)
 	if err != nil {
 		return QuorumAtRisk.Wrap(err, "reason", "the configuration cannot be read")
 	}

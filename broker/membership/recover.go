@@ -225,7 +225,7 @@ func (m *Member) ServeRecover(restart func()) http.Handler {
 			m.fail(w, r, BadRecovery.With("reason", "the body is not {\"voters\":[node names]}: "+err.Error()))
 			return
 		}
-		l := b.Log()
+		l := m.metaLog()
 		if _, leader := l.Leader(); leader != "" || l.IsLeader() {
 			m.fail(w, r, RecoveryRefused.With("reason", "the metadata log has a leader", "leader", leader))
 			return
