@@ -51,6 +51,25 @@ func (p *fakePeers) setDown(id string, down bool) {
 	p.down[id] = down
 }
 
+// setGone leaves id out of the ensembles chosen from now on (or takes it
+// back).
+func (p *fakePeers) setGone(id string, gone bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.gone[id] = gone
+}
+
+// onlyGone is Reensemble's view of the members when member alone is gone,
+// as how says.
+func onlyGone(member string, how Gone) func(string) Gone {
+	return func(m string) Gone {
+		if m == member {
+			return how
+		}
+		return Here
+	}
+}
+
 func (p *fakePeers) reach(id string) (*journal.Journal, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -243,7 +262,7 @@ func TestEnsembleQuorumLostIsOutcomeUnknown(t *testing.T) {
 func TestReensembleReplacesAGoneMember(t *testing.T) {
 	t.Parallel()
 	peers := newFakePeers(t, "m-0~test", "p1", "p2", "p3")
-	peers.gone["p3"] = true // the ensemble starts as m-0, p1, p2
+	peers.setGone("p3", true) // the ensemble starts as m-0, p1, p2
 	b := openMember(t, t.TempDir(), func(c *Config) { c.CheckpointInterval, c.Peers = time.Hour, peers })
 	defer b.Close()
 	ctx := context.Background()
@@ -253,21 +272,12 @@ func TestReensembleReplacesAGoneMember(t *testing.T) {
 	if in, _ := b.fsm.Internal(id); !slices.Equal(in.Ensemble, []string{"m-0~test", "p1", "p2"}) {
 		t.Fatalf("first ensemble %v", in.Ensemble)
 	}
-	p2 := func(how Gone) func(string) Gone {
-		return func(m string) Gone {
-			if m == "p2" {
-				return how
-			}
-			return Here
-		}
-	}
-	if n, err := b.Reensemble(ctx, p2(Down)); err != nil || n != 0 {
+	if n, err := b.Reensemble(ctx, onlyGone("p2", Down)); err != nil || n != 0 {
 		t.Fatalf("with no replacement live: moved %d, %v; want nothing moved", n, err)
 	}
-	peers.mu.Lock()
-	peers.gone["p3"], peers.gone["p2"] = false, true
-	peers.mu.Unlock()
-	if n, err := b.Reensemble(ctx, p2(Down)); err != nil || n != 1 {
+	peers.setGone("p3", false)
+	peers.setGone("p2", true)
+	if n, err := b.Reensemble(ctx, onlyGone("p2", Down)); err != nil || n != 1 {
 		t.Fatalf("moved %d, %v; want the one partition moved", n, err)
 	}
 	in, _ := b.fsm.Internal(id)
@@ -387,21 +397,11 @@ func TestReensembleLeavesALeaverEvenForASmallerEnsemble(t *testing.T) {
 	mustCreate(t, b, "s", node.CreateOptions{})
 	appendNumbered(t, b, "s", 0, 3)
 	id := mustGet(t, b, "s").Partitions[0]
-	peers.mu.Lock()
-	peers.gone["p2"] = true // the ensemble chosen now: m-0, p1
-	peers.mu.Unlock()
-	how := Down
-	gone := func(m string) Gone {
-		if m == "p2" {
-			return how
-		}
-		return Here
-	}
-	if n, err := b.Reensemble(ctx, gone); err != nil || n != 0 {
+	peers.setGone("p2", true) // the ensemble chosen now: m-0, p1
+	if n, err := b.Reensemble(ctx, onlyGone("p2", Down)); err != nil || n != 0 {
 		t.Fatalf("a member down, no replacement: moved %d, %v; want none", n, err)
 	}
-	how = Leaving
-	if n, err := b.Reensemble(ctx, gone); err != nil || n != 1 {
+	if n, err := b.Reensemble(ctx, onlyGone("p2", Leaving)); err != nil || n != 1 {
 		t.Fatalf("a member leaving: moved %d, %v; want the partition", n, err)
 	}
 	if in, _ := b.fsm.Internal(id); !slices.Equal(in.Ensemble, []string{"m-0~test", "p1"}) {
@@ -441,18 +441,11 @@ func TestReensembleMovesWhatAnEarlierProcessLeftOpen(t *testing.T) {
 	if in, _ := b.fsm.Internal(id); !in.Open || !slices.Contains(in.Ensemble, "p2") {
 		t.Fatalf("after the restart: open %v ensemble %v; want left open on an ensemble naming p2", in.Open, in.Ensemble)
 	}
-	peers.mu.Lock()
-	peers.gone["p2"] = true
-	peers.mu.Unlock()
+	peers.setGone("p2", true)
 	if n := b.EnsemblesNaming("p2"); n != 1 {
 		t.Fatalf("p2's drain waits for %d partitions, want the one left open", n)
 	}
-	if n, err := b.Reensemble(ctx, func(m string) Gone {
-		if m == "p2" {
-			return Leaving
-		}
-		return Here
-	}); err != nil || n != 1 {
+	if n, err := b.Reensemble(ctx, onlyGone("p2", Leaving)); err != nil || n != 1 {
 		t.Fatalf("moved %d, %v; want the partition left open", n, err)
 	}
 	in, _ := b.fsm.Internal(id)
