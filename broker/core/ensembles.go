@@ -693,19 +693,12 @@ func (b *Broker) Reensemble(ctx context.Context, gone func(member string) Gone) 
 	})
 	var failed error // one orphan that cannot open does not hold the others
 	for _, o := range opens {
-		id := o.id
-		if !move(o.ensemble) || b.cfg.Ownership.MayOpen(id) != nil {
+		if !move(o.ensemble) || b.cfg.Ownership.MayOpen(o.id) != nil {
 			continue
 		}
-		n, pt, err := b.partByID(id)
-		if err == nil {
-			n.mu.Lock()
-			opened := pt.opened
-			n.mu.Unlock()
-			if opened {
-				continue // moved above, or opened since by an append
-			}
-			err = b.openPart(ctx, n, pt)
+		already, err := b.openByID(ctx, o.id)
+		if already {
+			continue // moved above, or opened since by an append
 		}
 		if err != nil {
 			if failed == nil {

@@ -116,17 +116,24 @@ func (b *Broker) OpenForServing(ctx context.Context, id uint64) error {
 	if b.cfg.Cluster == nil {
 		return nil
 	}
+	_, err := b.openByID(ctx, id)
+	return err
+}
+
+// openByID opens internal stream id here unless this process has it open
+// already, which it reports.
+func (b *Broker) openByID(ctx context.Context, id uint64) (already bool, err error) {
 	n, pt, err := b.partByID(id)
 	if err != nil {
-		return err
+		return false, err
 	}
 	n.mu.Lock()
-	opened := pt.opened
+	already = pt.opened
 	n.mu.Unlock()
-	if opened {
-		return nil
+	if already {
+		return true, nil
 	}
-	return b.openPart(ctx, n, pt)
+	return false, b.openPart(ctx, n, pt)
 }
 
 // partByID finds the view and partition of internal stream id, loading
