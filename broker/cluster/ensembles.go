@@ -101,7 +101,8 @@ const reensembleEvery = 2 * time.Second
 
 // reensemble moves this owner's partitions off ensembles that name a
 // member removed, draining or without a live member Lease (core's
-// Reensemble, which moves them only when a live replacement exists).
+// Reensemble, which moves them only when a live replacement exists), and
+// grows those opened while fewer members were live.
 func (c *Cluster) reensemble(ctx context.Context, b *core.Broker) {
 	live, draining := map[string]bool{}, map[string]bool{}
 	for _, m := range c.owners.Members() {

@@ -70,7 +70,10 @@ import (
 //      no process here opened (an earlier process of this member, or the
 //      slot's previous holder, opened them and no append came since) are
 //      opened here the same way, in the slots this member holds. A drain
-//      waits until no open partition names the leaver.
+//      waits until no open partition names the leaver. An ensemble smaller
+//      than the one Peers.Ensemble chooses now (opened while fewer members
+//      were live) grows the same way: its objects would otherwise each
+//      have fewer copies than R, for the repair to make again, one by one.
 
 // Peers is the ensemble data path's reach to the other members' journals
 // (the cluster room's, over journalpeer). Members are named by their ids.
@@ -606,7 +609,9 @@ const (
 // service once the appends admitted to it are answered, and opened again
 // at the next epoch, whose recovery fences the old ensemble (a read
 // quorum of it is still there) and records the new one. A member leaving
-// for good is replaced even by a smaller ensemble (the cluster shrinks).
+// for good is replaced even by a smaller ensemble (the cluster shrinks);
+// an ensemble smaller than the one chosen now grows (the cluster grew
+// back).
 // It returns how many partitions moved.
 func (b *Broker) Reensemble(ctx context.Context, gone func(member string) Gone) (int, error) {
 	if b.journal == nil || b.cfg.Peers == nil || b.cfg.Cluster == nil {
@@ -626,7 +631,11 @@ func (b *Broker) Reensemble(ctx context.Context, gone func(member string) Gone) 
 				down = true
 			}
 		}
-		return leaving || down && len(next) >= len(e)
+		// An ensemble smaller than the one chosen now was opened while
+		// the cluster had fewer live members (shrunk, then grown back):
+		// each of its objects would have fewer copies than R, and the
+		// repair would copy every one of them again, forever.
+		return leaving || down && len(next) >= len(e) || len(next) > len(e)
 	}
 	moved := 0
 	for _, n := range b.views() {

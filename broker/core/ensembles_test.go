@@ -414,6 +414,47 @@ func TestReensembleLeavesALeaverEvenForASmallerEnsemble(t *testing.T) {
 	checkNumbered(t, b, "s", 5)
 }
 
+// TestReensembleGrowsASmallerEnsemble: a partition opened while one
+// member was away has an ensemble of two; once a third is live again, the
+// re-ensemble reopens it on three, so that its new objects have R copies
+// (CI's TestOperatorKilledMidDrain: after a scale from 2 back to 3, the
+// partitions that kept their ensembles of two wrote objects the repair
+// copied to a third member one by one, never catching up).
+func TestReensembleGrowsASmallerEnsemble(t *testing.T) {
+	t.Parallel()
+	peers := newFakePeers(t, "m-0~test", "p1", "p2")
+	peers.setGone("p2", true)
+	b := openMember(t, t.TempDir(), func(c *Config) { c.CheckpointInterval, c.Peers = time.Hour, peers })
+	defer b.Close()
+	ctx := context.Background()
+	mustCreate(t, b, "s", node.CreateOptions{})
+	appendNumbered(t, b, "s", 0, 3)
+	id := mustGet(t, b, "s").Partitions[0]
+	if in, _ := b.fsm.Internal(id); !slices.Equal(in.Ensemble, []string{"m-0~test", "p1"}) {
+		t.Fatalf("opened with p2 away: ensemble %v, want m-0~test and p1", in.Ensemble)
+	}
+	nobody := func(string) Gone { return Here }
+	if n, err := b.Reensemble(ctx, nobody); err != nil || n != 0 {
+		t.Fatalf("no larger ensemble to be had: moved %d, %v; want none", n, err)
+	}
+	peers.setGone("p2", false)
+	if n, err := b.Reensemble(ctx, nobody); err != nil || n != 1 {
+		t.Fatalf("p2 live again: moved %d, %v; want the partition", n, err)
+	}
+	in, _ := b.fsm.Internal(id)
+	if !slices.Equal(in.Ensemble, []string{"m-0~test", "p1", "p2"}) || in.Epoch != 1 || in.End != 3 {
+		t.Fatalf("after growing: ensemble %v epoch %d end %d; want all three at epoch 1, end 3", in.Ensemble, in.Epoch, in.End)
+	}
+	if n, err := b.Reensemble(ctx, nobody); err != nil || n != 0 {
+		t.Fatalf("grown already: moved %d, %v; want none", n, err)
+	}
+	appendNumbered(t, b, "s", 3, 2)
+	checkNumbered(t, b, "s", 5)
+	if len(peers.journals["p2"].Objects(id)) == 0 {
+		t.Fatal("the appends after growing did not reach p2's journal")
+	}
+}
+
 // TestReensembleMovesWhatAnEarlierProcessLeftOpen: a partition an earlier
 // process of this member opened — killed before it closed it, and no
 // append came since — is still open in the log on its old ensemble, and
