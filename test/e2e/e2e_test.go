@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -114,6 +115,15 @@ type load struct {
 }
 
 func startLoad(t *testing.T, name string) *load {
+	loadsStarted.Lock()
+	loadsStarted.n[name]++
+	if n := loadsStarted.n[name]; n > 1 {
+		// -count=N runs a test again on the same stack: its streams must
+		// be new, or the checkers read the last run's records as this
+		// one's duplicates.
+		name = fmt.Sprintf("%s-%d", name, n)
+	}
+	loadsStarted.Unlock()
 	l := &load{t: t, urls: &brokerURLs{}, streams: []workload.StreamSpec{{Name: name + "/one"}, {Name: name + "/four", Partitions: 4}}}
 	cfg := workload.Config{URLs: l.urls.get, Streams: l.streams, Seed: uint64(time.Now().UnixNano()), RequestTimeout: 10 * time.Second}
 	if err := workload.Setup(context.Background(), cfg, time.Minute); err != nil {
@@ -123,6 +133,12 @@ func startLoad(t *testing.T, name string) *load {
 	l.waitAcked(30, time.Minute)
 	return l
 }
+
+// loadsStarted counts startLoad's calls in this process, by name.
+var loadsStarted = struct {
+	sync.Mutex
+	n map[string]int
+}{n: map[string]int{}}
 
 func (l *load) waitAcked(n int64, timeout time.Duration) {
 	base := l.w.Acked()

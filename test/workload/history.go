@@ -12,7 +12,9 @@ package workload
 
 import (
 	"fmt"
+	"maps"
 	"math"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -238,11 +240,26 @@ func (h *History) Ops() []*Op {
 // Stats are a history's figures, for a trial's log.
 type Stats struct {
 	Ops, Appends, Acked, AckedRecords, Duplicates, Refused, Unknown, Reads, ReadRecords int
+	// UnknownBy counts the unknown appends by coded name ("" for a
+	// transport failure without one): what a trial's unknowns came from.
+	UnknownBy map[string]int
 }
 
 func (s Stats) String() string {
-	return fmt.Sprintf("%d ops: %d appends (%d acknowledged holding %d records, %d idempotent repeats, %d refused, %d unknown), %d reads returning %d records",
-		s.Ops, s.Appends, s.Acked, s.AckedRecords, s.Duplicates, s.Refused, s.Unknown, s.Reads, s.ReadRecords)
+	unknown := ""
+	if len(s.UnknownBy) > 0 {
+		names := slices.Sorted(maps.Keys(s.UnknownBy))
+		parts := make([]string, len(names))
+		for i, n := range names {
+			if n == "" {
+				n = "uncoded"
+			}
+			parts[i] = fmt.Sprintf("%s %d", n, s.UnknownBy[names[i]])
+		}
+		unknown = ": " + strings.Join(parts, ", ")
+	}
+	return fmt.Sprintf("%d ops: %d appends (%d acknowledged holding %d records, %d idempotent repeats, %d refused, %d unknown%s), %d reads returning %d records",
+		s.Ops, s.Appends, s.Acked, s.AckedRecords, s.Duplicates, s.Refused, s.Unknown, unknown, s.Reads, s.ReadRecords)
 }
 
 // Stats counts the history.
@@ -268,6 +285,10 @@ func (h *History) Stats() Stats {
 			s.Refused++
 		case Unknown:
 			s.Unknown++
+			if s.UnknownBy == nil {
+				s.UnknownBy = map[string]int{}
+			}
+			s.UnknownBy[o.Code]++
 		}
 	}
 	return s
