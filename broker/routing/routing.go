@@ -51,9 +51,10 @@ type Config struct {
 	Local http.Handler
 	// Broker is this broker, for the streams' partitions and policies.
 	Broker node.Broker
-	// Locate, when set, finds a stream's entry for routing whatever its
-	// lifetime says (core.Broker.Locate): its owner judges a sliding TTL,
-	// from accesses this broker's view of may trail. Default: Broker.Get.
+	// Locate, when set, finds a stream's Name, Partitions and Policy (all
+	// a route is decided by) whatever its lifetime says
+	// (core.Broker.Locate): its owner judges a sliding TTL, from accesses
+	// this broker's view of may trail. Default: Broker.Get.
 	Locate func(name string) (*node.Entry, error)
 	// SlotOf maps an internal stream to its slot; Owner says who holds a
 	// slot and whether its lease is live; Serving whether this broker
