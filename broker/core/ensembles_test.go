@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/picomq/picomq/broker/diskio"
 	"github.com/picomq/picomq/broker/journal"
 	"github.com/picomq/picomq/broker/node"
@@ -412,6 +414,58 @@ func TestReensembleLeavesALeaverEvenForASmallerEnsemble(t *testing.T) {
 	}
 	appendNumbered(t, b, "s", 3, 2)
 	checkNumbered(t, b, "s", 5)
+}
+
+// TestOpenCatchesUpWithTheCommittedProducerState: an open leaves the
+// provisional producer state no older than the committed one, even when
+// it was older before the open and the open moved nothing past where the
+// partition stood. A rollback does that: an append fenced by a
+// re-ensemble's open while that open ran resets the provisional state to
+// the entry as it was before the open, and the recovery adopted the
+// append. The producer's retry must then be answered as the repeat it is
+// — written again, the log refused it in the next checkpoint and every
+// append after it (CI's TestDrainingBrokerKilled: PRODUCER_SEQ_GAP,
+// acknowledged appends lost).
+func TestOpenCatchesUpWithTheCommittedProducerState(t *testing.T) {
+	t.Parallel()
+	peers := newFakePeers(t, "m-0~test", "p1", "p2")
+	b := openMember(t, t.TempDir(), func(c *Config) { c.CheckpointInterval, c.Peers = time.Hour, peers })
+	defer b.Close()
+	ctx := context.Background()
+	mustCreate(t, b, "s", node.CreateOptions{})
+	p := &node.ProducerTuple{ID: "p", Epoch: 1, Seq: 0}
+	if _, err := b.Append(ctx, "s", recs("once"), node.AppendOptions{Partition: -1, Producer: p}); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.checkpoint(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// What the rollback leaves: the provisional state of before the
+	// append, the partition taken out of service at the same end.
+	n, err := b.stream("s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.mu.Lock()
+	delete(n.producers, "p")
+	n.mu.Unlock()
+	n.takeOpen(func(uint64) bool { return true })
+
+	res, err := b.Append(ctx, "s", recs("once"), node.AppendOptions{Partition: -1, Producer: p})
+	if err != nil || !res.Duplicate {
+		t.Fatalf("the producer's retry: %+v, %v; want answered as a repeat", res, err)
+	}
+	next, err := b.Append(ctx, "s", recs("then"), node.AppendOptions{Partition: -1, Producer: &node.ProducerTuple{ID: "p", Epoch: 1, Seq: 1}})
+	if err != nil || next.First != 1 {
+		t.Fatalf("the next append: %+v, %v; want it at offset 1", next, err)
+	}
+	refused := testutil.ToFloat64(b.cfg.Metrics.CheckpointRefused)
+	if err := b.checkpoint(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := testutil.ToFloat64(b.cfg.Metrics.CheckpointRefused) - refused; got != 0 {
+		t.Fatalf("the checkpoint refused %v acknowledged appends", got)
+	}
 }
 
 // TestReensembleGrowsASmallerEnsemble: a partition opened while one

@@ -266,28 +266,30 @@ func (b *Broker) openPart(ctx context.Context, n *named, pt *part) error {
 	}
 	a := &openAttempt{done: make(chan struct{})}
 	pt.opening = a
-	prev := pt.next
 	n.mu.Unlock()
 
 	in, err := b.open(ctx, pt.id)
-	var e *meta.Entry
-	if err == nil && in.End > prev {
-		// The open may have recovered appends (ensembles.go): their
-		// producer and Stream-Seq state is the entry's now.
-		b.fsm.View(func(s *meta.State) {
-			if x, ok := s.Names[n.name]; ok {
-				e = x.Clone()
-			}
-		})
-	}
 	n.mu.Lock()
 	pt.opening = nil
 	a.err = err
 	close(a.done)
-	if e != nil {
-		n.adopt(e)
-	}
 	if err == nil {
+		// The provisional producer and Stream-Seq state must not be
+		// behind the entry's once the partition takes appends again. The
+		// open may have recovered appends (ensembles.go) — and a rollback
+		// of an append that failed while the open ran (fenced by it)
+		// resets the provisional state to the entry as it was before the
+		// open: had it adopted only when the end moved past where this
+		// open began, a producer's retry of an append the recovery adopted
+		// would be written again, and the log would refuse it and every
+		// append after it (CI's TestDrainingBrokerKilled: PRODUCER_SEQ_GAP,
+		// acknowledged appends lost). The merge keeps the later of each.
+		// (Same lock order as rollback: the stream's, then the state's.)
+		b.fsm.View(func(s *meta.State) {
+			if x, ok := s.Names[n.name]; ok {
+				n.adopt(x)
+			}
+		})
 		pt.opened, pt.epoch, pt.next, pt.ensemble = true, in.Epoch, in.End, in.Ensemble
 		b.cfg.Logger.Debug("stream opened", "name", n.name, "stream", pt.id, "epoch", pt.epoch)
 	}
