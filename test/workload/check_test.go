@@ -5,6 +5,10 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/picomq/picomq/broker/httpapi/wire"
+	"github.com/picomq/picomq/broker/routing"
+	"github.com/picomq/picomq/broker/stream"
 )
 
 // The checkers' unit tests: synthetic histories and final logs, no
@@ -343,6 +347,20 @@ func TestClassify(t *testing.T) {
 	}
 	if o, c := Classify(fmt.Errorf("wrapped: %w", errDeadline{})); o != Unknown || c != "" {
 		t.Errorf("an uncoded error: %v %q", o, c)
+	}
+	// A drained broker's refusal writes nothing; an owner's answer that the
+	// outcome is unknown, or the metadata log's, may have written.
+	for _, c := range []struct {
+		err  error
+		want Outcome
+	}{
+		{wire.NotReady.With("reason", "drained: this broker left the cluster; send requests to another"), Refused},
+		{routing.OutcomeUnknown.With("reason", "this broker stopped while the owner served the request"), Unknown},
+		{stream.StreamBackendFailed.With("op", "metalog.apply"), Unknown},
+	} {
+		if o, name := Classify(c.err); o != c.want {
+			t.Errorf("%s: %v, want %v", name, o, c.want)
+		}
 	}
 }
 

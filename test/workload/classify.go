@@ -23,6 +23,11 @@ var NotWritten = map[string]bool{
 	"NOT_SLOT_OWNER": true, // broker/ownership: refused before anything was written
 	// broker/routing: refused before the router sent or served anything
 	"METADATA_CATCHING_UP": true,
+	// broker/cluster: a broker that drained and left refuses every client
+	// request before serving or routing it (a proxy cut short by a
+	// stopping broker answers a write APPEND_OUTCOME_UNKNOWN instead, and
+	// NOT_READY only to a read)
+	"NOT_READY": true,
 }
 
 // Classify maps a request's error to its outcome and the coded name, if
