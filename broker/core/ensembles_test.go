@@ -424,8 +424,8 @@ func TestReensembleLeavesALeaverEvenForASmallerEnsemble(t *testing.T) {
 // the entry as it was before the open, and the recovery adopted the
 // append. The producer's retry must then be answered as the repeat it is
 // — written again, the log refused it in the next checkpoint and every
-// append after it (CI's TestDrainingBrokerKilled: PRODUCER_SEQ_GAP,
-// acknowledged appends lost).
+// append after it (e2e's TestDrainingBrokerKilled under -race:
+// PRODUCER_SEQ_GAP, acknowledged appends lost).
 func TestOpenCatchesUpWithTheCommittedProducerState(t *testing.T) {
 	t.Parallel()
 	peers := newFakePeers(t, "m-0~test", "p1", "p2")

@@ -99,7 +99,11 @@ func (n *named) adopt(e *meta.Entry) {
 		n.lastSeq = e.LastStreamSeq
 	}
 	if e.Closed && !n.closed {
-		n.closed, n.closedBy = true, e.ClosedBy
+		n.closed, n.closedBy = true, nil
+		if e.ClosedBy != nil {
+			by := *e.ClosedBy // e may be the state's own
+			n.closedBy = &by
+		}
 	}
 }
 
@@ -282,9 +286,10 @@ func (b *Broker) openPart(ctx context.Context, n *named, pt *part) error {
 		// open: had it adopted only when the end moved past where this
 		// open began, a producer's retry of an append the recovery adopted
 		// would be written again, and the log would refuse it and every
-		// append after it (CI's TestDrainingBrokerKilled: PRODUCER_SEQ_GAP,
-		// acknowledged appends lost). The merge keeps the later of each.
-		// (Same lock order as rollback: the stream's, then the state's.)
+		// append after it (e2e's TestDrainingBrokerKilled under -race:
+		// PRODUCER_SEQ_GAP, acknowledged appends lost). The merge keeps
+		// the later of each. (Same lock order as rollback: the stream's,
+		// then the state's.)
 		b.fsm.View(func(s *meta.State) {
 			if x, ok := s.Names[n.name]; ok {
 				n.adopt(x)
