@@ -25,7 +25,7 @@ var NotWritten = map[string]bool{
 	"METADATA_CATCHING_UP": true,
 	// broker/cluster: a broker that drained and left refuses every client
 	// request before serving or routing it (a proxy cut short by a
-	// stopping broker answers a write APPEND_OUTCOME_UNKNOWN instead, and
+	// stopping broker answers a write PROXY_OUTCOME_UNKNOWN instead, and
 	// NOT_READY only to a read)
 	"NOT_READY": true,
 }
