@@ -61,6 +61,16 @@ func (p *fakePeers) setGone(id string, gone bool) {
 	p.gone[id] = gone
 }
 
+// openOnPeers opens a cluster member in a new directory whose ensembles
+// are peers' journals, checkpointing only when a test asks; it is closed
+// when the test ends.
+func openOnPeers(t *testing.T, peers *fakePeers) *Broker {
+	t.Helper()
+	b := openMember(t, t.TempDir(), func(c *Config) { c.CheckpointInterval, c.Peers = time.Hour, peers })
+	t.Cleanup(func() { b.Close() })
+	return b
+}
+
 // onlyGone is Reensemble's view of the members when member alone is gone,
 // as how says.
 func onlyGone(member string, how Gone) func(string) Gone {
@@ -265,8 +275,7 @@ func TestReensembleReplacesAGoneMember(t *testing.T) {
 	t.Parallel()
 	peers := newFakePeers(t, "m-0~test", "p1", "p2", "p3")
 	peers.setGone("p3", true) // the ensemble starts as m-0, p1, p2
-	b := openMember(t, t.TempDir(), func(c *Config) { c.CheckpointInterval, c.Peers = time.Hour, peers })
-	defer b.Close()
+	b := openOnPeers(t, peers)
 	ctx := context.Background()
 	mustCreate(t, b, "s", node.CreateOptions{})
 	appendNumbered(t, b, "s", 0, 5)
@@ -307,8 +316,7 @@ func TestReensembleReplacesAGoneMember(t *testing.T) {
 func TestOwnJournalFencedIsNoStorageFailure(t *testing.T) {
 	t.Parallel()
 	peers := newFakePeers(t, "m-0~test", "p1", "p2")
-	b := openMember(t, t.TempDir(), func(c *Config) { c.CheckpointInterval, c.Peers = time.Hour, peers })
-	defer b.Close()
+	b := openOnPeers(t, peers)
 	ctx := context.Background()
 	mustCreate(t, b, "s", node.CreateOptions{})
 	mustCreate(t, b, "other", node.CreateOptions{})
@@ -393,8 +401,7 @@ func TestClusterDirectoryOfTheLogPathOpensOnEnsembles(t *testing.T) {
 func TestReensembleLeavesALeaverEvenForASmallerEnsemble(t *testing.T) {
 	t.Parallel()
 	peers := newFakePeers(t, "m-0~test", "p1", "p2")
-	b := openMember(t, t.TempDir(), func(c *Config) { c.CheckpointInterval, c.Peers = time.Hour, peers })
-	defer b.Close()
+	b := openOnPeers(t, peers)
 	ctx := context.Background()
 	mustCreate(t, b, "s", node.CreateOptions{})
 	appendNumbered(t, b, "s", 0, 3)
@@ -429,8 +436,7 @@ func TestReensembleLeavesALeaverEvenForASmallerEnsemble(t *testing.T) {
 func TestOpenCatchesUpWithTheCommittedProducerState(t *testing.T) {
 	t.Parallel()
 	peers := newFakePeers(t, "m-0~test", "p1", "p2")
-	b := openMember(t, t.TempDir(), func(c *Config) { c.CheckpointInterval, c.Peers = time.Hour, peers })
-	defer b.Close()
+	b := openOnPeers(t, peers)
 	ctx := context.Background()
 	mustCreate(t, b, "s", node.CreateOptions{})
 	p := &node.ProducerTuple{ID: "p", Epoch: 1, Seq: 0}
@@ -478,8 +484,7 @@ func TestReensembleGrowsASmallerEnsemble(t *testing.T) {
 	t.Parallel()
 	peers := newFakePeers(t, "m-0~test", "p1", "p2")
 	peers.setGone("p2", true)
-	b := openMember(t, t.TempDir(), func(c *Config) { c.CheckpointInterval, c.Peers = time.Hour, peers })
-	defer b.Close()
+	b := openOnPeers(t, peers)
 	ctx := context.Background()
 	mustCreate(t, b, "s", node.CreateOptions{})
 	appendNumbered(t, b, "s", 0, 3)
