@@ -637,20 +637,28 @@ func (b *Broker) Reensemble(ctx context.Context, gone func(member string) Gone) 
 		// repair would copy every one of them again, forever.
 		return leaving || down && len(next) >= len(e) || len(next) > len(e)
 	}
+	// A partition open on an ensemble: gathered under a lock (the
+	// stream's, the state's), judged by move outside it — gone and
+	// Ownership may read the state themselves, and a read lock taken
+	// again while the state machine waits to write deadlocks.
+	type openOn struct {
+		id       uint64
+		ensemble []string
+	}
 	moved := 0
 	for _, n := range b.views() {
-		ensembles := map[uint64][]string{}
+		var opens []openOn
 		n.mu.Lock()
 		for _, p := range n.parts {
 			if p.opened {
-				ensembles[p.id] = p.ensemble
+				opens = append(opens, openOn{p.id, p.ensemble})
 			}
 		}
 		n.mu.Unlock()
-		var ids []uint64 // judged without the stream's lock: gone may read the state
-		for id, e := range ensembles {
-			if move(e) {
-				ids = append(ids, id)
+		var ids []uint64
+		for _, o := range opens {
+			if move(o.ensemble) {
+				ids = append(ids, o.id)
 			}
 		}
 		if len(ids) == 0 {
@@ -685,13 +693,6 @@ func (b *Broker) Reensemble(ctx context.Context, gone func(member string) Gone) 
 	// hand-off or append would ever move them, and a drain waits for
 	// them: the open here recovers them at the next epoch on the new
 	// ensemble.
-	// (Gathered inside the View, judged outside it: gone and Ownership
-	// may read the state themselves, and a read lock taken again while
-	// the state machine waits to write deadlocks.)
-	type openOn struct {
-		id       uint64
-		ensemble []string
-	}
 	var opens []openOn
 	b.fsm.View(func(s *meta.State) {
 		for id, in := range s.Streams {
