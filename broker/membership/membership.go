@@ -161,10 +161,11 @@ type MetaLog interface {
 	TransferLeadership(ctx context.Context, to string) error
 }
 
-// Attach gives the member its broker and the metadata log, once open, and serves the peer API's
-// membership routes on srv. A member that bootstrapped the cluster names it
-// and records itself first, before any peer can join: it is member 1, the
-// number its object ids were given when the broker opened.
+// Attach gives the member its broker and the metadata log, once open,
+// and serves the peer API's membership routes on srv. A member that
+// bootstrapped the cluster names it and records itself first, before any
+// peer can join: it is member 1, the number its object ids were given
+// when the broker opened.
 func (m *Member) Attach(ctx context.Context, b *core.Broker, l MetaLog, srv *peer.Server) error {
 	m.mu.Lock()
 	m.b, m.mlog = b, l
