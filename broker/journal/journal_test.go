@@ -10,8 +10,10 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/picomq/picomq/broker/crashfs"
+	"github.com/picomq/picomq/internal/testwait"
 )
 
 // memFS is a crashfs directory as a journal's FS: journaltest.FS for this
@@ -681,16 +683,14 @@ func TestPreallocatedSegments(t *testing.T) {
 	j := open(t, d, pre)
 	eventuallySpare := func(j *Journal) {
 		t.Helper()
-		for i := 0; i < 5000; i++ {
+		// A wait on the clock, not a count of yields: under a loaded
+		// machine (CI runs packages side by side) the preparer may not
+		// run within thousands of them.
+		testwait.Until(t, 20*time.Second, "a spare is prepared", func() bool {
 			j.mu.Lock()
-			ready := j.spareReady
-			j.mu.Unlock()
-			if ready {
-				return
-			}
-			runtime.Gosched()
-		}
-		t.Fatal("no spare was prepared")
+			defer j.mu.Unlock()
+			return j.spareReady
+		})
 	}
 	var want []Object
 	for i := range uint64(40) {
