@@ -1,10 +1,13 @@
 package journal
 
 import (
+	"errors"
 	"io"
 	"os"
 	"path/filepath"
 	"slices"
+	"syscall"
+	"unsafe"
 
 	"github.com/picomq/picomq/broker/diskio"
 )
@@ -23,6 +26,29 @@ type FS interface {
 	List() ([]string, error)
 	// SyncDir makes creates and removes durable.
 	SyncDir() error
+}
+
+// DirectCreator is an FS that can also create a file written around the
+// page cache (O_DIRECT): the spare's zeros then cost no copy into the
+// cache and no writeback later. Writes to such a file must be aligned to
+// DirectAlign in offset, length and memory (AlignedBuffer).
+type DirectCreator interface {
+	// CreateDirect creates a file that must not exist, opened for direct
+	// writes; ok is false, with nothing created, where the file system
+	// has no direct I/O (tmpfs): the caller then uses Create.
+	CreateDirect(name string) (f File, ok bool, err error)
+}
+
+// DirectAlign is the alignment direct writes keep: the logical block
+// size of any disk (4 KiB covers 512-byte and 4Kn ones).
+const DirectAlign = 4096
+
+// AlignedBuffer returns n bytes whose address is a multiple of
+// DirectAlign.
+func AlignedBuffer(n int) []byte {
+	b := make([]byte, n+DirectAlign)
+	skip := (DirectAlign - int(uintptr(unsafe.Pointer(unsafe.SliceData(b)))%DirectAlign)) % DirectAlign
+	return b[skip : skip+n : skip+n]
 }
 
 // File is one segment.
@@ -59,6 +85,18 @@ func (d osDir) Create(name string) (File, error) {
 		return nil, err
 	}
 	return osFile{f, d.fs}, nil
+}
+
+func (d osDir) CreateDirect(name string) (File, bool, error) {
+	f, err := d.fs.OpenFile(filepath.Join(d.path, name), os.O_RDWR|os.O_CREATE|os.O_EXCL|syscall.O_DIRECT, 0o600)
+	if errors.Is(err, syscall.EINVAL) {
+		// No direct I/O here; open(2) refuses it before creating.
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	return osFile{f, d.fs}, true, nil
 }
 
 func (d osDir) Open(name string) (File, error) {

@@ -245,11 +245,10 @@ func (j *Journal) prepareSpares() {
 // it into place.
 func (j *Journal) prepareSpare() error {
 	_ = j.fs.Remove(spareTmp)
-	f, err := j.fs.Create(spareTmp)
+	f, zeros, err := j.createSpare()
 	if err != nil {
 		return err
 	}
-	zeros := make([]byte, min(1<<20, j.opts.SegmentBytes))
 	for off := int64(0); off < j.opts.SegmentBytes; off += int64(len(zeros)) {
 		select {
 		case <-j.done:
@@ -280,6 +279,30 @@ func (j *Journal) prepareSpare() error {
 	j.spareReady = true
 	j.mu.Unlock()
 	return nil
+}
+
+// createSpare creates the spare's file and the zeros to fill it with:
+// written directly when the file system can and the size keeps direct
+// I/O's alignment (zeroing a 16 MiB spare through the page cache showed as
+// a tenth of a cluster broker's CPU under load), else through the cache.
+// Either way the file's blocks are written, not merely allocated, which
+// is what spares the later fdatasyncs a metadata update.
+func (j *Journal) createSpare() (File, []byte, error) {
+	const chunk = 1 << 20
+	if dc, ok := j.fs.(DirectCreator); ok && j.opts.SegmentBytes%DirectAlign == 0 {
+		f, ok, err := dc.CreateDirect(spareTmp)
+		if err != nil {
+			return nil, nil, err
+		}
+		if ok {
+			return f, AlignedBuffer(int(min(chunk, j.opts.SegmentBytes))), nil
+		}
+	}
+	f, err := j.fs.Create(spareTmp)
+	if err != nil {
+		return nil, nil, err
+	}
+	return f, make([]byte, min(chunk, j.opts.SegmentBytes)), nil
 }
 
 // Damaged is the damage open found (a JOURNAL_DAMAGED error), or nil.
