@@ -32,19 +32,21 @@ import (
 // Cluster is a clustered broker's rooms around its core: the peer port,
 // its membership in the metadata log, and what runs beside the core.
 type Cluster struct {
-	cfg    settings.Cluster
-	log    *slog.Logger
-	reg    prometheus.Registerer
-	mux    *peer.Mux
-	addrs  peer.Addresses
-	dialer peer.Dialer
-	client *peer.Client
-	member *membership.Member
-	owners *ownership.Manager
-	repl   *replication.Replication
-	srv    *peer.Server
-	repair *repair.Runner
-	under  atomic.Int64 // objects under-replicated, as of the last count
+	cfg settings.Cluster
+	log *slog.Logger
+	reg prometheus.Registerer
+	mux *peer.Mux
+	// journals sends this owner's objects to its ensembles' members.
+	journals *journalpeer.Client
+	addrs    peer.Addresses
+	dialer   peer.Dialer
+	client   *peer.Client
+	member   *membership.Member
+	owners   *ownership.Manager
+	repl     *replication.Replication
+	srv      *peer.Server
+	repair   *repair.Runner
+	under    atomic.Int64 // objects under-replicated, as of the last count
 	// dataDir is the broker's data directory (the drain's record goes
 	// there). left is set once a drain removed this member from the
 	// cluster's records; drained once the leader also took it out of the
@@ -243,7 +245,9 @@ func (c *Cluster) Configure(cfg *core.Config) {
 	cfg.Placement = c.repl.Placement
 	cfg.Fetcher = c.repl.Fetcher()
 	// Appends commit on ensembles of journals (core's ensembles.go).
-	cfg.Peers = &journalPeers{c: c, client: journalpeer.NewClient(c.client)}
+	// Objects go on append streams, fences and reads as HTTP requests.
+	c.journals = journalpeer.NewStreamingClient(c.client, c.dialer.DialJournal)
+	cfg.Peers = &journalPeers{c: c, client: c.journals}
 }
 
 // Start serves the peer API and runs the membership duties beside b.
@@ -255,8 +259,11 @@ func (c *Cluster) Start(ctx context.Context, b *core.Broker) error {
 	// Before the peer API serves: the handler sets aside copies a crash
 	// left half received.
 	c.srv.Handle(replication.ObjectsPath, replication.NewHandler(replication.HandlerConfig{Store: b.Objects(), Logger: c.log, Frames: b.JournalFrame, Object: b.JournalObject}))
-	if j := b.Journal(); j != nil {
+	j := b.Journal()
+	if j != nil {
 		c.srv.Handle(journalpeer.Path, journalpeer.NewHandler(journalpeer.HandlerConfig{Journal: j, Logger: c.log}))
+	} else {
+		c.mux.Journal().Close() // no journal: streams are refused at once
 	}
 	if err := c.member.Attach(ctx, b, b.Log(), c.srv); err != nil {
 		return err
@@ -264,7 +271,13 @@ func (c *Cluster) Start(ctx context.Context, b *core.Broker) error {
 	ctx, cancel := context.WithCancel(context.Background())
 	c.stop, c.ctx = cancel, ctx
 	c.repair = repair.New(repair.Config{DownGrace: c.cfg.RepairDownGrace, Logger: c.log.With("component", "repair"), Metrics: c.reg}, repairCluster{c: c, b: b})
-	c.wg.Add(7)
+	c.wg.Add(8)
+	go func() {
+		defer c.wg.Done()
+		if j != nil {
+			journalpeer.ServeStream(c.mux.Journal(), j, c.log, 0)
+		}
+	}()
 	go func() { defer c.wg.Done(); c.repair.Run(ctx) }()
 	go func() { defer c.wg.Done(); every(ctx, reensembleEvery, func() { c.reensemble(ctx, b) }) }()
 	go func() { defer c.wg.Done(); every(ctx, drainCheck, func() { c.finishDrain(ctx) }) }()
@@ -324,6 +337,9 @@ func (c *Cluster) Close() {
 		cancel()
 	}
 	c.mux.Close()
+	if c.journals != nil {
+		c.journals.Close()
+	}
 	c.wg.Wait()
 }
 

@@ -3,10 +3,12 @@ package journalpeer
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"strconv"
+	"time"
 
 	"github.com/picomq/picomq/broker/journal"
 )
@@ -19,10 +21,30 @@ type Doer interface {
 }
 
 // Client calls other members' journals.
-type Client struct{ peers Doer }
+type Client struct {
+	peers   Doer
+	streams *streams // nil: objects go as HTTP requests
+}
 
-// NewClient returns a client sending through peers.
+// NewClient returns a client sending everything through peers, an HTTP
+// request each.
 func NewClient(peers Doer) *Client { return &Client{peers: peers} }
+
+// NewStreamingClient returns a client sending objects on append streams
+// dialled with dial (stream.go), and fences and reads through peers; a
+// member that serves no stream (an older build) is sent objects through
+// peers.
+func NewStreamingClient(peers Doer, dial StreamDialer) *Client {
+	return &Client{peers: peers, streams: &streams{dial: dial, conns: map[string]*streamConn{}, old: map[string]time.Time{}}}
+}
+
+// Close breaks the client's append streams: objects awaiting an answer
+// fail (outcome unknown).
+func (c *Client) Close() {
+	if c.streams != nil {
+		c.streams.close()
+	}
+}
 
 // Append sends o to the member at addr and returns once that member's
 // journal has it durable, or its refusal (journal.Fenced,
@@ -30,6 +52,12 @@ func NewClient(peers Doer) *Client { return &Client{peers: peers} }
 // connection) says nothing of whether it was written: resend the same
 // bytes, never other ones under the id.
 func (c *Client) Append(ctx context.Context, addr string, o journal.Object) error {
+	if c.streams != nil {
+		err := c.streams.append(ctx, addr, o)
+		if !errors.Is(err, errOldPeer) {
+			return err
+		}
+	}
 	resp, err := c.do(ctx, http.MethodPost, addr, Path+"objects", EncodeObject(o))
 	if err != nil {
 		return err

@@ -6,6 +6,12 @@
 //	POST /v1/peer/journal/fences/{stream}/{epoch}                200 body: the stream's refs
 //	GET  /v1/peer/journal/objects/{id}                           200 body: the object
 //
+// Objects, the hot path, go on an append stream instead (stream.go: one
+// connection per member pair, every object queued meanwhile in one write,
+// answers by request id in any order, each with the same meaning as POST
+// objects' answer); a member that serves no stream, an older build, is
+// sent them by POST.
+//
 // The member's journal (broker/journal) decides everything: an append is
 // answered only after the fdatasync that covers it, refused JOURNAL_FENCED
 // when the stream is fenced past its epoch, JOURNAL_CONFLICT when the id is

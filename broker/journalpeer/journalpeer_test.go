@@ -5,11 +5,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"net/http"
-	"net/http/httptest"
 	"slices"
-	"strings"
 	"sync"
 	"testing"
 
@@ -18,14 +17,17 @@ import (
 	"github.com/picomq/picomq/broker/peer"
 )
 
-// member is one journal behind the peer API, on a real directory.
+// member is one journal behind a real peer port: the HTTP API and the
+// append stream, on a real directory.
 type member struct {
 	name string
 	j    *journal.Journal
-	srv  *httptest.Server
+	url  string // of the HTTP API
 }
 
-func members(t *testing.T, names ...string) (map[string]*member, *Client) {
+// members starts a member per name and returns them with a client that
+// sends objects on append streams (streaming) or as HTTP requests.
+func members(t *testing.T, streaming bool, names ...string) (map[string]*member, *Client) {
 	t.Helper()
 	out := map[string]*member{}
 	table := map[string]peer.Static{}
@@ -34,12 +36,39 @@ func members(t *testing.T, names ...string) (map[string]*member, *Client) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		srv := httptest.NewServer(NewHandler(HandlerConfig{Journal: j, MaxObjectBytes: 1 << 20}))
-		t.Cleanup(func() { srv.Close(); j.Close() })
-		out[n] = &member{name: n, j: j, srv: srv}
-		table[n] = peer.Static{Peer: strings.TrimPrefix(srv.URL, "http://")}
+		mux, err := peer.Listen("127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv := peer.NewServer(slog.New(slog.DiscardHandler))
+		srv.Handle(Path, NewHandler(HandlerConfig{Journal: j, MaxObjectBytes: 1 << 20}))
+		var wg sync.WaitGroup
+		wg.Add(2)
+		go func() { defer wg.Done(); srv.Serve(mux.HTTP()) }()
+		go func() { defer wg.Done(); ServeStream(mux.Journal(), j, nil, 1<<20) }()
+		t.Cleanup(func() {
+			srv.Shutdown(context.Background())
+			mux.Close()
+			wg.Wait()
+			j.Close()
+		})
+		out[n] = &member{name: n, j: j, url: "http://" + mux.Addr().String()}
+		table[n] = peer.Static{Peer: mux.Addr().String()}
 	}
-	return out, NewClient(peer.NewClient(peer.Dialer{Addresses: peer.Addresses{Static: table}}))
+	d := peer.Dialer{Addresses: peer.Addresses{Static: table}}
+	if !streaming {
+		return out, NewClient(peer.NewClient(d))
+	}
+	c := NewStreamingClient(peer.NewClient(d), d.DialJournal)
+	t.Cleanup(c.Close)
+	return out, c
+}
+
+// bothWays runs test with objects sent as HTTP requests and on streams.
+func bothWays(t *testing.T, test func(t *testing.T, streaming bool)) {
+	for _, streaming := range []bool{false, true} {
+		t.Run(map[bool]string{false: "http", true: "stream"}[streaming], func(t *testing.T) { test(t, streaming) })
+	}
 }
 
 func object(id, stream uint64, epoch int64, first uint64, payload string) journal.Object {
@@ -92,8 +121,10 @@ func TestWireRoundTrip(t *testing.T) {
 // from then on the member refuses the old epoch — JOURNAL_FENCED on the
 // sender's side, as the journal's own error; a resend of the same bytes is
 // answered, other bytes under the id are JOURNAL_CONFLICT.
-func TestAppendFenceRead(t *testing.T) {
-	ms, c := members(t, "a", "b", "c")
+func TestAppendFenceRead(t *testing.T) { bothWays(t, testAppendFenceRead) }
+
+func testAppendFenceRead(t *testing.T, streaming bool) {
+	ms, c := members(t, streaming, "a", "b", "c")
 	ctx := context.Background()
 	for i := range uint64(5) {
 		for _, m := range ms {
@@ -143,9 +174,9 @@ func TestAppendFenceRead(t *testing.T) {
 // bad path values and unknown routes are refused with coded problems, and
 // the journal holds nothing after them.
 func TestMalformedRequestsWriteNothing(t *testing.T) {
-	ms, c := members(t, "a")
+	ms, c := members(t, false, "a")
 	ctx := context.Background()
-	url := ms["a"].srv.URL + Path
+	url := ms["a"].url + Path
 	good := EncodeObject(object(1, 7, 0, 0, "x"))
 	bad := bytes.Clone(good)
 	bad[len(bad)-1] ^= 0xff
@@ -185,8 +216,10 @@ func TestMalformedRequestsWriteNothing(t *testing.T) {
 // one member all land, and the member's journal group-commits them (fewer
 // batches than objects is the journal's business; here: every one is
 // durable and readable, none answered twice).
-func TestConcurrentSendersShareSyncs(t *testing.T) {
-	_, c := members(t, "m")
+func TestConcurrentSendersShareSyncs(t *testing.T) { bothWays(t, testConcurrentSendersShareSyncs) }
+
+func testConcurrentSendersShareSyncs(t *testing.T, streaming bool) {
+	_, c := members(t, streaming, "m")
 	ctx := context.Background()
 	var wg sync.WaitGroup
 	errs := make(chan error, 64)

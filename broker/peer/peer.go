@@ -5,8 +5,9 @@
 // static table outside Kubernetes — resolved at every dial, never pinned to
 // an IP.
 //
-// The two protocols share the port: a raft connection starts with the byte
-// RaftTag, which no HTTP request starts with (a request line starts with a
+// The protocols share the port: a raft connection starts with the byte
+// RaftTag, a journal append stream (broker/journalpeer) with JournalTag,
+// and neither is how an HTTP request starts (a request line starts with a
 // method's capital letters).
 package peer
 
@@ -25,12 +26,16 @@ import (
 // RaftTag is the first byte of every raft connection to a peer port.
 const RaftTag = 0x01
 
+// JournalTag is the first byte of every journal append stream.
+const JournalTag = 0x02
+
 // Mux accepts the peer port's connections and hands each to the protocol
 // it starts with.
 type Mux struct {
-	ln   net.Listener
-	raft *chanListener
-	http *chanListener
+	ln      net.Listener
+	raft    *chanListener
+	journal *chanListener
+	http    *chanListener
 
 	closeOnce sync.Once
 }
@@ -50,7 +55,7 @@ func ListenTLS(addr string, conf *tls.Config) (*Mux, error) {
 	if conf != nil {
 		ln = tls.NewListener(ln, conf)
 	}
-	m := &Mux{ln: ln, raft: newChanListener(ln.Addr()), http: newChanListener(ln.Addr())}
+	m := &Mux{ln: ln, raft: newChanListener(ln.Addr()), journal: newChanListener(ln.Addr()), http: newChanListener(ln.Addr())}
 	go m.accept()
 	return m, nil
 }
@@ -61,6 +66,9 @@ func (m *Mux) Addr() net.Addr { return m.ln.Addr() }
 // Raft is the listener of the raft connections.
 func (m *Mux) Raft() net.Listener { return m.raft }
 
+// Journal is the listener of the journal append streams.
+func (m *Mux) Journal() net.Listener { return m.journal }
+
 // HTTP is the listener of the HTTP connections.
 func (m *Mux) HTTP() net.Listener { return m.http }
 
@@ -70,6 +78,7 @@ func (m *Mux) Close() error {
 	m.closeOnce.Do(func() {
 		err = m.ln.Close()
 		m.raft.close()
+		m.journal.close()
 		m.http.close()
 	})
 	return err
@@ -102,9 +111,14 @@ func (m *Mux) route(c net.Conn) {
 		return
 	}
 	_ = c.SetReadDeadline(time.Time{})
-	if first[0] == RaftTag {
+	switch first[0] {
+	case RaftTag:
 		_, _ = br.Discard(1)
 		m.raft.deliver(&bufferedConn{Conn: c, r: br})
+		return
+	case JournalTag:
+		_, _ = br.Discard(1)
+		m.journal.deliver(&bufferedConn{Conn: c, r: br})
 		return
 	}
 	m.http.deliver(&bufferedConn{Conn: c, r: br})
@@ -265,11 +279,20 @@ func (d Dialer) Dial(ctx context.Context, addr string) (net.Conn, error) {
 
 // DialRaft connects to the raft of the node at addr.
 func (d Dialer) DialRaft(ctx context.Context, addr string) (net.Conn, error) {
+	return d.dialTagged(ctx, addr, RaftTag)
+}
+
+// DialJournal connects to the journal append stream of the node at addr.
+func (d Dialer) DialJournal(ctx context.Context, addr string) (net.Conn, error) {
+	return d.dialTagged(ctx, addr, JournalTag)
+}
+
+func (d Dialer) dialTagged(ctx context.Context, addr string, tag byte) (net.Conn, error) {
 	c, err := d.Dial(ctx, addr)
 	if err != nil {
 		return nil, err
 	}
-	if _, err := c.Write([]byte{RaftTag}); err != nil {
+	if _, err := c.Write([]byte{tag}); err != nil {
 		c.Close()
 		return nil, err
 	}
