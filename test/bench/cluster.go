@@ -537,8 +537,15 @@ func describeMetrics(before, after metrics, r loadResult, d0 time.Duration, brok
 		after.mean(before, "picomq_flush_appends"), 100*d("picomq_inline_objects_total")/max(objects, 1),
 		ms(time.Duration(after.mean(before, "picomq_metadata_commit_seconds")*1e9)))
 	if n := d("picomq_replica_copies_total"); n > 0 || d("picomq_replica_copy_failures_total") > 0 {
-		out += fmt.Sprintf("; replica copies %.0f (%.0f failed), %s each", n, d("picomq_replica_copy_failures_total"),
-			ms(time.Duration(after.mean(before, "picomq_replica_copy_seconds")*1e9)))
+		// Copies are the merged segments' (and repair's): their bytes
+		// against the bytes appended are the merge's write amplification
+		// on the peers.
+		out += fmt.Sprintf("; replica copies %.0f (%.0f failed), %s each, %.1f MB (%.2f per MB appended)", n, d("picomq_replica_copy_failures_total"),
+			ms(time.Duration(after.mean(before, "picomq_replica_copy_seconds")*1e9)),
+			d("picomq_replica_copy_bytes_total")/1e6, d("picomq_replica_copy_bytes_total")/max(d("picomq_append_bytes_total"), 1))
+	}
+	if n := d("picomq_merged_ranges_total"); n > 0 {
+		out += fmt.Sprintf("; merged ranges %.0f", n)
 	}
 	if n := d("picomq_routed_requests_total"); n > 0 {
 		out += fmt.Sprintf("; routed to another broker %.0f (retried %.0f)", n, d("picomq_routed_retries_total"))
