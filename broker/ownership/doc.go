@@ -17,7 +17,11 @@
 // (streams.picomq.io/role=member), annotated streams.picomq.io/draining=true
 // while it drains. A member is live, for this broker, while its member Lease
 // has changed within LeaseDuration of this broker's own clock and it is not
-// draining.
+// draining. The member Lease is what keeps a broker's slots: slot Leases
+// are written when their holder changes (a take, a hand-off), never
+// renewed, so the API server takes one write per broker per RetryPeriod
+// however many slots there are, and each slot Lease still names its holder
+// truthfully (its renewTime is that of the take).
 //
 // # One manager per broker
 //
@@ -25,9 +29,10 @@
 // informer watches every Lease of the cluster, and the loop changes them only
 // with conditional updates (the resourceVersion it decided from; a Conflict
 // means another broker won, and the loop decides again from what it learns).
-// Each RetryPeriod it renews its member Lease and every slot it holds, hands
-// off the slots it holds beyond its fair share, and takes free or expired
-// slots up to it. The client it is given must allow Slots+1 renewals per
+// Each RetryPeriod it renews its member Lease, hands off the slots it holds
+// beyond its fair share, and takes free or expired slots up to it. After an
+// outage every held slot may need a write at once (below), and a failover
+// takes up to Slots: the client it is given must allow Slots+1 writes per
 // RetryPeriod: see RestConfigFor.
 //
 // Fair share: the live members' identities, sorted, with L live and S slots;
@@ -44,19 +49,38 @@
 //
 // # The timing rule
 //
-// A holder serves a slot until the time its last successful renew request
-// was SENT, plus RenewDeadline, by its own clock. From that instant MayOpen
-// refuses, and the loop calls Revoke (stop writing at once, no I/O) — whether
-// or not the API server answers, because every request the loop makes is
-// bounded by the earliest such deadline.
+// A holder serves a slot until the time its last successful renewal of its
+// member Lease (or its take of the slot) was SENT, plus RenewDeadline, by
+// its own clock. From that instant MayOpen refuses, and the loop calls
+// Revoke (stop writing at once, no I/O) — whether or not the API server
+// answers, because every request the loop makes is bounded by the earliest
+// such deadline.
 //
 // Another broker takes a slot held by someone else only after LeaseDuration
-// has passed on ITS OWN clock since it last saw the Lease change (a new
-// resourceVersion). It never compares the Lease's renewTime with its clock,
-// so clock offsets between brokers do not matter; clock rates may differ by
-// up to the margin LeaseDuration - RenewDeadline leaves. The last renew the
+// has passed on ITS OWN clock since it last saw a sign of the holder's life:
+// a change of the slot Lease, or of a member Lease naming the holder (or
+// ceasing to). It never compares a Lease's renewTime with its clock, so
+// clock offsets between brokers do not matter; clock rates may differ by up
+// to the margin LeaseDuration - RenewDeadline leaves. The last renewal the
 // holder counted was sent before the change the taker saw, so the holder
 // stopped serving at least LeaseDuration - RenewDeadline before the take.
+//
+// # Fences
+//
+// A renewal and a take are writes of different Leases, so a take cannot
+// conflict with the renewal it raced; the member Lease carries the
+// conflict instead. Before taking the slots of a holder whose member Lease
+// (read from the API server, not the cache) still names it, the taker
+// writes that Lease naming nobody, conditionally on the version it saw
+// unchanged for LeaseDuration: a renewal that got there first makes the
+// fence fail, and the holder is live after all. A holder extends its slots
+// only by a renewal that continues a version naming it: a write over a
+// fence, over another incarnation's write, or a create (the Lease was
+// deleted) stops serving every held slot, which is served again only after
+// its slot Lease was written again, conditionally on the holder's last
+// write of it — a write that fails if the slot was taken meanwhile. A
+// holder no member Lease names is not fenced: its next renewal would not
+// continue, and its slots are taken LeaseDuration after the change.
 //
 // # The Lease routes, the epoch fences
 //

@@ -32,7 +32,7 @@ func (m *Manager) setMemberFlag(ctx context.Context, flag *bool, name string, on
 	*flag = on
 	m.mu.Unlock()
 	m.memberMu.Lock()
-	err := m.writeMemberLocked(ctx)
+	_, err := m.writeMemberLocked(ctx)
 	m.memberMu.Unlock()
 	if err != nil {
 		m.noteErr(err)

@@ -37,13 +37,19 @@ type fakeAPI struct {
 	leaseDuration time.Duration
 	now           func() time.Time // the test's global time, stamped on writes
 
-	mu         sync.Mutex
-	tracker    k8stesting.ObjectTracker
-	rv         int64
-	lastWrite  map[string]time.Time // Lease name -> global time of its last write
+	mu        sync.Mutex
+	tracker   k8stesting.ObjectTracker
+	rv        int64
+	lastWrite map[string]time.Time // Lease name -> global time of its last write
+	// lastAlive: identity -> global time of its last write of a member
+	// Lease naming it (what keeps its slots).
+	lastAlive  map[string]time.Time
 	violations []string
 	writes     int
 	takes      int // slot Leases whose holder moved from one broker to another
+	fences     int // member Leases written naming nobody by another broker
+	// slotWrites and memberWrites count the writes of each kind of Lease.
+	slotWrites, memberWrites int
 
 	// beforeUpdate, when set, runs as an Update arrives, before it applies:
 	// a test makes the request slow by moving the writer's clock.
@@ -56,6 +62,7 @@ func newFakeAPI(leaseDuration time.Duration, now func() time.Time) *fakeAPI {
 		now:           now,
 		tracker:       k8stesting.NewObjectTracker(scheme.Scheme, scheme.Codecs.UniversalDecoder()),
 		lastWrite:     map[string]time.Time{},
+		lastAlive:     map[string]time.Time{},
 	}
 }
 
@@ -122,6 +129,9 @@ func (a *fakeAPI) create(writer, ns string, l *coordinationv1.Lease) (runtime.Ob
 	if h := holderOf(l); h != "" && h != writer {
 		a.violate("%s created %s naming %s", writer, l.Name, h)
 	}
+	if strings.Contains(l.Name, "-member-") && holderOf(l) == writer {
+		a.lastAlive[writer] = a.now()
+	}
 	l = l.DeepCopy()
 	a.rv++
 	l.ResourceVersion = strconv.FormatInt(a.rv, 10)
@@ -129,8 +139,18 @@ func (a *fakeAPI) create(writer, ns string, l *coordinationv1.Lease) (runtime.Ob
 		return nil, err
 	}
 	a.lastWrite[l.Name] = a.now()
-	a.writes++
+	a.count(l.Name)
 	return l.DeepCopy(), nil
+}
+
+func (a *fakeAPI) count(name string) {
+	a.writes++
+	switch {
+	case strings.Contains(name, "-slot-"):
+		a.slotWrites++
+	case strings.Contains(name, "-member-"):
+		a.memberWrites++
+	}
 }
 
 func (a *fakeAPI) update(writer, ns string, l *coordinationv1.Lease) (runtime.Object, error) {
@@ -151,6 +171,9 @@ func (a *fakeAPI) update(writer, ns string, l *coordinationv1.Lease) (runtime.Ob
 	if strings.Contains(l.Name, "-slot-") {
 		a.checkSlotWrite(writer, cur, l)
 	}
+	if strings.Contains(l.Name, "-member-") {
+		a.checkMemberWrite(writer, cur, l)
+	}
 	l = l.DeepCopy()
 	a.rv++
 	l.ResourceVersion = strconv.FormatInt(a.rv, 10)
@@ -158,15 +181,16 @@ func (a *fakeAPI) update(writer, ns string, l *coordinationv1.Lease) (runtime.Ob
 		return nil, err
 	}
 	a.lastWrite[l.Name] = a.now()
-	a.writes++
+	a.count(l.Name)
 	return l.DeepCopy(), nil
 }
 
 // checkSlotWrite checks a write of a slot Lease against the protocol:
 // only the holder renews or clears it; a broker names itself only; and a
 // Lease held by one broker moves to another only after LeaseDuration
-// without a change (all clocks of the tests run at one rate, so the global
-// time measures every broker's).
+// without a change of it or a write of the holder's member Lease by the
+// holder (all clocks of the tests run at one rate, so the global time
+// measures every broker's).
 func (a *fakeAPI) checkSlotWrite(writer string, cur, next *coordinationv1.Lease) {
 	old, now := holderOf(cur), holderOf(next)
 	switch {
@@ -176,8 +200,30 @@ func (a *fakeAPI) checkSlotWrite(writer string, cur, next *coordinationv1.Lease)
 		a.violate("%s cleared %s held by %s", writer, next.Name, old)
 	case old != "" && now != "" && old != now:
 		a.takes++
+		last := a.lastWrite[next.Name]
+		if alive := a.lastAlive[old]; alive.After(last) {
+			last = alive
+		}
+		if since := a.now().Sub(last); since < a.leaseDuration {
+			a.violate("%s took %s from %s %v after its last sign of life, before LeaseDuration %v", writer, next.Name, old, since, a.leaseDuration)
+		}
+	}
+}
+
+// checkMemberWrite checks a write of a member Lease: a broker names itself
+// or nobody; it writes another's naming nobody (a fence) only after
+// LeaseDuration without a change.
+func (a *fakeAPI) checkMemberWrite(writer string, cur, next *coordinationv1.Lease) {
+	old, now := holderOf(cur), holderOf(next)
+	switch {
+	case now != "" && now != writer:
+		a.violate("%s wrote %s naming %s", writer, next.Name, now)
+	case now == writer:
+		a.lastAlive[writer] = a.now()
+	case old != "" && old != writer:
+		a.fences++
 		if since := a.now().Sub(a.lastWrite[next.Name]); since < a.leaseDuration {
-			a.violate("%s took %s from %s %v after its last change, before LeaseDuration %v", writer, next.Name, old, since, a.leaseDuration)
+			a.violate("%s fenced %s of %s %v after its last change, before LeaseDuration %v", writer, next.Name, old, since, a.leaseDuration)
 		}
 	}
 }

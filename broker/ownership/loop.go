@@ -104,6 +104,7 @@ func (m *Manager) tick(ctx context.Context) {
 	// skips only the decisions.
 	ok := m.refresh(m.clk.Now())
 	if ok {
+		m.dropTaken()
 		m.ensureSlots(ctx)
 	}
 	m.renew(ctx)
@@ -119,6 +120,7 @@ func (m *Manager) pass(ctx context.Context) {
 	if !m.refresh(m.clk.Now()) {
 		return
 	}
+	m.dropTaken()
 	m.rebalance(ctx)
 	m.publish()
 }
@@ -132,7 +134,11 @@ func (m *Manager) expire(now time.Time) {
 	var revoke []int
 	m.mu.Lock()
 	for s, h := range m.held {
-		if !h.quiesced && !now.Before(h.deadline) {
+		if now.Before(h.deadline) {
+			continue
+		}
+		h.rewrite = true // a renewal of the member Lease no longer keeps it
+		if !h.quiesced {
 			h.serving, h.quiesced = false, true
 			revoke = append(revoke, s)
 		}
@@ -141,6 +147,32 @@ func (m *Manager) expire(now time.Time) {
 	slices.Sort(revoke)
 	for _, s := range revoke {
 		m.log.Warn("slot past its renew deadline: stopped serving", "slot", s)
+		m.cfg.Revoke(s)
+	}
+}
+
+// dropTaken forgets the held slots whose Lease, as the cache shows it,
+// names another holder since our last write of it — taken after our
+// deadline passed, or handed over by hand — and calls Revoke for each
+// that may still have been written. Renewals write no slot Lease, so this
+// is where such a loss is learnt.
+func (m *Manager) dropTaken() {
+	var revoke []int
+	m.mu.Lock()
+	for s, h := range m.held {
+		l := m.slots[s]
+		if l == nil || l.ResourceVersion == h.lease.ResourceVersion || holderOf(l) == m.cfg.Identity {
+			continue
+		}
+		if m.dropLocked(s) {
+			revoke = append(revoke, s)
+		}
+		m.met.handoffs.WithLabelValues(eventLost).Inc()
+		m.log.Warn("slot lost", "slot", s, "holder", holderOf(l))
+	}
+	m.mu.Unlock()
+	slices.Sort(revoke)
+	for _, s := range revoke {
 		m.cfg.Revoke(s)
 	}
 }

@@ -37,8 +37,16 @@ type Manager struct {
 	memberMu sync.Mutex
 	member   *coordinationv1.Lease // our last write of it, base of the next update
 
-	mu       sync.Mutex
-	seen     map[string]observation           // Lease name -> the last change this broker saw
+	mu   sync.Mutex
+	seen map[string]observation // Lease name -> the last change this broker saw
+	// alive: identity -> when this broker last saw a member Lease change
+	// naming it, by its clock: the slots an identity holds expire
+	// LeaseDuration after the later of this and their own Lease's change.
+	alive map[string]time.Time
+	// fenced: a write of our member Lease found it no longer ours (another
+	// broker fenced it, another incarnation wrote it, or it was deleted):
+	// nothing held may be served again before its slot Lease is written.
+	fenced   bool
 	slots    []*coordinationv1.Lease          // slot -> its Lease as last seen (nil: none seen)
 	members  map[string]*coordinationv1.Lease // node -> its member Lease as last seen
 	held     map[int]*heldSlot
@@ -67,8 +75,12 @@ type heldSlot struct {
 	// never acquired, or Release returned nil, or Revoke was called. While
 	// it is false, losing the slot calls Revoke.
 	quiesced bool
-	handing  bool // a hand-off began (serving stopped); Release has not returned nil yet
-	letGo    bool // Release returned nil (or nothing was open); the holder is still to clear
+	// rewrite: the slot's deadline passed, or our member Lease was fenced:
+	// member renewals no longer extend it; only a write of its slot Lease
+	// (conditional on ours, so it fails if another broker took it) does.
+	rewrite bool
+	handing bool // a hand-off began (serving stopped); Release has not returned nil yet
+	letGo   bool // Release returned nil (or nothing was open); the holder is still to clear
 }
 
 // observation is the last change of a Lease this broker saw: its
@@ -105,6 +117,7 @@ func New(cfg Config) (*Manager, error) {
 		leases:  cfg.Client.CoordinationV1().Leases(cfg.Namespace),
 		poke:    make(chan struct{}, 1),
 		seen:    map[string]observation{},
+		alive:   map[string]time.Time{},
 		slots:   make([]*coordinationv1.Lease, cfg.Slots),
 		members: map[string]*coordinationv1.Lease{},
 		held:    map[int]*heldSlot{},
@@ -185,7 +198,7 @@ func (m *Manager) cachedOwnerLocked(slot int, now time.Time) (string, bool) {
 	if holder == "" {
 		return "", false
 	}
-	return holder, !m.expiredLocked(l, now)
+	return holder, !m.slotExpiredLocked(l, now)
 }
 
 // Held returns the slots whose Leases name this broker, sorted: served, or

@@ -11,9 +11,15 @@ import (
 )
 
 // writeMemberLocked creates or renews the member Lease: holder this
-// broker's identity, renewed now, annotated while draining. The caller
-// holds memberMu.
-func (m *Manager) writeMemberLocked(ctx context.Context) error {
+// broker's identity, renewed now, annotated while draining, and returns
+// when the successful write was sent. The caller holds memberMu.
+//
+// Every update is conditional on our last write. A write that does not
+// continue a version naming this broker — a create, or a write over a
+// version another broker fenced (naming nobody), another incarnation
+// wrote, or over a deletion — sets fenced: the slots held may have been
+// taken, so none is served again before its own Lease is written (renew).
+func (m *Manager) writeMemberLocked(ctx context.Context) (time.Time, error) {
 	ctx, cancel := m.ioContext(ctx)
 	defer cancel()
 	m.mu.Lock()
@@ -41,20 +47,27 @@ func (m *Manager) writeMemberLocked(ctx context.Context) error {
 			m.member = got
 			m.mu.Lock()
 			m.observeLocked(got, now)
+			if base == nil || holderOf(base) != m.cfg.Identity {
+				// Not a continuation of a version naming us (created,
+				// or written over another's): a broker that found no
+				// Lease naming us may have taken our slots meanwhile.
+				m.fenced = true
+			}
 			m.mu.Unlock()
-			return nil
+			return now, nil
 		}
 		conflict := apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err) || apierrors.IsNotFound(err)
 		if !conflict || attempt > 0 {
-			return err
+			return time.Time{}, err
 		}
-		// Our copy is stale (a previous incarnation wrote it, or our last
-		// write's answer was lost): read it and write once more.
+		// Our copy is stale (a fence, a previous incarnation's write, or
+		// our last write whose answer was lost): read it and write once
+		// more.
 		base, err = m.leases.Get(ctx, name, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
 			base = nil
 		} else if err != nil {
-			return err
+			return time.Time{}, err
 		}
 	}
 }

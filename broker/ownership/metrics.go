@@ -8,6 +8,7 @@ type metrics struct {
 	handoffs      *prometheus.CounterVec
 	renewFailures prometheus.Counter
 	membersLive   prometheus.Gauge
+	fences        prometheus.Counter
 }
 
 // The values of picomq_slot_handoffs_total's "event" label.
@@ -28,7 +29,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Slot ownership changes seen by this broker: event=taken (it took a slot), released (it handed one off), lost (another broker took it, or its Lease vanished)."},
 			[]string{"event"}),
 		renewFailures: prometheus.NewCounter(prometheus.CounterOpts{Name: "picomq_slot_lease_renew_failures_total",
-			Help: "Renewals of a held slot Lease or of the member Lease that failed (API server unreachable or refusing)."}),
+			Help: "Renewals of the member Lease, or writes of a held slot Lease after its deadline passed, that failed (API server unreachable or refusing)."}),
+		fences: prometheus.NewCounter(prometheus.CounterOpts{Name: "picomq_member_fences_total",
+			Help: "Member Leases of expired brokers this broker wrote naming nobody before taking their slots."}),
 		membersLive: prometheus.NewGauge(prometheus.GaugeOpts{Name: "picomq_members_live",
 			Help: "Brokers this broker counts live for fair shares (itself included unless draining)."}),
 	}
@@ -36,7 +39,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		m.handoffs.WithLabelValues(e) // present at 0 from the start
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.slotsHeld, m.handoffs, m.renewFailures, m.membersLive} {
+		for _, c := range []prometheus.Collector{m.slotsHeld, m.handoffs, m.renewFailures, m.membersLive, m.fences} {
 			if err := reg.Register(c); err != nil {
 				return nil, BadConfig.Wrap(err, "field", "Metrics", "rule", "the registry must not hold ownership's metrics already")
 			}

@@ -32,6 +32,7 @@ func (m *Manager) refresh(now time.Time) bool {
 			m.forgetLocked(name)
 		}
 	}
+	m.pruneAliveLocked()
 	m.synced = true
 	return true
 }
@@ -67,13 +68,75 @@ func (m *Manager) forgetLease(name string) {
 // observeLocked stamps l's resourceVersion with now if it is new to this
 // broker, and files l as a slot's or a member's.
 func (m *Manager) observeLocked(l *coordinationv1.Lease, now time.Time) {
+	changed := false
 	if o, ok := m.seen[l.Name]; !ok || o.rv != l.ResourceVersion {
 		m.seen[l.Name] = observation{rv: l.ResourceVersion, at: now}
+		changed = true
 	}
 	if slot, ok := slotOfLease(m.cfg.Cluster, m.cfg.Slots, l.Name); ok {
 		m.slots[slot] = l
 	} else if node, ok := nodeOfMemberLease(m.cfg.Cluster, l.Name); ok && l.Labels[LabelRole] == RoleMember {
+		prev := m.members[node]
 		m.members[node] = l
+		if !changed {
+			return
+		}
+		if id := holderOf(l); id != "" {
+			// Only the member itself writes its Lease naming it (a
+			// fence names nobody): a change naming it may be a renewal.
+			m.alive[id] = now
+		}
+		if was := holderOf(prev); was != "" && was != holderOf(l) {
+			// No longer naming the member it named (fenced, or another
+			// incarnation wrote it): that member renewed last before this
+			// change, maybe after the version this cache had.
+			m.alive[was] = now
+		}
+	}
+}
+
+// slotExpiresLocked is when slot Lease l expires for this broker: its
+// holder renews no slot Lease, only its member Lease, so LeaseDuration
+// after the later of the slot Lease's last change and the last change of
+// a member Lease naming the holder, both as this broker first saw them.
+func (m *Manager) slotExpiresLocked(l *coordinationv1.Lease) time.Time {
+	at := m.expiresLocked(l)
+	if seen, ok := m.alive[holderOf(l)]; ok {
+		if d := seen.Add(m.leaseDuration(l)); d.After(at) {
+			at = d
+		}
+	}
+	return at
+}
+
+func (m *Manager) slotExpiredLocked(l *coordinationv1.Lease, now time.Time) bool {
+	return !now.Before(m.slotExpiresLocked(l))
+}
+
+// memberLeaseOfLocked is the member Lease that names identity, if one
+// does as last seen.
+func (m *Manager) memberLeaseOfLocked(identity string) *coordinationv1.Lease {
+	for _, l := range m.members {
+		if holderOf(l) == identity {
+			return l
+		}
+	}
+	return nil
+}
+
+// pruneAliveLocked forgets the identities no Lease names any more.
+func (m *Manager) pruneAliveLocked() {
+	named := map[string]bool{}
+	for _, l := range m.slots {
+		named[holderOf(l)] = true
+	}
+	for _, l := range m.members {
+		named[holderOf(l)] = true
+	}
+	for id := range m.alive {
+		if !named[id] {
+			delete(m.alive, id)
+		}
 	}
 }
 

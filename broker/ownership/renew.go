@@ -12,43 +12,78 @@ import (
 	"k8s.io/utils/ptr"
 )
 
-// renewParallelism bounds the renewals in flight at once: 64 slots renewed
-// one after another at a few milliseconds each would eat much of a period
-// on a busy API server; all at once would be a burst the rate limiter
-// queues anyway.
+// renewParallelism bounds the slot Lease writes in flight at once: after
+// an outage every held slot may need one, and all at once would be a burst
+// the rate limiter queues anyway.
 const renewParallelism = 8
 
-// renew renews the member Lease and every held slot not being let go, at
-// most renewParallelism requests at once, all bounded by one ioContext.
-// Failures are counted each, and logged once per period.
+// renew renews the member Lease, which is what keeps every held slot: a
+// slot is served until the send time of the last successful renewal plus
+// RenewDeadline, and the others take it only LeaseDuration after they last
+// saw that Lease (or the slot's) change. Slot Leases are written when their
+// holder changes, not each period, so the API server's writes grow with
+// the brokers and not with the slots.
+//
+// A slot that cannot be extended so — its deadline passed before the
+// renewal was sent, or the member Lease was fenced since — is written
+// again (conditionally on our last write of it: it fails when another
+// broker took the slot meanwhile) and kept only if that succeeds; such
+// writes go at most renewParallelism at once. All requests are bounded by
+// one ioContext; failures are counted each, and logged once per period.
 func (m *Manager) renew(ctx context.Context) {
+	ioctx, cancel := m.ioContext(ctx)
+	defer cancel()
+	m.memberMu.Lock()
+	sent, memberErr := m.writeMemberLocked(ioctx)
+	m.memberMu.Unlock()
+
 	type job struct {
 		slot  int
 		lease *coordinationv1.Lease
 	}
 	var jobs []job
+	var revoke []int
 	m.mu.Lock()
+	fenced := m.fenced
+	m.fenced = false
+	if memberErr == nil && sent.After(m.lastOK) {
+		m.lastOK = sent
+	}
 	for s, h := range m.held {
-		if !h.letGo {
-			jobs = append(jobs, job{s, h.lease})
+		if h.letGo {
+			continue
 		}
+		if fenced {
+			// Our member Lease was written by another: a taker may have
+			// the slot already. (By the timing rule its deadline passed
+			// long before; this only makes sure it is not extended.)
+			h.rewrite = true
+			if !h.quiesced {
+				h.serving, h.quiesced = false, true
+				revoke = append(revoke, s)
+			}
+		}
+		if memberErr != nil {
+			continue // the slots keep their deadlines, and stop there
+		}
+		if !h.rewrite && sent.Before(h.deadline) {
+			h.sent, h.deadline = sent, sent.Add(m.cfg.RenewDeadline)
+			continue
+		}
+		h.rewrite = true
+		jobs = append(jobs, job{s, h.lease})
 	}
 	m.mu.Unlock()
+	slices.Sort(revoke)
+	for _, s := range revoke {
+		m.log.Warn("member Lease fenced by another broker: slot not served until its Lease is written again", "slot", s)
+		m.cfg.Revoke(s)
+	}
 	slices.SortFunc(jobs, func(a, b job) int { return a.slot - b.slot })
 
-	ioctx, cancel := m.ioContext(ctx)
-	defer cancel()
 	results := make([]renewResult, len(jobs))
 	sem := make(chan struct{}, renewParallelism)
 	var wg sync.WaitGroup
-	var memberErr error
-	wg.Go(func() {
-		sem <- struct{}{}
-		defer func() { <-sem }()
-		m.memberMu.Lock()
-		defer m.memberMu.Unlock()
-		memberErr = m.writeMemberLocked(ioctx)
-	})
 	for i, j := range jobs {
 		wg.Go(func() {
 			sem <- struct{}{}
@@ -58,7 +93,8 @@ func (m *Manager) renew(ctx context.Context) {
 	}
 	wg.Wait()
 
-	var revoke, failedSlots []int
+	revoke = revoke[:0]
+	var failedSlots []int
 	var firstErr error
 	if memberErr != nil {
 		firstErr = memberErr
@@ -72,10 +108,7 @@ func (m *Manager) renew(ctx context.Context) {
 		}
 		switch {
 		case r.err == nil && !r.lost:
-			h.lease, h.sent, h.deadline = r.lease, r.sent, r.sent.Add(m.cfg.RenewDeadline)
-			if r.sent.After(m.lastOK) {
-				m.lastOK = r.sent
-			}
+			h.lease, h.sent, h.deadline, h.rewrite = r.lease, r.sent, r.sent.Add(m.cfg.RenewDeadline), false
 			m.observeLocked(r.lease, r.sent)
 		case r.lost:
 			if m.dropLocked(r.slot) {

@@ -7,6 +7,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/utils/ptr"
 )
 
@@ -29,10 +30,10 @@ func (m *Manager) take(ctx context.Context, start time.Time, live []string, need
 		switch {
 		case holder == m.cfg.Identity:
 			orphans = append(orphans, s)
-		case holder == "" || m.expiredLocked(l, now):
+		case holder == "" || m.slotExpiredLocked(l, now):
 			cands = append(cands, s)
 		default:
-			if at := m.expiresLocked(l); need > 0 && (next.IsZero() || at.Before(next)) {
+			if at := m.slotExpiresLocked(l); need > 0 && (next.IsZero() || at.Before(next)) {
 				next = at
 			}
 			continue
@@ -48,12 +49,23 @@ func (m *Manager) take(ctx context.Context, start time.Time, live []string, need
 	// Our own come first: they need no expiry and nobody else may take them.
 	orderToTake(m.cfg.Identity, live, orphans)
 	orderToTake(m.cfg.Identity, live, cands)
+	fenced := map[string]bool{} // holders whose member Lease no longer names them
 	for _, s := range append(orphans, cands...) {
 		if need <= 0 {
 			break
 		}
 		if m.clk.Since(start) >= m.cfg.RetryPeriod {
 			return
+		}
+		if h := holderOf(bases[s]); h != "" && h != m.cfg.Identity {
+			ok, done := fenced[h]
+			if !done {
+				ok = m.fence(ctx, h)
+				fenced[h] = ok
+			}
+			if !ok {
+				continue
+			}
 		}
 		if m.takeOne(ctx, s, bases[s]) {
 			need--
@@ -110,4 +122,80 @@ func (m *Manager) takeOne(ctx context.Context, s int, base *coordinationv1.Lease
 	m.log.Info("slot taken", "slot", s, "from", holderOf(base))
 	m.serve(ctx, s)
 	return true
+}
+
+// fence makes sure holder, whose slots this broker is about to take, can
+// no longer keep them by renewing its member Lease. It reads the member
+// Leases from the API server, not the cache: a cache that lags could miss
+// the Lease that names the holder. One that names it is written naming
+// nobody, conditionally on the version this broker saw unchanged for
+// LeaseDuration; a renewal that got there first makes the write fail, and
+// the holder is live after all. A holder no member Lease names (another
+// incarnation wrote it, it was deleted, fenced already, or not written
+// yet) cannot extend its slots by a renewal — its next write of the member
+// Lease would not continue a version naming it, which makes it write each
+// slot's Lease again first (writeMemberLocked), and that conflicts with
+// this broker's take — but may have renewed just before: its slots are
+// taken LeaseDuration after this broker saw the change.
+func (m *Manager) fence(ctx context.Context, holder string) bool {
+	ctx, cancel := m.ioContext(ctx)
+	defer cancel()
+	sel := labels.SelectorFromSet(leaseLabels(m.cfg.Cluster, RoleMember)).String()
+	list, err := m.leases.List(ctx, metav1.ListOptions{LabelSelector: sel})
+	if err != nil {
+		m.noteErr(err)
+		m.log.Warn("reading the member Leases before a take failed", "member", holder, "err", err)
+		return false
+	}
+	now := m.clk.Now()
+	var l *coordinationv1.Lease
+	m.mu.Lock()
+	for i := range list.Items {
+		// A version new to us makes its holder, or the one it no longer
+		// names, live from now.
+		m.observeLocked(list.Items[i].DeepCopy(), now)
+		if holderOf(&list.Items[i]) == holder {
+			l = list.Items[i].DeepCopy()
+		}
+	}
+	var expired bool
+	if l == nil {
+		// Its Lease names another (or is gone) since a change this broker
+		// has seen for LeaseDuration: any renewal of the holder's came
+		// before, and the next would find the Lease not its own.
+		expired = !now.Before(m.alive[holder].Add(m.cfg.LeaseDuration))
+	} else {
+		expired = m.expiredLocked(l, now)
+	}
+	m.mu.Unlock()
+	if l == nil || !expired {
+		return expired // renewed since the slot looked expired: not ours to take
+	}
+	n := l.DeepCopy()
+	n.Spec.HolderIdentity = nil
+	got, err := m.leases.Update(ctx, n, metav1.UpdateOptions{})
+	switch {
+	case err == nil:
+		m.mu.Lock()
+		alive := m.alive[holder]
+		m.observeLocked(got, m.clk.Now())
+		m.alive[holder] = alive // our own fence is no sign of its life
+		m.mu.Unlock()
+		m.met.fences.Inc()
+		m.log.Info("member Lease fenced: its slots are taken", "member", holder)
+		return true
+	case apierrors.IsConflict(err):
+		if latest, gerr := m.leases.Get(ctx, l.Name, metav1.GetOptions{}); gerr == nil {
+			m.mu.Lock()
+			m.observeLocked(latest, m.clk.Now())
+			m.mu.Unlock()
+		}
+		return false
+	case apierrors.IsNotFound(err):
+		m.forgetLease(l.Name)
+		return true
+	}
+	m.noteErr(err)
+	m.log.Warn("fencing a member Lease failed", "member", holder, "err", err)
+	return false
 }

@@ -39,9 +39,10 @@ func TestTimingRuleStopsAtSentPlusRenewDeadline(t *testing.T) {
 	a := s.start("demo-0", "")
 	s.settle()
 
-	// The next renew is slow: 300ms pass on a's clock before it applies.
+	// The next renewal (of the member Lease, which keeps the slots) is
+	// slow: 300ms pass on a's clock before it applies.
 	s.api.beforeUpdate = func(writer, name string) {
-		if writer == a.id && name == SlotLeaseName("demo", 0) {
+		if writer == a.id && name == MemberLeaseName("demo", a.name) {
 			a.clk.Step(300 * time.Millisecond)
 		}
 	}
