@@ -121,26 +121,31 @@ func TestMemberLeaseRecreatedRewritesSlots(t *testing.T) {
 }
 
 // TestFailoverWithinLeaseDurationAndAPeriod: a holder killed at any phase
-// of its period has every slot served by the survivor within
+// of its period has every slot served by the survivors within
 // LeaseDuration plus RetryPeriod (plus the fence and takes, which the
-// fake server answers at once).
+// fake server answers at once) — both survivors, not only the one that
+// fenced: the others take at once what a fence left.
 func TestFailoverWithinLeaseDurationAndAPeriod(t *testing.T) {
 	for phase := range 5 {
-		s := newTimingSim(t, 16)
+		s := newTimingSim(t, 24)
 		a := s.start("demo-0", "")
 		b := s.start("demo-1", "")
+		c := s.start("demo-2", "")
 		s.settle()
 		s.advance(time.Duration(phase) * s.rp / 5)
 		s.crash(a)
 		died := s.now
-		for served(b, 16) != 16 {
+		for served(b, 24)+served(c, 24) != 24 {
 			s.advance(10 * time.Millisecond)
 			if s.now.Sub(died) > 2*s.ld {
-				t.Fatalf("phase %d: b serves %d slots %v after a died", phase, served(b, 16), s.now.Sub(died))
+				t.Fatalf("phase %d: b and c serve %d and %d slots %v after a died", phase, served(b, 24), served(c, 24), s.now.Sub(died))
 			}
 		}
 		if took := s.now.Sub(died); took > s.ld+s.rp+10*time.Millisecond {
 			t.Errorf("phase %d: failover took %v, want at most LeaseDuration + RetryPeriod = %v", phase, took, s.ld+s.rp)
+		}
+		if served(b, 24) != 12 || served(c, 24) != 12 {
+			t.Errorf("phase %d: b serves %d, c %d; want 12 each", phase, served(b, 24), served(c, 24))
 		}
 	}
 }

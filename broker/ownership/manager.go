@@ -43,6 +43,9 @@ type Manager struct {
 	// naming it, by its clock: the slots an identity holds expire
 	// LeaseDuration after the later of this and their own Lease's change.
 	alive map[string]time.Time
+	// gone: identities whose member Lease was fenced since they last
+	// named themselves in it; their slots may be taken at once.
+	gone map[string]bool
 	// fenced: a write of our member Lease found it no longer ours (another
 	// broker fenced it, another incarnation wrote it, or it was deleted):
 	// nothing held may be served again before its slot Lease is written.
@@ -118,6 +121,7 @@ func New(cfg Config) (*Manager, error) {
 		poke:    make(chan struct{}, 1),
 		seen:    map[string]observation{},
 		alive:   map[string]time.Time{},
+		gone:    map[string]bool{},
 		slots:   make([]*coordinationv1.Lease, cfg.Slots),
 		members: map[string]*coordinationv1.Lease{},
 		held:    map[int]*heldSlot{},

@@ -85,11 +85,19 @@ func (m *Manager) observeLocked(l *coordinationv1.Lease, now time.Time) {
 			// Only the member itself writes its Lease naming it (a
 			// fence names nobody): a change naming it may be a renewal.
 			m.alive[id] = now
+			delete(m.gone, id)
 		}
-		if was := holderOf(prev); was != "" && was != holderOf(l) {
-			// No longer naming the member it named (fenced, or another
-			// incarnation wrote it): that member renewed last before this
-			// change, maybe after the version this cache had.
+		switch was := holderOf(prev); {
+		case was == "" || was == holderOf(l):
+		case holderOf(l) == "":
+			// Fenced: written over the version the fencer saw unchanged
+			// for LeaseDuration, the member's last renewal, so no
+			// renewal of its keeps a slot any more: each expires
+			// LeaseDuration after its own Lease's change (a take).
+			m.gone[was] = true
+		default:
+			// Another incarnation wrote it: the member renewed last
+			// before this change, maybe after the version this cache had.
 			m.alive[was] = now
 		}
 	}
@@ -98,9 +106,16 @@ func (m *Manager) observeLocked(l *coordinationv1.Lease, now time.Time) {
 // slotExpiresLocked is when slot Lease l expires for this broker: its
 // holder renews no slot Lease, only its member Lease, so LeaseDuration
 // after the later of the slot Lease's last change and the last change of
-// a member Lease naming the holder, both as this broker first saw them.
+// a member Lease naming the holder (or ceasing to), both as this broker
+// first saw them — or, once the holder's member Lease was fenced,
+// LeaseDuration after the slot Lease's own change alone.
 func (m *Manager) slotExpiresLocked(l *coordinationv1.Lease) time.Time {
 	at := m.expiresLocked(l)
+	if m.gone[holderOf(l)] {
+		// Fenced: renewals no longer count, but a slot the holder took
+		// after its last renewal is its own until the take's deadline.
+		return at
+	}
 	if seen, ok := m.alive[holderOf(l)]; ok {
 		if d := seen.Add(m.leaseDuration(l)); d.After(at) {
 			at = d
@@ -136,6 +151,11 @@ func (m *Manager) pruneAliveLocked() {
 	for id := range m.alive {
 		if !named[id] {
 			delete(m.alive, id)
+		}
+	}
+	for id := range m.gone {
+		if !named[id] {
+			delete(m.gone, id)
 		}
 	}
 }

@@ -159,12 +159,15 @@ func (m *Manager) fence(ctx context.Context, holder string) bool {
 		}
 	}
 	var expired bool
-	if l == nil {
+	switch {
+	case m.gone[holder]:
+		expired = true // fenced already (by us, or another taker)
+	case l == nil:
 		// Its Lease names another (or is gone) since a change this broker
 		// has seen for LeaseDuration: any renewal of the holder's came
 		// before, and the next would find the Lease not its own.
 		expired = !now.Before(m.alive[holder].Add(m.cfg.LeaseDuration))
-	} else {
+	default:
 		expired = m.expiredLocked(l, now)
 	}
 	m.mu.Unlock()
@@ -177,9 +180,7 @@ func (m *Manager) fence(ctx context.Context, holder string) bool {
 	switch {
 	case err == nil:
 		m.mu.Lock()
-		alive := m.alive[holder]
 		m.observeLocked(got, m.clk.Now())
-		m.alive[holder] = alive // our own fence is no sign of its life
 		m.mu.Unlock()
 		m.met.fences.Inc()
 		m.log.Info("member Lease fenced: its slots are taken", "member", holder)
