@@ -106,13 +106,14 @@ func TestBrokerAcceptsWhatTheCRDAccepts(t *testing.T) {
 		"{replicationFactor: 1}",
 		"{ownership: {slots: 1}}",
 		"{ownership: {slots: 4096}}",
-		// The shortest lease whose defaults (2/3 and 2/15 of it) still
-		// keep 0 < retry < renew < lease: 8ns gives 5ns and 1ns.
-		"{ownership: {leaseDuration: 8ns}}",
+		// The shortest lease whose defaults (lease - lease/4 and lease/4)
+		// still keep 0 < retry < renew < lease: 4ns gives 3ns and 1ns.
+		"{ownership: {leaseDuration: 4ns}}",
 		"{ownership: {leaseDuration: 3ns, renewDeadline: 2ns, retryPeriod: 1ns}}",
 		"{ownership: {renewDeadline: 2001ms}}",
-		"{ownership: {retryPeriod: 9999ms}}",
+		"{ownership: {retryPeriod: 2999ms}}",
 		"{ownership: {leaseDuration: 1000000h}}",
+		"{ownership: {leaseDuration: 2562047h}}",
 		"{broker: {flushLinger: 0s}}",
 		"{broker: {flushLinger: 2562047h}}",
 		"{broker: {maxBatchBytes: 4096}}",
@@ -164,14 +165,13 @@ func TestBrokerAcceptsWhatTheCRDAccepts(t *testing.T) {
 		{"{broker: {maxBatchBytes: 4095}}", nil}, // a batch below a page is refused as a mistake
 		{"{ownership: {slots: 0}}", map[string]string{"PICOMQ_SLOTS": "0"}},
 		{"{ownership: {slots: 4097}}", map[string]string{"PICOMQ_SLOTS": "4097"}},
-		{"{ownership: {leaseDuration: 7ns}}", map[string]string{"PICOMQ_LEASE_DURATION": "7ns", "PICOMQ_LEASE_RENEW_DEADLINE": "4ns", "PICOMQ_LEASE_RETRY_PERIOD": "0s"}},
+		{"{ownership: {leaseDuration: 3ns}}", map[string]string{"PICOMQ_LEASE_DURATION": "3ns", "PICOMQ_LEASE_RENEW_DEADLINE": "3ns", "PICOMQ_LEASE_RETRY_PERIOD": "0s"}},
 		{"{ownership: {leaseDuration: 0s}}", map[string]string{"PICOMQ_LEASE_DURATION": "0s", "PICOMQ_LEASE_RENEW_DEADLINE": "0s", "PICOMQ_LEASE_RETRY_PERIOD": "0s"}},
 		{"{ownership: {leaseDuration: 2s, renewDeadline: 2s, retryPeriod: 1s}}", map[string]string{"PICOMQ_LEASE_DURATION": "2s", "PICOMQ_LEASE_RENEW_DEADLINE": "2s", "PICOMQ_LEASE_RETRY_PERIOD": "1s"}},
 		{"{ownership: {renewDeadline: 5s, retryPeriod: 5s}}", map[string]string{"PICOMQ_LEASE_RENEW_DEADLINE": "5s", "PICOMQ_LEASE_RETRY_PERIOD": "5s"}},
 		{"{ownership: {renewDeadline: 5s, retryPeriod: 0s}}", map[string]string{"PICOMQ_LEASE_RENEW_DEADLINE": "5s", "PICOMQ_LEASE_RETRY_PERIOD": "0s"}},
-		{"{ownership: {renewDeadline: 2s}}", map[string]string{"PICOMQ_LEASE_RENEW_DEADLINE": "2s", "PICOMQ_LEASE_RETRY_PERIOD": "2s"}},
-		{"{ownership: {retryPeriod: 10s}}", map[string]string{"PICOMQ_LEASE_RENEW_DEADLINE": "10s", "PICOMQ_LEASE_RETRY_PERIOD": "10s"}},
-		{"{ownership: {leaseDuration: 2562047h}}", nil}, // its default renewDeadline overflows a duration
+		{"{ownership: {renewDeadline: 1s}}", map[string]string{"PICOMQ_LEASE_RENEW_DEADLINE": "1s", "PICOMQ_LEASE_RETRY_PERIOD": "1s"}},
+		{"{ownership: {retryPeriod: 10s}}", map[string]string{"PICOMQ_LEASE_RENEW_DEADLINE": "3s", "PICOMQ_LEASE_RETRY_PERIOD": "10s"}},
 		{"{replicationFactor: 0}", nil},              // the broker reads 0 as "the default"
 		{"{replicas: 2, replicationFactor: 3}", nil}, // the broker cannot know the replica count
 		{"{broker: {defaultStreamPolicy: {blockTimeout: 1s}}}", map[string]string{"PICOMQ_DEFAULT_STREAM_POLICY": `{"partitions":1,"blockTimeout":"1s"}`}},

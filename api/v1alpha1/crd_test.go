@@ -138,8 +138,8 @@ metadata: {name: defaults}
 	if s.Storage.Size == nil || s.Storage.Size.String() != "10Gi" {
 		t.Errorf("storage.size = %v, want 10Gi", s.Storage.Size)
 	}
-	if s.Ownership.Slots != 64 || s.Ownership.LeaseDuration != "15s" {
-		t.Errorf("ownership = %+v, want 64 slots and 15s", s.Ownership)
+	if s.Ownership.Slots != 64 || s.Ownership.LeaseDuration != "4s" {
+		t.Errorf("ownership = %+v, want 64 slots and 4s", s.Ownership)
 	}
 	if s.Service.Port != 4437 || s.Service.Type != "ClusterIP" {
 		t.Errorf("service = %+v, want ClusterIP:4437", s.Service)
@@ -267,9 +267,9 @@ func TestInvalidManifestsAreRefused(t *testing.T) {
 		{"duration beyond a Go duration", clusterHead + "  broker: {flushLinger: 2562048h}\n", "at most 2562047h"},
 		{"zero retryPeriod", clusterHead + "  ownership: {renewDeadline: 5s, retryPeriod: 0s}\n", "retryPeriod must be positive"},
 		{"zero leaseDuration", clusterHead + "  ownership: {leaseDuration: 0s}\n", "with the defaults filled in"},
-		{"leaseDuration too short for the default retryPeriod", clusterHead + "  ownership: {leaseDuration: 7ns}\n", "with the defaults filled in"},
-		{"renewDeadline at the default retryPeriod", clusterHead + "  ownership: {renewDeadline: 2s}\n", "with the defaults filled in"},
-		{"retryPeriod at the default renewDeadline", clusterHead + "  ownership: {retryPeriod: 10s}\n", "with the defaults filled in"},
+		{"leaseDuration too short for the default retryPeriod", clusterHead + "  ownership: {leaseDuration: 3ns}\n", "with the defaults filled in"},
+		{"renewDeadline at the default retryPeriod", clusterHead + "  ownership: {renewDeadline: 1s}\n", "with the defaults filled in"},
+		{"retryPeriod at the default renewDeadline", clusterHead + "  ownership: {retryPeriod: 3s}\n", "with the defaults filled in"},
 		{"auth without secret", clusterHead + "  auth: {}\n", "spec.auth.secretName: Required value"},
 		{"unknown metrics auth", clusterHead + "  auth: {secretName: demo-tokens, metrics: Basic}\n", `supported values: "Open", "Token"`},
 		{"networkPolicy without enabled", clusterHead + "  networkPolicy: {}\n", "spec.networkPolicy.enabled: Required value"},

@@ -19,8 +19,9 @@ const (
 	DefaultClientPort int32 = 4437
 	// DefaultSlots is the number of slot Leases.
 	DefaultSlots int32 = 64
-	// DefaultLeaseDuration is a slot Lease's duration.
-	DefaultLeaseDuration = 15 * time.Second
+	// DefaultLeaseDuration is how long a broker's slots outlive its last
+	// renewal of its member Lease.
+	DefaultLeaseDuration = 4 * time.Second
 	// DefaultContentType is a stream's content type when none is given.
 	DefaultContentType = "application/octet-stream"
 	// MaxStreamNameLength bounds a stream's path name.
@@ -53,9 +54,11 @@ func (o *OwnershipSpec) EffectiveSlots() int32 {
 	return o.Slots
 }
 
-// EffectiveLeaseTimings returns the slot Lease duration, renew deadline and
-// retry period, filling the ones left out as client-go's leader election
-// does: renew at two thirds of the duration, retry at 2/15 of it.
+// EffectiveLeaseTimings returns the lease duration, renew deadline and
+// retry period, filling the ones left out: renew deadline three quarters
+// of the duration, retry a quarter of it (4s: 3s and 1s). The margin a
+// quarter leaves between renew deadline and duration is the clock-rate
+// difference between brokers the timing rule tolerates.
 func (o *OwnershipSpec) EffectiveLeaseTimings() (lease, renew, retry time.Duration, err error) {
 	lease = DefaultLeaseDuration
 	if o.LeaseDuration != "" {
@@ -65,7 +68,7 @@ func (o *OwnershipSpec) EffectiveLeaseTimings() (lease, renew, retry time.Durati
 		}
 		lease = d.Duration
 	}
-	renew = lease * 2 / 3
+	renew = lease - lease/4 // three quarters, without overflowing
 	if o.RenewDeadline != nil {
 		d, err := o.RenewDeadline.Parse()
 		if err != nil {
@@ -73,7 +76,7 @@ func (o *OwnershipSpec) EffectiveLeaseTimings() (lease, renew, retry time.Durati
 		}
 		renew = d.Duration
 	}
-	retry = lease * 2 / 15
+	retry = lease / 4
 	if o.RetryPeriod != nil {
 		d, err := o.RetryPeriod.Parse()
 		if err != nil {

@@ -71,13 +71,13 @@ func TestEffectiveReplicationFactor(t *testing.T) {
 func TestEffectiveLeaseTimings(t *testing.T) {
 	t.Parallel()
 	lease, renew, retry, err := (&OwnershipSpec{}).EffectiveLeaseTimings()
-	if err != nil || lease != 15*time.Second || renew != 10*time.Second || retry != 2*time.Second {
-		t.Fatalf("defaults = %s %s %s %v, want 15s 10s 2s", lease, renew, retry, err)
+	if err != nil || lease != 4*time.Second || renew != 3*time.Second || retry != time.Second {
+		t.Fatalf("defaults = %s %s %s %v, want 4s 3s 1s", lease, renew, retry, err)
 	}
-	d := Duration("30s")
+	d := Duration("20s")
 	lease, renew, retry, err = (&OwnershipSpec{LeaseDuration: d}).EffectiveLeaseTimings()
-	if err != nil || lease != 30*time.Second || renew != 20*time.Second || retry != 4*time.Second {
-		t.Fatalf("derived = %s %s %s %v, want 30s 20s 4s", lease, renew, retry, err)
+	if err != nil || lease != 20*time.Second || renew != 15*time.Second || retry != 5*time.Second {
+		t.Fatalf("derived = %s %s %s %v, want 20s 15s 5s", lease, renew, retry, err)
 	}
 	r := Duration("20s")
 	if _, _, _, err := (&OwnershipSpec{LeaseDuration: "15s", RenewDeadline: &r}).EffectiveLeaseTimings(); err == nil {

@@ -122,13 +122,13 @@ type StorageSpec struct {
 //
 // The rules check the timings the brokers get, defaults included (the
 // broker refuses to start otherwise): 0 < retryPeriod < renewDeadline <
-// leaseDuration, where an absent renewDeadline is two thirds of
-// leaseDuration and an absent retryPeriod 2/15 of it.
+// leaseDuration, where an absent renewDeadline is three quarters of
+// leaseDuration and an absent retryPeriod a quarter of it.
 //
 // +kubebuilder:validation:XValidation:rule="!has(self.renewDeadline) || duration(self.renewDeadline) < duration(self.leaseDuration)",message="renewDeadline must be shorter than leaseDuration, or a holder could lose its slot while still renewing it"
 // +kubebuilder:validation:XValidation:rule="!has(self.retryPeriod) || !has(self.renewDeadline) || duration(self.retryPeriod) < duration(self.renewDeadline)",message="retryPeriod must be shorter than renewDeadline"
 // +kubebuilder:validation:XValidation:rule="!has(self.retryPeriod) || duration(self.retryPeriod) > duration('0s')",message="retryPeriod must be positive"
-// +kubebuilder:validation:XValidation:rule="(has(self.renewDeadline) && has(self.retryPeriod)) || ((has(self.retryPeriod) ? int(duration(self.retryPeriod)) : (has(self.leaseDuration) ? int(duration(self.leaseDuration)) : 15000000000) * 2 / 15) > 0 && (has(self.retryPeriod) ? int(duration(self.retryPeriod)) : (has(self.leaseDuration) ? int(duration(self.leaseDuration)) : 15000000000) * 2 / 15) < (has(self.renewDeadline) ? int(duration(self.renewDeadline)) : (has(self.leaseDuration) ? int(duration(self.leaseDuration)) : 15000000000) * 2 / 3) && (has(self.renewDeadline) ? int(duration(self.renewDeadline)) : (has(self.leaseDuration) ? int(duration(self.leaseDuration)) : 15000000000) * 2 / 3) < (has(self.leaseDuration) ? int(duration(self.leaseDuration)) : 15000000000))",message="with the defaults filled in (renewDeadline two thirds of leaseDuration, retryPeriod 2/15 of it) the timings must keep 0 < retryPeriod < renewDeadline < leaseDuration: set renewDeadline and retryPeriod, or a longer leaseDuration"
+// +kubebuilder:validation:XValidation:rule="(has(self.renewDeadline) && has(self.retryPeriod)) || ((has(self.retryPeriod) ? int(duration(self.retryPeriod)) : (has(self.leaseDuration) ? int(duration(self.leaseDuration)) : 4000000000) / 4) > 0 && (has(self.retryPeriod) ? int(duration(self.retryPeriod)) : (has(self.leaseDuration) ? int(duration(self.leaseDuration)) : 4000000000) / 4) < (has(self.renewDeadline) ? int(duration(self.renewDeadline)) : (has(self.leaseDuration) ? int(duration(self.leaseDuration)) : 4000000000) - (has(self.leaseDuration) ? int(duration(self.leaseDuration)) : 4000000000) / 4) && (has(self.renewDeadline) ? int(duration(self.renewDeadline)) : (has(self.leaseDuration) ? int(duration(self.leaseDuration)) : 4000000000) - (has(self.leaseDuration) ? int(duration(self.leaseDuration)) : 4000000000) / 4) < (has(self.leaseDuration) ? int(duration(self.leaseDuration)) : 4000000000))",message="with the defaults filled in (renewDeadline three quarters of leaseDuration, retryPeriod a quarter of it) the timings must keep 0 < retryPeriod < renewDeadline < leaseDuration: set renewDeadline and retryPeriod, or a longer leaseDuration"
 type OwnershipSpec struct {
 	// Slots is how many slot Leases streams hash onto. It cannot change after
 	// creation: every stream's slot would move.
@@ -139,19 +139,21 @@ type OwnershipSpec struct {
 	// +optional
 	Slots int32 `json:"slots,omitempty"`
 
-	// LeaseDuration is how long a slot stays owned after its holder's last
-	// renewal.
-	// +kubebuilder:default="15s"
+	// LeaseDuration is how long a broker's slots stay its own after its
+	// last renewal of its member Lease: a broker killed is replaced as
+	// their owner after about this long.
+	// +kubebuilder:default="4s"
 	// +optional
 	LeaseDuration Duration `json:"leaseDuration,omitempty"`
 
 	// RenewDeadline is how long a holder keeps trying to renew before it
-	// gives its slots up. Defaults to two thirds of leaseDuration.
+	// gives its slots up. Defaults to three quarters of leaseDuration.
 	// +optional
 	RenewDeadline *Duration `json:"renewDeadline,omitempty"`
 
-	// RetryPeriod is how often brokers try to acquire or renew slots.
-	// Defaults to leaseDuration / 7.5.
+	// RetryPeriod is how often brokers renew their member Lease and try to
+	// take slots: each broker writes the API server once per period.
+	// Defaults to a quarter of leaseDuration.
 	// +optional
 	RetryPeriod *Duration `json:"retryPeriod,omitempty"`
 }

@@ -155,12 +155,15 @@ type Peer struct {
 	ClientAddr string
 }
 
-// Defaults of the cluster settings, as the operator's CRD defaults them.
+// Defaults of the cluster settings, as the operator's CRD defaults them:
+// a kill -9 of a broker is over in about leaseDuration - retryPeriod/2 plus
+// the recovery (3-4 s measured), and the API server takes one write per
+// broker per retryPeriod (the member Lease).
 const (
 	DefaultSlots         = 64
-	DefaultLeaseDuration = 15 * time.Second
-	DefaultRenewDeadline = 10 * time.Second
-	DefaultRetryPeriod   = 2 * time.Second
+	DefaultLeaseDuration = 4 * time.Second
+	DefaultRenewDeadline = 3 * time.Second
+	DefaultRetryPeriod   = 1 * time.Second
 	MaxSlots             = 4096
 )
 
@@ -260,9 +263,9 @@ func Parse(args []string, getenv func(string) string, out io.Writer) (Settings, 
 	fs.StringVar(&peers, "peers", "", "cluster mode outside Kubernetes: every node as name=peerAddr|clientAddr, comma-separated, instead of DNS")
 	fs.StringVar(&s.Cluster.Kubeconfig, "kubeconfig", "", "cluster mode: kubeconfig of the API server holding the Leases (default: the pod's service account)")
 	fs.IntVar(&s.Cluster.Slots, "slots", s.Cluster.Slots, "cluster mode: how many slots the internal streams hash onto (one Lease each)")
-	fs.DurationVar(&s.Cluster.LeaseDuration, "lease-duration", s.Cluster.LeaseDuration, "cluster mode: how long a slot Lease unrenewed may be taken by another broker")
-	fs.DurationVar(&s.Cluster.RenewDeadline, "lease-renew-deadline", s.Cluster.RenewDeadline, "cluster mode: a holder stops serving a slot this long after its last renew was sent (below --lease-duration)")
-	fs.DurationVar(&s.Cluster.RetryPeriod, "lease-retry-period", s.Cluster.RetryPeriod, "cluster mode: how often Leases are renewed and taken (below --lease-renew-deadline)")
+	fs.DurationVar(&s.Cluster.LeaseDuration, "lease-duration", s.Cluster.LeaseDuration, "cluster mode: how long after a broker's member Lease last changed the others may take its slots")
+	fs.DurationVar(&s.Cluster.RenewDeadline, "lease-renew-deadline", s.Cluster.RenewDeadline, "cluster mode: a holder stops serving its slots this long after its last renewal of its member Lease was sent (below --lease-duration)")
+	fs.DurationVar(&s.Cluster.RetryPeriod, "lease-retry-period", s.Cluster.RetryPeriod, "cluster mode: how often the member Lease is renewed and slots are taken (below --lease-renew-deadline)")
 	fs.IntVar(&s.Cluster.ReplicationFactor, "replication-factor", 0, "cluster mode: how many brokers hold each object (0: min(3, brokers))")
 	fs.DurationVar(&s.Cluster.RepairDownGrace, "repair-down-grace", s.Cluster.RepairDownGrace, "cluster mode: how long a broker may be down before the copies it holds are made again on the others (a removed or draining broker's are moved at once)")
 	fs.StringVar(&s.TLS.CertFile, "tls-cert-file", "", "certificate (PEM) of this broker: with --tls-key-file the client port serves HTTPS and the peer port TLS; re-read within a second when the file changes")

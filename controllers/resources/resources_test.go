@@ -32,7 +32,7 @@ func cluster() *streamsv1alpha1.StreamCluster {
 		Spec: streamsv1alpha1.StreamClusterSpec{
 			Replicas:            3,
 			Storage:             streamsv1alpha1.StorageSpec{Size: &size},
-			Ownership:           streamsv1alpha1.OwnershipSpec{Slots: 64, LeaseDuration: "15s"},
+			Ownership:           streamsv1alpha1.OwnershipSpec{Slots: 64, LeaseDuration: "4s"},
 			Service:             streamsv1alpha1.ServiceSpec{Type: corev1.ServiceTypeClusterIP, Port: 4437},
 			PodDisruptionBudget: streamsv1alpha1.PodDisruptionBudgetSpec{MaxUnavailable: ptr.To[int32](1)},
 		},
@@ -153,9 +153,9 @@ func TestConfigMapDefaults(t *testing.T) {
 		EnvPeerListen:         ":4438",
 		EnvPeerService:        "demo-headless.ns.svc",
 		EnvSlots:              "64",
-		EnvLeaseDuration:      "15s",
-		EnvLeaseRenewDeadline: "10s",
-		EnvLeaseRetryPeriod:   "2s",
+		EnvLeaseDuration:      "4s",
+		EnvLeaseRenewDeadline: "3s",
+		EnvLeaseRetryPeriod:   "1s",
 	}
 	if !reflect.DeepEqual(cm.Data, want) {
 		t.Errorf("data = %v\nwant %v", cm.Data, want)

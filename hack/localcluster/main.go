@@ -35,7 +35,7 @@ func run() int {
 	brokers := flag.Int("brokers", 3, "brokers in the cluster")
 	rf := flag.Int("replication-factor", 0, "replication factor R (0: min(3, brokers))")
 	slots := flag.Int("slots", 64, "slot Leases")
-	lease := flag.Duration("lease-duration", 3*time.Second, "--lease-duration (short, so that a failover shows quickly; the operator's default is 15s)")
+	lease := flag.Duration("lease-duration", 3*time.Second, "--lease-duration (short, so that a failover shows quickly; the operator's default is 4s)")
 	dir := flag.String("dir", "", "folder for the brokers' data and logs (default: a new temporary folder, kept)")
 	flag.Parse()
 	if *brokers < 1 {
