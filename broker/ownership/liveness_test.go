@@ -149,3 +149,28 @@ func TestFailoverWithinLeaseDurationAndAPeriod(t *testing.T) {
 		}
 	}
 }
+
+// TestTakeSurvivesACacheBehindIt: a broker whose cache has not yet seen
+// its own takes (an informer that lags) keeps the slots it took: the
+// version its take wrote over, naming the holder before it, is no sign
+// that another took them since.
+func TestTakeSurvivesACacheBehindIt(t *testing.T) {
+	s := newTimingSim(t, 4)
+	a := s.start("demo-0", "")
+	b := s.start("demo-1", "")
+	s.settle()
+	s.crash(a)
+	died := s.now
+	for served(b, 4) != 4 {
+		s.advance(10 * time.Millisecond)
+		if s.now.Sub(died) > 2*s.ld {
+			t.Fatalf("b serves %d slots %v after a died", served(b, 4), s.now.Sub(died))
+		}
+	}
+	s.refresh = 0 // b's view stays the one it decided its takes from
+	lost := b.revokes
+	s.advance(4 * s.rp)
+	if served(b, 4) != 4 || b.revokes != lost {
+		t.Fatalf("b serves %d slots and revoked %d with a cache behind its takes, want 4 and none", served(b, 4), b.revokes-lost)
+	}
+}

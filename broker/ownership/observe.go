@@ -58,6 +58,11 @@ func (m *Manager) observeLease(l *coordinationv1.Lease) bool {
 	return false
 }
 
+// maxOlder bounds the replaced versions remembered per Lease: a cache more
+// than a few writes behind is seen as new again (its expiry only starts
+// later).
+const maxOlder = 4
+
 // forgetLease drops a deleted Lease.
 func (m *Manager) forgetLease(name string) {
 	m.mu.Lock()
@@ -69,8 +74,21 @@ func (m *Manager) forgetLease(name string) {
 // broker, and files l as a slot's or a member's.
 func (m *Manager) observeLocked(l *coordinationv1.Lease, now time.Time) {
 	changed := false
-	if o, ok := m.seen[l.Name]; !ok || o.rv != l.ResourceVersion {
-		m.seen[l.Name] = observation{rv: l.ResourceVersion, at: now}
+	o, ok := m.seen[l.Name]
+	switch {
+	case ok && slices.Contains(o.older, l.ResourceVersion):
+		// A version this broker saw replaced (by its own write, or in
+		// the cache): the source lags behind what is known here.
+		return
+	case !ok || o.rv != l.ResourceVersion:
+		older := o.older
+		if ok {
+			older = append(older, o.rv)
+			if len(older) > maxOlder {
+				older = older[len(older)-maxOlder:]
+			}
+		}
+		m.seen[l.Name] = observation{rv: l.ResourceVersion, at: now, older: older}
 		changed = true
 	}
 	if slot, ok := slotOfLease(m.cfg.Cluster, m.cfg.Slots, l.Name); ok {

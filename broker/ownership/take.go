@@ -115,7 +115,7 @@ func (m *Manager) takeOne(ctx context.Context, s int, base *coordinationv1.Lease
 		return false
 	}
 	m.mu.Lock()
-	m.held[s] = &heldSlot{lease: got, sent: sent, deadline: sent.Add(m.cfg.RenewDeadline), quiesced: true}
+	m.held[s] = &heldSlot{lease: got, from: base.ResourceVersion, sent: sent, deadline: sent.Add(m.cfg.RenewDeadline), quiesced: true}
 	m.observeLocked(got, sent)
 	m.mu.Unlock()
 	m.met.handoffs.WithLabelValues(eventTaken).Inc()
