@@ -61,7 +61,7 @@ func (m *Manager) clear(ctx context.Context, s int) {
 		if err == nil {
 			m.mu.Lock()
 			delete(m.held, s)
-			m.observeLocked(got, m.clk.Now())
+			m.observeOwnLocked(got, cur.ResourceVersion, m.clk.Now())
 			m.mu.Unlock()
 			m.met.handoffs.WithLabelValues(eventReleased).Inc()
 			m.log.Info("slot handed off", "slot", s)
@@ -114,6 +114,6 @@ func (m *Manager) clearOrphan(ctx context.Context, l *coordinationv1.Lease) {
 		return
 	}
 	m.mu.Lock()
-	m.observeLocked(got, m.clk.Now())
+	m.observeOwnLocked(got, l.ResourceVersion, m.clk.Now())
 	m.mu.Unlock()
 }

@@ -46,7 +46,11 @@ func (m *Manager) writeMemberLocked(ctx context.Context) (time.Time, error) {
 		if err == nil {
 			m.member = got
 			m.mu.Lock()
-			m.observeLocked(got, now)
+			baseRV := ""
+			if base != nil {
+				baseRV = base.ResourceVersion
+			}
+			m.observeOwnLocked(got, baseRV, now)
 			if base == nil || holderOf(base) != m.cfg.Identity {
 				// Not a continuation of a version naming us (created,
 				// or written over another's): a broker that found no

@@ -59,9 +59,30 @@ func (m *Manager) observeLease(l *coordinationv1.Lease) bool {
 }
 
 // maxOlder bounds the replaced versions remembered per Lease: a cache more
-// than a few writes behind is seen as new again (its expiry only starts
-// later).
+// than a few of our writes behind is seen as new again (its expiry only
+// starts later).
 const maxOlder = 4
+
+// observeOwnLocked records got, the answer to this broker's own write of
+// a Lease, and remembers the versions it replaced — base, which the write
+// was conditional on, and the one last seen — so that a cache still
+// showing one of them is not taken for a change back.
+func (m *Manager) observeOwnLocked(got *coordinationv1.Lease, base string, now time.Time) {
+	if o, ok := m.seen[got.Name]; ok && o.rv != got.ResourceVersion {
+		older := o.older
+		for _, rv := range []string{o.rv, base} {
+			if rv != "" && !slices.Contains(older, rv) {
+				older = append(older, rv)
+			}
+		}
+		if len(older) > maxOlder {
+			older = older[len(older)-maxOlder:]
+		}
+		o.older = older
+		m.seen[got.Name] = o
+	}
+	m.observeLocked(got, now)
+}
 
 // forgetLease drops a deleted Lease.
 func (m *Manager) forgetLease(name string) {
@@ -77,18 +98,14 @@ func (m *Manager) observeLocked(l *coordinationv1.Lease, now time.Time) {
 	o, ok := m.seen[l.Name]
 	switch {
 	case ok && slices.Contains(o.older, l.ResourceVersion):
-		// A version this broker saw replaced (by its own write, or in
-		// the cache): the source lags behind what is known here.
+		// A version one of this broker's own writes replaced: the
+		// source (a cache) lags behind what is known here.
 		return
 	case !ok || o.rv != l.ResourceVersion:
-		older := o.older
-		if ok {
-			older = append(older, o.rv)
-			if len(older) > maxOlder {
-				older = older[len(older)-maxOlder:]
-			}
-		}
-		m.seen[l.Name] = observation{rv: l.ResourceVersion, at: now, older: older}
+		// Anything else is taken as it comes, even a version older than
+		// one seen before (a fresh read, then a cache behind it): only
+		// our own writes tell for sure which version is the older.
+		m.seen[l.Name] = observation{rv: l.ResourceVersion, at: now, older: o.older}
 		changed = true
 	}
 	if slot, ok := slotOfLease(m.cfg.Cluster, m.cfg.Slots, l.Name); ok {

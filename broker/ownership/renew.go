@@ -108,8 +108,9 @@ func (m *Manager) renew(ctx context.Context) {
 		}
 		switch {
 		case r.err == nil && !r.lost:
+			base := h.lease.ResourceVersion
 			h.lease, h.sent, h.deadline, h.rewrite = r.lease, r.sent, r.sent.Add(m.cfg.RenewDeadline), false
-			m.observeLocked(r.lease, r.sent)
+			m.observeOwnLocked(r.lease, base, r.sent)
 		case r.lost:
 			if m.dropLocked(r.slot) {
 				revoke = append(revoke, r.slot)

@@ -116,7 +116,7 @@ func (m *Manager) takeOne(ctx context.Context, s int, base *coordinationv1.Lease
 	}
 	m.mu.Lock()
 	m.held[s] = &heldSlot{lease: got, from: base.ResourceVersion, sent: sent, deadline: sent.Add(m.cfg.RenewDeadline), quiesced: true}
-	m.observeLocked(got, sent)
+	m.observeOwnLocked(got, base.ResourceVersion, sent)
 	m.mu.Unlock()
 	m.met.handoffs.WithLabelValues(eventTaken).Inc()
 	m.log.Info("slot taken", "slot", s, "from", holderOf(base))
@@ -180,7 +180,7 @@ func (m *Manager) fence(ctx context.Context, holder string) bool {
 	switch {
 	case err == nil:
 		m.mu.Lock()
-		m.observeLocked(got, m.clk.Now())
+		m.observeOwnLocked(got, l.ResourceVersion, m.clk.Now())
 		m.mu.Unlock()
 		m.met.fences.Inc()
 		m.log.Info("member Lease fenced: its slots are taken", "member", holder)
