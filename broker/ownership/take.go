@@ -160,15 +160,15 @@ func (m *Manager) fence(ctx context.Context, holder string) bool {
 	}
 	var expired bool
 	switch {
+	case l != nil:
+		expired = m.expiredLocked(l, now)
 	case m.gone[holder]:
 		expired = true // fenced already (by us, or another taker)
-	case l == nil:
+	default:
 		// Its Lease names another (or is gone) since a change this broker
 		// has seen for LeaseDuration: any renewal of the holder's came
 		// before, and the next would find the Lease not its own.
 		expired = !now.Before(m.alive[holder].Add(m.cfg.LeaseDuration))
-	default:
-		expired = m.expiredLocked(l, now)
 	}
 	m.mu.Unlock()
 	if l == nil || !expired {
