@@ -6,10 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
-	"time"
 	"unsafe"
-
-	"github.com/picomq/picomq/internal/testwait"
 )
 
 func TestAlignedBuffer(t *testing.T) {
@@ -40,11 +37,7 @@ func TestSparesOnADisk(t *testing.T) {
 			defer func() { j.Close() }()
 			spare := func(j *Journal) {
 				t.Helper()
-				testwait.Until(t, 20*time.Second, "a spare is prepared", func() bool {
-					j.mu.Lock()
-					defer j.mu.Unlock()
-					return j.spareReady
-				})
+				waitSpare(t, j)
 				b, err := os.ReadFile(filepath.Join(dir, spareName))
 				if err != nil {
 					t.Fatal(err)

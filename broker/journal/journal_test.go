@@ -672,6 +672,18 @@ func TestDropOldestSegments(t *testing.T) {
 	mustAppend(t, j2, obj(100, 1, 0, 6, "after"))
 }
 
+// waitSpare waits until j's preparer has a spare ready: on the clock, not
+// by a count of yields — on a loaded machine (CI runs packages side by
+// side) the preparer may not run within thousands of them.
+func waitSpare(t *testing.T, j *Journal) {
+	t.Helper()
+	testwait.Until(t, 20*time.Second, "a spare is prepared", func() bool {
+		j.mu.Lock()
+		defer j.mu.Unlock()
+		return j.spareReady
+	})
+}
+
 // TestPreallocatedSegments: with Preallocate a new segment is the spare,
 // zero-filled and synced ahead; the zeros past the last batch are neither
 // a torn tail nor damage, in the last segment or an earlier one; a crash
@@ -681,21 +693,10 @@ func TestPreallocatedSegments(t *testing.T) {
 	d := &crashfs.Dir{}
 	pre := func(o *Options) { o.SegmentBytes = 4 << 10; o.Preallocate = true }
 	j := open(t, d, pre)
-	eventuallySpare := func(j *Journal) {
-		t.Helper()
-		// A wait on the clock, not a count of yields: under a loaded
-		// machine (CI runs packages side by side) the preparer may not
-		// run within thousands of them.
-		testwait.Until(t, 20*time.Second, "a spare is prepared", func() bool {
-			j.mu.Lock()
-			defer j.mu.Unlock()
-			return j.spareReady
-		})
-	}
 	var want []Object
 	for i := range uint64(40) {
 		if i%10 == 0 {
-			eventuallySpare(j) // so that the next segments are spares
+			waitSpare(t, j) // so that the next segments are spares
 		}
 		o := obj(i+1, i%3, 0, i/3, fmt.Sprintf("payload-%02d-%s", i, bytes.Repeat([]byte("y"), 200)))
 		mustAppend(t, j, o)
@@ -747,7 +748,7 @@ func TestPreallocatedSegments(t *testing.T) {
 	d.Kill()
 	j3 := open(t, d, pre)
 	check(j3)
-	eventuallySpare(j3)
+	waitSpare(t, j3)
 	for _, name := range d.List() {
 		if name == spareTmp {
 			t.Fatal("the torn spare was left")
