@@ -161,8 +161,8 @@ func (m *Manager) dropTaken() {
 	m.mu.Lock()
 	for s, h := range m.held {
 		l := m.slots[s]
-		if l == nil || l.ResourceVersion == h.lease.ResourceVersion || l.ResourceVersion == h.from || holderOf(l) == m.cfg.Identity {
-			continue // ours, or a cache behind our take
+		if l == nil || l.ResourceVersion == h.lease.ResourceVersion || holderOf(l) == m.cfg.Identity {
+			continue // ours (a cache behind our take is never observed: observeOwnLocked)
 		}
 		if m.dropLocked(s) {
 			revoke = append(revoke, s)

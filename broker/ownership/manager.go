@@ -70,13 +70,10 @@ type Manager struct {
 
 // heldSlot is what this broker knows of a slot whose Lease names it.
 type heldSlot struct {
-	lease *coordinationv1.Lease // our last write, base of the next conditional update
-	// from is the version our take wrote over: a cache that has not seen
-	// the take yet still shows it, naming the holder before us.
-	from     string
-	sent     time.Time // when the last successful renew (or the take) was sent
-	deadline time.Time // sent + RenewDeadline: serving ends here
-	serving  bool      // MayOpen allows (until deadline)
+	lease    *coordinationv1.Lease // our last write, base of the next conditional update
+	sent     time.Time             // when the last successful renew (or the take) was sent
+	deadline time.Time             // sent + RenewDeadline: serving ends here
+	serving  bool                  // MayOpen allows (until deadline)
 	// quiesced: nothing of the slot may be written by this broker: it was
 	// never acquired, or Release returned nil, or Revoke was called. While
 	// it is false, losing the slot calls Revoke.

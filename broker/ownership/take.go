@@ -100,11 +100,7 @@ func (m *Manager) takeOne(ctx context.Context, s int, base *coordinationv1.Lease
 		// Another broker won, or our cache is behind (a stalled watch would
 		// make every Lease look expired): learn the Lease as it is, so the
 		// next decision starts its expiry from now instead of failing again.
-		if latest, gerr := m.leases.Get(ctx, base.Name, metav1.GetOptions{}); gerr == nil {
-			m.mu.Lock()
-			m.observeLocked(latest, m.clk.Now())
-			m.mu.Unlock()
-		}
+		m.relearn(ctx, base.Name)
 		return false
 	case apierrors.IsNotFound(err):
 		m.forgetLease(base.Name)
@@ -115,7 +111,7 @@ func (m *Manager) takeOne(ctx context.Context, s int, base *coordinationv1.Lease
 		return false
 	}
 	m.mu.Lock()
-	m.held[s] = &heldSlot{lease: got, from: base.ResourceVersion, sent: sent, deadline: sent.Add(m.cfg.RenewDeadline), quiesced: true}
+	m.held[s] = &heldSlot{lease: got, sent: sent, deadline: sent.Add(m.cfg.RenewDeadline), quiesced: true}
 	m.observeOwnLocked(got, base.ResourceVersion, sent)
 	m.mu.Unlock()
 	m.met.handoffs.WithLabelValues(eventTaken).Inc()
@@ -153,9 +149,10 @@ func (m *Manager) fence(ctx context.Context, holder string) bool {
 	for i := range list.Items {
 		// A version new to us makes its holder, or the one it no longer
 		// names, live from now.
-		m.observeLocked(list.Items[i].DeepCopy(), now)
-		if holderOf(&list.Items[i]) == holder {
-			l = list.Items[i].DeepCopy()
+		item := &list.Items[i]
+		m.observeLocked(item, now)
+		if holderOf(item) == holder {
+			l = item
 		}
 	}
 	var expired bool
@@ -186,11 +183,7 @@ func (m *Manager) fence(ctx context.Context, holder string) bool {
 		m.log.Info("member Lease fenced: its slots are taken", "member", holder)
 		return true
 	case apierrors.IsConflict(err):
-		if latest, gerr := m.leases.Get(ctx, l.Name, metav1.GetOptions{}); gerr == nil {
-			m.mu.Lock()
-			m.observeLocked(latest, m.clk.Now())
-			m.mu.Unlock()
-		}
+		m.relearn(ctx, l.Name)
 		return false
 	case apierrors.IsNotFound(err):
 		m.forgetLease(l.Name)
@@ -199,4 +192,14 @@ func (m *Manager) fence(ctx context.Context, holder string) bool {
 	m.noteErr(err)
 	m.log.Warn("fencing a member Lease failed", "member", holder, "err", err)
 	return false
+}
+
+// relearn reads Lease name from the API server after a write of it
+// conflicted, and observes it as it is.
+func (m *Manager) relearn(ctx context.Context, name string) {
+	if latest, err := m.leases.Get(ctx, name, metav1.GetOptions{}); err == nil {
+		m.mu.Lock()
+		m.observeLocked(latest, m.clk.Now())
+		m.mu.Unlock()
+	}
 }
