@@ -92,6 +92,15 @@ type Config struct {
 	// manager renews and takes nothing: a broker cut from its peers but not
 	// from the API server must not keep slots it cannot write.
 	InContact func() bool
+	// Failsafe, when set, asks every member of the metadata log's
+	// configuration, over the peer network, to confirm that it cannot
+	// reach the API server either and to promise to take none of this
+	// broker's slots (each answers with its Manager's AnswerFailsafe). It
+	// returns nil only when every member confirmed. The manager calls it
+	// when its member Lease could not be renewed for want of the API
+	// server, and keeps serving the slots on its answer: see failsafe.go.
+	// Nil: a holder that cannot renew stops at its renew deadline.
+	Failsafe func(ctx context.Context) error
 	// Revoke tells the broker to stop writing a slot's streams at once,
 	// without I/O: the slot was lost or is past its renew deadline. Called
 	// once per loss. Required.

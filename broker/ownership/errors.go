@@ -8,6 +8,7 @@ import "github.com/picomq/picomq/broker/errs"
 const (
 	CodeNotSlotOwner errs.Code = 0x00_10_04_01
 	CodeBadConfig    errs.Code = 0x00_10_04_02
+	CodeFailsafe     errs.Code = 0x00_10_04_03
 )
 
 var (
@@ -27,4 +28,13 @@ var (
 		"The ownership configuration is invalid",
 		"broker/ownership: a Config field is missing or out of range; fields: field, value, and the rule it breaks",
 		0, 78)
+
+	// FailsafeRefused answers another broker's failsafe round: this broker
+	// does not confirm that it cannot reach the API server (it can, or the
+	// round is malformed), and promises nothing. The holder stops at its
+	// renew deadline.
+	FailsafeRefused = errs.Static(CodeFailsafe, "FAILSAFE_REFUSED",
+		"This broker does not confirm the failsafe round",
+		"broker/ownership: a failsafe round was refused; fields: holder, member, reason",
+		409, 75)
 )

@@ -49,18 +49,27 @@ type Manager struct {
 	// fenced: a write of our member Lease found it no longer ours (another
 	// broker fenced it, another incarnation wrote it, or it was deleted):
 	// nothing held may be served again before its slot Lease is written.
-	fenced   bool
-	slots    []*coordinationv1.Lease          // slot -> its Lease as last seen (nil: none seen)
-	members  map[string]*coordinationv1.Lease // node -> its member Lease as last seen
-	held     map[int]*heldSlot
-	draining bool
-	leaving  bool // drains to leave the cluster (SetLeaving)
-	target   int
-	live     []string // identities counted for fair shares, sorted
-	synced   bool     // source has answered once
-	lastOK   time.Time
-	lastErr  error
-	errAt    time.Time
+	fenced bool
+	// apiFailing: our last write of the member Lease could not reach the
+	// API server (what a failsafe answer confirms). promised: the
+	// holders whose failsafe rounds this broker confirmed (failsafe.go).
+	apiFailing bool
+	promised   map[string]promise
+	// failsafeSince: when this broker began serving on failsafe rounds
+	// (zero: it is not); failsafeRoundsConfirmed counts them since.
+	failsafeSince           time.Time
+	failsafeRoundsConfirmed int
+	slots                   []*coordinationv1.Lease          // slot -> its Lease as last seen (nil: none seen)
+	members                 map[string]*coordinationv1.Lease // node -> its member Lease as last seen
+	held                    map[int]*heldSlot
+	draining                bool
+	leaving                 bool // drains to leave the cluster (SetLeaving)
+	target                  int
+	live                    []string // identities counted for fair shares, sorted
+	synced                  bool     // source has answered once
+	lastOK                  time.Time
+	lastErr                 error
+	errAt                   time.Time
 
 	// Loop-only state.
 	nextTick time.Time // when the next period's work is due
@@ -117,18 +126,19 @@ func New(cfg Config) (*Manager, error) {
 	}
 	log = log.With("component", "ownership", "identity", cfg.Identity)
 	return &Manager{
-		cfg:     cfg,
-		clk:     clk,
-		log:     log,
-		met:     met,
-		leases:  cfg.Client.CoordinationV1().Leases(cfg.Namespace),
-		poke:    make(chan struct{}, 1),
-		seen:    map[string]observation{},
-		alive:   map[string]time.Time{},
-		gone:    map[string]bool{},
-		slots:   make([]*coordinationv1.Lease, cfg.Slots),
-		members: map[string]*coordinationv1.Lease{},
-		held:    map[int]*heldSlot{},
+		cfg:      cfg,
+		clk:      clk,
+		log:      log,
+		met:      met,
+		leases:   cfg.Client.CoordinationV1().Leases(cfg.Namespace),
+		poke:     make(chan struct{}, 1),
+		seen:     map[string]observation{},
+		alive:    map[string]time.Time{},
+		gone:     map[string]bool{},
+		promised: map[string]promise{},
+		slots:    make([]*coordinationv1.Lease, cfg.Slots),
+		members:  map[string]*coordinationv1.Lease{},
+		held:     map[int]*heldSlot{},
 	}, nil
 }
 

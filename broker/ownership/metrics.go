@@ -9,7 +9,17 @@ type metrics struct {
 	renewFailures prometheus.Counter
 	membersLive   prometheus.Gauge
 	fences        prometheus.Counter
+	// Failsafe (failsafe.go).
+	failsafeActive  prometheus.Gauge
+	failsafeRounds  *prometheus.CounterVec
+	failsafeAnswers prometheus.Counter
 }
+
+// The values of picomq_failsafe_rounds_total's "result" label.
+const (
+	roundConfirmed = "confirmed" // every member confirmed: the slots were extended
+	roundRefused   = "refused"   // a member refused or did not answer: the slots stop at their deadline
+)
 
 // The values of picomq_slot_handoffs_total's "event" label.
 const (
@@ -32,14 +42,24 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Renewals of the member Lease, or writes of a held slot Lease after its deadline passed, that failed (API server unreachable or refusing)."}),
 		fences: prometheus.NewCounter(prometheus.CounterOpts{Name: "picomq_member_fences_total",
 			Help: "Member Leases of expired brokers this broker wrote naming nobody before taking their slots."}),
+		failsafeActive: prometheus.NewGauge(prometheus.GaugeOpts{Name: "picomq_failsafe_active",
+			Help: "1 while this broker serves its slots through an API server outage on failsafe rounds every member confirmed, else 0."}),
+		failsafeRounds: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "picomq_failsafe_rounds_total",
+			Help: "Failsafe rounds this broker sent after failing to renew its member Lease: result=confirmed (every member confirmed; slots extended) or refused (one did not; slots stop at their renew deadline)."},
+			[]string{"result"}),
+		failsafeAnswers: prometheus.NewCounter(prometheus.CounterOpts{Name: "picomq_failsafe_promises_total",
+			Help: "Failsafe rounds of other brokers this broker confirmed, each a promise to take none of their slots for a lease duration."}),
 		membersLive: prometheus.NewGauge(prometheus.GaugeOpts{Name: "picomq_members_live",
 			Help: "Brokers this broker counts live for fair shares (itself included unless draining)."}),
 	}
 	for _, e := range []string{eventTaken, eventReleased, eventLost} {
 		m.handoffs.WithLabelValues(e) // present at 0 from the start
 	}
+	for _, r := range []string{roundConfirmed, roundRefused} {
+		m.failsafeRounds.WithLabelValues(r)
+	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.slotsHeld, m.handoffs, m.renewFailures, m.membersLive, m.fences} {
+		for _, c := range []prometheus.Collector{m.slotsHeld, m.handoffs, m.renewFailures, m.membersLive, m.fences, m.failsafeActive, m.failsafeRounds, m.failsafeAnswers} {
 			if err := reg.Register(c); err != nil {
 				return nil, BadConfig.Wrap(err, "field", "Metrics", "rule", "the registry must not hold ownership's metrics already")
 			}

@@ -144,17 +144,21 @@ func (m *Manager) observeLocked(l *coordinationv1.Lease, now time.Time) {
 // a member Lease naming the holder (or ceasing to), both as this broker
 // first saw them — or, once the holder's member Lease was fenced,
 // LeaseDuration after the slot Lease's own change alone.
+//
+// A failsafe promise to the holder (failsafe.go) holds the slot longer.
 func (m *Manager) slotExpiresLocked(l *coordinationv1.Lease) time.Time {
+	holder := holderOf(l)
 	at := m.expiresLocked(l)
-	if m.gone[holderOf(l)] {
-		// Fenced: renewals no longer count, but a slot the holder took
-		// after its last renewal is its own until the take's deadline.
-		return at
-	}
-	if seen, ok := m.alive[holderOf(l)]; ok {
+	if seen, ok := m.alive[holder]; ok && !m.gone[holder] {
+		// (Once fenced, renewals no longer count, but a slot the holder
+		// took after its last renewal is its own until the take's
+		// deadline.)
 		if d := seen.Add(m.leaseDuration(l)); d.After(at) {
 			at = d
 		}
+	}
+	if until := m.promiseUntilLocked(holder, m.clk.Now()); until.After(at) {
+		at = until
 	}
 	return at
 }
@@ -192,6 +196,10 @@ func (m *Manager) pruneAliveLocked() {
 		if !named[id] {
 			delete(m.gone, id)
 		}
+	}
+	now := m.clk.Now()
+	for id := range m.promised {
+		m.promiseUntilLocked(id, now) // forgets a promise that has run out
 	}
 }
 

@@ -15,7 +15,8 @@ var (
 
 // TestPropertyRandomSequences steps 3 to 5 brokers through random
 // sequences of joins, crashes, restarts (same identity or a new
-// incarnation), pauses and resumes, API server outages of one broker,
+// incarnation), pauses and resumes, API server outages of one broker and
+// of all (served through on failsafe rounds),
 // drains, failing Acquire and Release callbacks, and time, checking after
 // every step that no two brokers serve one slot, that a serving broker is
 // the Lease's holder, that Revoke or Release ends every episode before
@@ -40,7 +41,7 @@ func TestPropertyRandomSequences(t *testing.T) {
 			seeds = append(seeds, uint64(i))
 		}
 	}
-	var takes, wakes int
+	var takes, wakes, rounds int
 	for _, seed := range seeds {
 		tm := timings[seed%uint64(len(timings))]
 		ok := t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
@@ -48,13 +49,17 @@ func TestPropertyRandomSequences(t *testing.T) {
 			runSequence(s, *flagSteps)
 			takes += s.api.takes
 			wakes += s.wakes
+			rounds += s.failsafeRounds
 		})
 		if !ok {
 			t.Logf("rerun with: go test ./broker/ownership -run 'TestPropertyRandomSequences' -ownership.seed=%d -v", seed)
 			return
 		}
 	}
-	t.Logf("%d sequences of %d events: %d wakes, %d Leases moved between brokers after expiry", len(seeds), *flagSteps, wakes, takes)
+	t.Logf("%d sequences of %d events: %d wakes, %d Leases moved between brokers after expiry, %d failsafe rounds confirmed", len(seeds), *flagSteps, wakes, takes, rounds)
+	if len(seeds) >= 20 && rounds == 0 {
+		t.Errorf("no failsafe round was confirmed in %d sequences: the outages of every broker never exercised it", len(seeds))
+	}
 }
 
 // runSequence is one random history, then the settling check.
@@ -98,11 +103,18 @@ func runSequence(s *sim, steps int) {
 			if n := s.pick(func(n *simNode) bool { return n.state == paused }); n != nil {
 				s.resume(n)
 			}
-		case r < 85:
+		case r < 83:
 			if n := s.pick(func(n *simNode) bool { return n.state != dead && !n.down.Load() }); n != nil {
 				n.down.Store(true)
 				s.logf("api down for %s", n.id)
 			}
+		case r < 84:
+			// The API server down for everyone: failsafe rounds keep
+			// the holders serving while every member answers.
+			for _, n := range s.nodes {
+				n.down.Store(true)
+			}
+			s.logf("api down for all")
 		case r < 90:
 			if n := s.pick(func(n *simNode) bool { return n.down.Load() }); n != nil {
 				n.down.Store(false)

@@ -33,9 +33,30 @@ const renewParallelism = 8
 func (m *Manager) renew(ctx context.Context) {
 	ioctx, cancel := m.ioContext(ctx)
 	defer cancel()
+	// While the API server could not be reached at the last renewal, the
+	// failsafe round goes out beside this one: a renewal that hangs until
+	// the context ends would leave it no time after.
+	m.mu.Lock()
+	wasFailing := m.apiFailing
+	m.mu.Unlock()
+	var round chan failsafeResult
+	if wasFailing && m.cfg.Failsafe != nil {
+		round = make(chan failsafeResult, 1)
+		go func() {
+			sent, ok := m.failsafeRound(ioctx)
+			round <- failsafeResult{sent, ok}
+		}()
+	}
 	m.memberMu.Lock()
 	sent, memberErr := m.writeMemberLocked(ioctx)
 	m.memberMu.Unlock()
+	var fs failsafeResult
+	switch {
+	case round != nil:
+		fs = <-round
+	case apiUnreachable(memberErr):
+		fs.sent, fs.ok = m.failsafeRound(ioctx)
+	}
 
 	type job struct {
 		slot  int
@@ -44,6 +65,16 @@ func (m *Manager) renew(ctx context.Context) {
 	var jobs []job
 	var revoke []int
 	m.mu.Lock()
+	m.noteMemberWriteLocked(memberErr, m.clk.Now())
+	var fsEnded time.Time
+	var fsRounds, fsExtended int
+	switch {
+	case memberErr == nil || !fs.ok:
+		fsEnded, fsRounds = m.endFailsafeLocked()
+	case apiUnreachable(memberErr):
+		fsExtended = m.extendByFailsafeLocked(fs.sent)
+		fsRounds = m.failsafeRoundsConfirmed
+	}
 	fenced := m.fenced
 	m.fenced = false
 	if memberErr == nil && sent.After(m.lastOK) {
@@ -74,6 +105,12 @@ func (m *Manager) renew(ctx context.Context) {
 		jobs = append(jobs, job{s, h.lease})
 	}
 	m.mu.Unlock()
+	switch {
+	case fsExtended > 0 && fsRounds == 1:
+		m.log.Warn("API server unreachable: serving on failsafe, every member confirmed it cannot reach it either", "slots", fsExtended, "err", memberErr)
+	case !fsEnded.IsZero():
+		m.failsafeEnded(ctx, fsEnded, fsRounds, memberErr)
+	}
 	slices.Sort(revoke)
 	for _, s := range revoke {
 		m.log.Warn("member Lease fenced by another broker: slot not served until its Lease is written again", "slot", s)
@@ -137,6 +174,13 @@ func (m *Manager) renew(ctx context.Context) {
 	for _, s := range revoke {
 		m.cfg.Revoke(s)
 	}
+}
+
+// failsafeResult is a failsafe round's outcome: when it was sent, and
+// whether every member confirmed.
+type failsafeResult struct {
+	sent time.Time
+	ok   bool
 }
 
 // renewResult is what one slot's renewal learned.

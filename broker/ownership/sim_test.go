@@ -67,6 +67,8 @@ type sim struct {
 	rp     time.Duration
 	seq    int // incarnations made
 	wakes  int
+	// failsafeRounds counts the rounds every member confirmed.
+	failsafeRounds int
 	// refresh is the chance a broker's view is refreshed before it wakes;
 	// below 1 models an informer that lags.
 	refresh float64
@@ -127,10 +129,11 @@ func (s *sim) startWith(name, identity string, tweak func(*Config)) *simNode {
 		Client:    s.api.client(func() string { return n.id }, &n.down),
 		Namespace: simNS, Cluster: "demo", Node: name, Identity: identity,
 		Slots: s.slots, LeaseDuration: s.ld, RenewDeadline: s.rd, RetryPeriod: s.rp,
-		Clock:   n.clk,
-		Acquire: func(_ context.Context, slot int) error { return s.onAcquire(n, slot) },
-		Release: func(_ context.Context, slot int) error { return s.onRelease(n, slot) },
-		Revoke:  func(slot int) { s.onRevoke(n, slot) },
+		Clock:    n.clk,
+		Acquire:  func(_ context.Context, slot int) error { return s.onAcquire(n, slot) },
+		Release:  func(_ context.Context, slot int) error { return s.onRelease(n, slot) },
+		Revoke:   func(slot int) { s.onRevoke(n, slot) },
+		Failsafe: func(context.Context) error { return s.failsafe(n) },
 	}
 	if tweak != nil {
 		tweak(&cfg)
@@ -199,6 +202,38 @@ func (s *sim) onRevoke(n *simNode, slot int) {
 	delete(n.owes, slot)
 	n.revokes++
 	s.logf("%s revoke %d", n.id, slot)
+}
+
+// failsafe is n's failsafe round: every member — the latest incarnation
+// of each node name, as the metadata log's configuration lists the
+// members — but n itself must be running and confirm. A paused or
+// crashed member does not answer.
+func (s *sim) failsafe(n *simNode) error {
+	latest := map[string]*simNode{}
+	var names []string
+	for _, o := range s.nodes {
+		if _, ok := latest[o.name]; !ok {
+			names = append(names, o.name)
+		}
+		latest[o.name] = o
+	}
+	for _, name := range names {
+		o := latest[name]
+		if o == n {
+			continue
+		}
+		if o.state != running {
+			s.logf("%s failsafe round: %s does not answer", n.id, o.id)
+			return fmt.Errorf("%s does not answer", o.id)
+		}
+		if err := o.m.AnswerFailsafe(n.id); err != nil {
+			s.logf("%s failsafe round: %s refuses", n.id, o.id)
+			return err
+		}
+	}
+	s.failsafeRounds++
+	s.logf("%s failsafe round confirmed", n.id)
+	return nil
 }
 
 // wake runs one broker's step at its clock's now, then checks.

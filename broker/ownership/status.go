@@ -60,6 +60,11 @@ type Status struct {
 	// hand-off, with its time; cleared by the next successful renew.
 	LastRenewError   string    `json:"lastRenewError,omitempty"`
 	LastRenewErrorAt time.Time `json:"lastRenewErrorAt,omitzero"`
+	// FailsafeSince is when this broker began serving its slots through
+	// an API server outage on failsafe rounds every member confirmed
+	// (zero: it does not); FailsafeRounds counts the rounds since.
+	FailsafeSince  time.Time `json:"failsafeSince,omitzero"`
+	FailsafeRounds int       `json:"failsafeRounds,omitempty"`
 }
 
 // Status reports the slots held and served, the target and the live
@@ -77,6 +82,9 @@ func (m *Manager) Status() Status {
 		MembersLive: len(m.live),
 		Draining:    m.draining,
 		LastRenew:   m.lastOK,
+
+		FailsafeSince:  m.failsafeSince,
+		FailsafeRounds: m.failsafeRoundsConfirmed,
 	}
 	for _, h := range m.held {
 		if h.serving && now.Before(h.deadline) {

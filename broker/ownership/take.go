@@ -167,6 +167,9 @@ func (m *Manager) fence(ctx context.Context, holder string) bool {
 		// before, and the next would find the Lease not its own.
 		expired = !now.Before(m.alive[holder].Add(m.cfg.LeaseDuration))
 	}
+	if m.promiseHoldsLocked(holder, now) {
+		expired = false // we confirmed its failsafe round: not ours to take yet
+	}
 	m.mu.Unlock()
 	if l == nil || !expired {
 		return expired // renewed since the slot looked expired: not ours to take
