@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	streamsv1alpha1 "github.com/picomq/picomq/api/v1alpha1"
 	"github.com/picomq/picomq/controllers/brokeradmin"
@@ -356,4 +357,22 @@ func coverage(brokers []brokerObservation, slots int32) slotCoverage {
 	}
 	c.held = min(len(seen)+counted, c.want)
 	return c
+}
+
+// failsafe says which brokers serve through an API server outage on
+// failsafe rounds, and since when; "" when none reports it.
+func failsafe(o clusterObservation) string {
+	var on []string
+	for _, b := range o.brokers {
+		if b.err == nil && !b.status.FailsafeSince.IsZero() && !removed(b) {
+			on = append(on, fmt.Sprintf("%s (since %s, %d rounds)", b.pod, b.status.FailsafeSince.UTC().Format(time.RFC3339), b.status.FailsafeRounds))
+		}
+	}
+	if len(on) == 0 {
+		return ""
+	}
+	slices.Sort(on)
+	return fmt.Sprintf("brokers %s cannot reach the API server and serve their slots on failsafe: every member confirmed over the peer network that it cannot reach it either. "+
+		"Appends go on, but no slot can move: a broker that stops now has its slots wait for the API server. Check the brokers' route to the API server and the control plane's health",
+		strings.Join(on, ", "))
 }

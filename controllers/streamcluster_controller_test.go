@@ -213,7 +213,8 @@ func TestStreamClusterCreatesChildrenWithOwnerReferences(t *testing.T) {
 	if err := get(t, ns, "demo-broker", &role); err != nil {
 		t.Fatal(err)
 	}
-	if len(role.Rules) != 1 || role.Rules[0].Resources[0] != "leases" || !slices.Equal(role.Rules[0].Verbs, resources.LeaseVerbs) {
+	if len(role.Rules) != 2 || role.Rules[0].Resources[0] != "leases" || !slices.Equal(role.Rules[0].Verbs, resources.LeaseVerbs) ||
+		role.Rules[1].Resources[0] != "events" || !slices.Equal(role.Rules[1].Verbs, []string{"create"}) {
 		t.Errorf("role rules = %+v", role.Rules)
 	}
 

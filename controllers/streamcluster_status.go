@@ -334,6 +334,8 @@ func degradedCondition(o clusterObservation) metav1.Condition {
 		c.Reason, c.Message = streamsv1alpha1.ReasonClusterIDMismatch, mismatch
 	case gone != "":
 		c.Reason, c.Message = streamsv1alpha1.ReasonMemberRemoved, gone
+	case failsafe(o) != "":
+		c.Reason, c.Message = streamsv1alpha1.ReasonFailsafe, failsafe(o)
 	case o.specErr != nil:
 		c.Reason, c.Message = streamsv1alpha1.ReasonInvalidSpec, o.specErr.Error()
 	case o.secret != nil:

@@ -259,6 +259,26 @@ func TestDegradedCondition(t *testing.T) {
 	}
 }
 
+// TestDegradedFailsafe: a broker that reports serving on failsafe rounds
+// makes the cluster Degraded with reason Failsafe, naming it; one that
+// stopped reporting it does not.
+func TestDegradedFailsafe(t *testing.T) {
+	t.Parallel()
+	o := clusterObservation{desired: 3, sts: stsWith(3, 3, nil), brokers: brokersWithLeader("demo-1", 3)}
+	if c := degradedCondition(o); c.Reason != streamsv1alpha1.ReasonAsExpected {
+		t.Fatalf("no failsafe: %s/%s", c.Status, c.Reason)
+	}
+	o.brokers[2].status.FailsafeSince = time.Date(2026, 12, 5, 10, 0, 0, 0, time.UTC)
+	o.brokers[2].status.FailsafeRounds = 42
+	c := degradedCondition(o)
+	if c.Status != metav1.ConditionTrue || c.Reason != streamsv1alpha1.ReasonFailsafe {
+		t.Fatalf("failsafe: %s/%s, want True/%s", c.Status, c.Reason, streamsv1alpha1.ReasonFailsafe)
+	}
+	if !strings.Contains(c.Message, "demo-2 (since 2026-12-05T10:00:00Z, 42 rounds)") {
+		t.Errorf("message does not name the broker, its start and rounds: %s", c.Message)
+	}
+}
+
 func TestClusterStatusKeepsTransitionTimes(t *testing.T) {
 	t.Parallel()
 	c := testCluster()

@@ -195,6 +195,13 @@ const (
 	// that it joins as a new member. A Warning event records it once.
 	// Degraded until it reports itself a member again.
 	ReasonMemberRemoved = "MemberRemoved"
+	// ReasonFailsafe (Degraded=True): brokers report that they cannot
+	// reach the API server and serve their slots on failsafe rounds every
+	// member confirmed over the peer network (every member cannot reach it
+	// either). Appends go on; no slot can move, so a broker that dies now
+	// has its slots wait for the API server. The message names the brokers
+	// and since when. A Warning event records it once.
+	ReasonFailsafe = "Failsafe"
 	// ReasonInvalidSpec (StreamCluster Degraded=True, Stream Ready=False):
 	// the spec cannot be turned into children or a broker stream; the
 	// message names the field. Degraded until the spec changes.

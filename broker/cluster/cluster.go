@@ -213,6 +213,10 @@ func (c *Cluster) newOwnership(s settings.Settings, reg prometheus.Registerer) (
 		Revoke: func(slot int) {
 			c.broker().Revoke(func(id uint64) bool { return m.SlotOf(id) == slot })
 		},
+		// Through an API server outage, the slots stay served while every
+		// member confirms over the peer port that it cannot reach it
+		// either (failsafe.go).
+		Failsafe: c.failsafeRound,
 	})
 	return m, err
 }
@@ -265,6 +269,7 @@ func (c *Cluster) Start(ctx context.Context, b *core.Broker) error {
 	} else {
 		c.mux.Journal().Close() // no journal: streams are refused at once
 	}
+	c.srv.Handle("POST "+FailsafePath, http.HandlerFunc(c.serveFailsafe))
 	if err := c.member.Attach(ctx, b, b.Log(), c.srv); err != nil {
 		return err
 	}
@@ -398,6 +403,9 @@ func (c *Cluster) NodeInfo(info *wire.NodeInfo) {
 	held := os.SlotsHeld
 	under := int(c.under.Load())
 	info.SlotsHeld, info.Slots, info.UnderReplicated = &held, os.Held, &under
+	if !os.FailsafeSince.IsZero() {
+		info.Failsafe = &wire.Failsafe{Since: os.FailsafeSince, Rounds: os.FailsafeRounds}
+	}
 	if os.Draining {
 		ds := c.DrainStatus()
 		info.Drain = &ds

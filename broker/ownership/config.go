@@ -12,17 +12,10 @@ import (
 	"k8s.io/utils/clock"
 )
 
-// The StreamCluster's defaults (api/v1alpha1 OwnershipSpec), for a broker
-// started without the operator's settings.
-const (
-	DefaultSlots         = 64
-	DefaultLeaseDuration = 15 * time.Second
-	DefaultRenewDeadline = 10 * time.Second
-	DefaultRetryPeriod   = 2 * time.Second
-
-	// MaxSlots is the StreamCluster's bound on ownership.slots.
-	MaxSlots = 4096
-)
+// MaxSlots is the StreamCluster's bound on ownership.slots. (The defaults
+// of the timings are the broker's settings and the StreamCluster's: this
+// package takes every value from its Config.)
+const MaxSlots = 4096
 
 // Config configures a Manager. New refuses a Config with a field missing or
 // out of range (a coded BadConfig naming the field and its value); it never

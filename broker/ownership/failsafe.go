@@ -10,47 +10,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// Failsafe: serving through an API server outage.
-//
-// A holder that cannot renew its member Lease would stop serving at its
-// renew deadline, and an API server down for every broker (a control-plane
-// upgrade, an etcd outage) would stop every write of the cluster although
-// no other broker could take a slot meanwhile: a take is a write to that
-// same API server. So a holder whose renewal failed asks every member of
-// the metadata log's configuration, over the peer network, to confirm that
-// it cannot reach the API server either and to promise to take none of the
-// holder's slots for a while (Config.Failsafe sends that round; the members
-// answer with AnswerFailsafe). When every member confirms, the holder
-// extends the slots it still serves to the round's send time plus
-// RenewDeadline, exactly as a renewal would have; when any member refuses
-// or does not answer — it reaches the API server, it is paused, dead or
-// partitioned from the holder — the round fails and the holder stops at its
-// deadline as without failsafe.
-//
-// The promise: a member that answered a round of holder H takes none of H's
-// slots (nor fences H's member Lease) until LeaseDuration has passed on its
-// own clock after the later of its last answer to H and its first contact
-// with the API server after that answer (a successful write of its own
-// member Lease, before or at its first read of H's). The holder's round was
-// sent before the answer, so the holder stops serving at least
-// LeaseDuration - RenewDeadline before the promise lets go — the same margin
-// as the timing rule. A broker that starts has promised nothing, and needs
-// none: its first observation of every Lease is stamped at its first read.
-//
-// Why every member and not a majority (Patroni's failsafe_mode decided the
-// same): one member that still reaches the API server while the holder
-// does not would see the holder's member Lease unchanged for LeaseDuration
-// and take its slots; only that member's own promise rules that out. A
-// member that cannot answer (crashed, paused, cut from the holder) might be
-// such a member, so an outage together with a member down stops the
-// failsafe: every slot then waits for the API server. Only slots served
-// without a gap are extended: a slot past its deadline is written again
-// through the API server first, as without failsafe.
-//
-// Writes never depend on this: the epochs of the metadata log and the
-// journals' fences refuse a deposed owner whatever the Leases say. Failsafe
-// only keeps the bound on stale reads while serving through the outage.
-
 // apiUnreachable reports whether err, from a write of our member Lease,
 // says the API server could not be reached or could not answer (a
 // transport error, a timeout, a 5xx or 429), as opposed to an answer about

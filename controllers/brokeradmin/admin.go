@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 )
 
 // Broker addresses one broker pod.
@@ -115,6 +116,10 @@ type NodeStatus struct {
 	// its data directory set aside or wiped (its PVC deleted).
 	Removed bool
 	Problem string
+	// FailsafeSince is set while the broker serves its slots through an
+	// API server outage on failsafe rounds; FailsafeRounds counts them.
+	FailsafeSince  time.Time
+	FailsafeRounds int
 }
 
 // ErrNotSupported is returned by an admin call the broker does not

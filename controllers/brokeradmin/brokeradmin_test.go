@@ -63,7 +63,8 @@ func TestStatusDecodesTheClusterBrokersNodeInfo(t *testing.T) {
 	held, under := 3, 7
 	info := wire.NodeInfo{NodeID: "demo-1", RaftState: "Follower", Leader: "demo-0~aa", Ready: true,
 		ClusterID: "c-42", MemberID: "demo-1~bb", Voters: []string{"demo-0~aa", "demo-1~bb", "demo-2~cc"}, NonVoters: []string{"demo-3~dd"},
-		SlotsHeld: &held, Slots: []int{1, 5, 9}, UnderReplicated: &under}
+		SlotsHeld: &held, Slots: []int{1, 5, 9}, UnderReplicated: &under,
+		Failsafe: &wire.Failsafe{Since: time.Date(2026, 12, 5, 10, 0, 0, 0, time.UTC), Rounds: 9}}
 	b := serve(t, func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(info)
@@ -75,7 +76,8 @@ func TestStatusDecodesTheClusterBrokersNodeInfo(t *testing.T) {
 	if st.ClusterID != "c-42" || st.MemberID != "demo-1~bb" || st.Leader != "demo-0~aa" ||
 		!slices.Equal(st.Voters, info.Voters) || !slices.Equal(st.NonVoters, info.NonVoters) ||
 		st.SlotsHeld == nil || *st.SlotsHeld != 3 || !slices.Equal(st.Slots, []int32{1, 5, 9}) ||
-		st.UnderReplicated == nil || *st.UnderReplicated != 7 {
+		st.UnderReplicated == nil || *st.UnderReplicated != 7 ||
+		!st.FailsafeSince.Equal(info.Failsafe.Since) || st.FailsafeRounds != 9 {
 		t.Errorf("status %+v", st)
 	}
 }

@@ -118,6 +118,9 @@ func (h *HTTP) Status(ctx context.Context, b Broker) (NodeStatus, error) {
 		UnderReplicated: n.UnderReplicated,
 		Removed:         n.Removed || n.RaftState == wire.RaftStateRemoved, Problem: n.Problem,
 	}
+	if n.Failsafe != nil {
+		s.FailsafeSince, s.FailsafeRounds = n.Failsafe.Since, n.Failsafe.Rounds
+	}
 	if n.Drain != nil {
 		s.Drain = *n.Drain
 	}

@@ -23,7 +23,8 @@ func ServiceAccount(c *streamsv1alpha1.StreamCluster) *corev1.ServiceAccount {
 	}
 }
 
-// Role lets the brokers work the slot Leases of their namespace.
+// Role lets the brokers work the slot Leases of their namespace, and
+// record Events there.
 func Role(c *streamsv1alpha1.StreamCluster) *rbacv1.Role {
 	return &rbacv1.Role{
 		TypeMeta:   typeMeta("rbac.authorization.k8s.io/v1", "Role"),
@@ -32,6 +33,12 @@ func Role(c *streamsv1alpha1.StreamCluster) *rbacv1.Role {
 			APIGroups: []string{"coordination.k8s.io"},
 			Resources: []string{"leases"},
 			Verbs:     append([]string(nil), LeaseVerbs...),
+		}, {
+			// A broker records an Event on its member Lease after serving
+			// through an API server outage (failsafe).
+			APIGroups: []string{""},
+			Resources: []string{"events"},
+			Verbs:     []string{"create"},
 		}},
 	}
 }

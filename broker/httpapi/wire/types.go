@@ -223,6 +223,17 @@ type NodeInfo struct {
 	// Drain is this broker's drain while it drains (what GET DrainPath
 	// answers); absent otherwise.
 	Drain *DrainStatus `json:"drain,omitempty"`
+
+	// Failsafe is set while this broker serves its slots through an API
+	// server outage on failsafe rounds every member confirmed.
+	Failsafe *Failsafe `json:"failsafe,omitempty"`
+}
+
+// Failsafe is a broker's failsafe episode: since when, on how many
+// confirmed rounds.
+type Failsafe struct {
+	Since  time.Time `json:"since"`
+	Rounds int       `json:"rounds"`
 }
 
 // RaftStateRemoved is the RaftState of a broker the cluster removed.
