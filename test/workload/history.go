@@ -243,23 +243,30 @@ type Stats struct {
 	// UnknownBy counts the unknown appends by coded name ("" for a
 	// transport failure without one): what a trial's unknowns came from.
 	UnknownBy map[string]int
+	// RefusedBy counts the refused appends by coded name the same way.
+	RefusedBy map[string]int
 }
 
 func (s Stats) String() string {
-	unknown := ""
-	if len(s.UnknownBy) > 0 {
-		names := slices.Sorted(maps.Keys(s.UnknownBy))
-		parts := make([]string, len(names))
-		for i, n := range names {
-			if n == "" {
-				n = "uncoded"
-			}
-			parts[i] = fmt.Sprintf("%s %d", n, s.UnknownBy[names[i]])
-		}
-		unknown = ": " + strings.Join(parts, ", ")
+	return fmt.Sprintf("%d ops: %d appends (%d acknowledged holding %d records, %d idempotent repeats, %d refused%s, %d unknown%s), %d reads returning %d records",
+		s.Ops, s.Appends, s.Acked, s.AckedRecords, s.Duplicates, s.Refused, byCode(s.RefusedBy), s.Unknown, byCode(s.UnknownBy), s.Reads, s.ReadRecords)
+}
+
+// byCode lists counts by coded name (": A 2, B 1"), "" for none.
+func byCode(by map[string]int) string {
+	if len(by) == 0 {
+		return ""
 	}
-	return fmt.Sprintf("%d ops: %d appends (%d acknowledged holding %d records, %d idempotent repeats, %d refused, %d unknown%s), %d reads returning %d records",
-		s.Ops, s.Appends, s.Acked, s.AckedRecords, s.Duplicates, s.Refused, s.Unknown, unknown, s.Reads, s.ReadRecords)
+	names := slices.Sorted(maps.Keys(by))
+	parts := make([]string, len(names))
+	for i, n := range names {
+		label := n
+		if label == "" {
+			label = "uncoded"
+		}
+		parts[i] = fmt.Sprintf("%s %d", label, by[n])
+	}
+	return ": " + strings.Join(parts, ", ")
 }
 
 // Stats counts the history.
@@ -283,6 +290,10 @@ func (h *History) Stats() Stats {
 			}
 		case Refused:
 			s.Refused++
+			if s.RefusedBy == nil {
+				s.RefusedBy = map[string]int{}
+			}
+			s.RefusedBy[o.Code]++
 		case Unknown:
 			s.Unknown++
 			if s.UnknownBy == nil {
