@@ -15,7 +15,7 @@ ENVTEST_ASSETS = $(shell hack/envtest-assets.sh)
 CONTROLPLANE_ASSETS = $(shell hack/controlplane-assets.sh)
 # -count=1: several suites run binaries they build themselves (the broker),
 # which the test cache cannot see change. -timeout: the cluster's fault
-# trials (test/cluster) run 22 three-broker trials, beyond go test's 10
+# trials (test/cluster) run 24 three-broker trials, beyond go test's 10
 # minutes per package on a busy 2-core machine.
 GO_TEST_FLAGS ?= -race -count=1 -timeout 40m
 

@@ -182,6 +182,10 @@ func (c *Cluster) newOwnership(s settings.Settings, reg prometheus.Registerer) (
 	if err != nil {
 		return nil, err
 	}
+	var failsafe func(context.Context) error
+	if s.Cluster.Failsafe {
+		failsafe = c.failsafeRound
+	}
 	var m *ownership.Manager
 	m, err = ownership.New(ownership.Config{
 		Client: client, Namespace: s.Cluster.Namespace, Cluster: s.Cluster.Name, Node: s.NodeID,
@@ -216,7 +220,7 @@ func (c *Cluster) newOwnership(s settings.Settings, reg prometheus.Registerer) (
 		// Through an API server outage, the slots stay served while every
 		// member confirms over the peer port that it cannot reach it
 		// either (failsafe.go).
-		Failsafe: c.failsafeRound,
+		Failsafe: failsafe,
 	})
 	return m, err
 }

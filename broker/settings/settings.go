@@ -101,6 +101,10 @@ type Cluster struct {
 	LeaseDuration time.Duration
 	RenewDeadline time.Duration
 	RetryPeriod   time.Duration
+	// Failsafe keeps slots served through an API server outage while
+	// every member confirms it cannot reach it either (ownership's
+	// package doc); false stops a holder at its renew deadline.
+	Failsafe bool
 	// ReplicationFactor is how many brokers hold each object file (0: the
 	// default, min(3, brokers)).
 	ReplicationFactor int
@@ -207,7 +211,7 @@ func Parse(args []string, getenv func(string) string, out io.Writer) (Settings, 
 		Cluster: Cluster{
 			Slots: DefaultSlots, LeaseDuration: DefaultLeaseDuration,
 			RenewDeadline: DefaultRenewDeadline, RetryPeriod: DefaultRetryPeriod,
-			RepairDownGrace: repair.DefaultDownGrace,
+			RepairDownGrace: repair.DefaultDownGrace, Failsafe: true,
 		},
 	}
 	fs := flag.NewFlagSet("broker", flag.ContinueOnError)
@@ -266,6 +270,7 @@ func Parse(args []string, getenv func(string) string, out io.Writer) (Settings, 
 	fs.DurationVar(&s.Cluster.LeaseDuration, "lease-duration", s.Cluster.LeaseDuration, "cluster mode: how long after a broker's member Lease last changed the others may take its slots")
 	fs.DurationVar(&s.Cluster.RenewDeadline, "lease-renew-deadline", s.Cluster.RenewDeadline, "cluster mode: a holder stops serving its slots this long after its last renewal of its member Lease was sent (below --lease-duration)")
 	fs.DurationVar(&s.Cluster.RetryPeriod, "lease-retry-period", s.Cluster.RetryPeriod, "cluster mode: how often the member Lease is renewed and slots are taken (below --lease-renew-deadline)")
+	fs.BoolVar(&s.Cluster.Failsafe, "lease-failsafe", s.Cluster.Failsafe, "cluster mode: while the API server is unreachable, keep serving the slots as long as every member confirms over the peer port that it cannot reach it either (false: a holder stops at its renew deadline)")
 	fs.IntVar(&s.Cluster.ReplicationFactor, "replication-factor", 0, "cluster mode: how many brokers hold each object (0: min(3, brokers))")
 	fs.DurationVar(&s.Cluster.RepairDownGrace, "repair-down-grace", s.Cluster.RepairDownGrace, "cluster mode: how long a broker may be down before the copies it holds are made again on the others (a removed or draining broker's are moved at once)")
 	fs.StringVar(&s.TLS.CertFile, "tls-cert-file", "", "certificate (PEM) of this broker: with --tls-key-file the client port serves HTTPS and the peer port TLS; re-read within a second when the file changes")

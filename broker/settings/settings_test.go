@@ -28,7 +28,7 @@ func TestParseConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	defCluster := Cluster{Slots: DefaultSlots, LeaseDuration: DefaultLeaseDuration, RenewDeadline: DefaultRenewDeadline, RetryPeriod: DefaultRetryPeriod,
-		RepairDownGrace: repair.DefaultDownGrace}
+		RepairDownGrace: repair.DefaultDownGrace, Failsafe: true}
 	defLimits := Limits{MaxHeaderBytes: 64 << 10, MaxHeaders: 100, MaxURLBytes: 8 << 10, ReadHeaderTimeout: 10 * time.Second,
 		BodyReadTimeout: 20 * time.Second, WriteTimeout: 2 * time.Minute, IdleTimeout: 2 * time.Minute}
 	want := Settings{DataDir: "/d", Listen: ":4437", NodeID: host, MaxBatchBytes: 8 << 20, InlineBytes: core.DefaultInlineBytes, PageCacheBytes: core.DefaultPageCacheBytes, SyncLinger: core.DefaultSyncLinger, LongPollTimeout: time.Second,
@@ -132,9 +132,13 @@ func TestParseClusterSettings(t *testing.T) {
 	}
 	want := Cluster{Name: "demo", Namespace: "ns", ID: "c-1", PeerListen: ":4438", PeerService: "demo-headless.ns.svc",
 		Slots: 64, LeaseDuration: 15 * time.Second, RenewDeadline: 10 * time.Second, RetryPeriod: 2 * time.Second, ReplicationFactor: 3,
-		RepairDownGrace: 2 * time.Minute}
+		RepairDownGrace: 2 * time.Minute, Failsafe: true}
 	if !reflect.DeepEqual(s.Cluster, want) {
 		t.Fatalf("cluster = %+v, want %+v", s.Cluster, want)
+	}
+	off, err := Parse(nil, env(cluster(map[string]string{"PICOMQ_LEASE_FAILSAFE": "false"})), io.Discard)
+	if err != nil || off.Cluster.Failsafe {
+		t.Fatalf("PICOMQ_LEASE_FAILSAFE=false: failsafe %v, err %v", off.Cluster.Failsafe, err)
 	}
 	if p := s.DefaultStreamPolicy; p == nil || *p != (stream.PolicyValue{Partitions: 4, RetainFor: 24 * time.Hour}) {
 		t.Fatalf("default policy %+v", p)

@@ -99,8 +99,45 @@ func (tr *trial) blackholeBetween(a int) {
 	}
 }
 
-// faults are the trial kinds of issues 19 and 29, in the order trials cycle
-// through them.
+// cutAPIServer makes the API server unreachable for every broker (on) or
+// reachable again: to the brokers, as if it were stopped — every
+// connection to it refused or cut — while the harness still reads it.
+func (tr *trial) cutAPIServer(on bool) {
+	for i := 0; i < tr.c.N(); i++ {
+		if on {
+			tr.c.APIServerLink(i).Cut()
+		} else {
+			tr.c.APIServerLink(i).Heal()
+		}
+	}
+}
+
+// appendsGoOn checks, window by window until d has passed since began,
+// that appends are still acknowledged: n more in each window.
+func (tr *trial) appendsGoOn(began time.Time, d time.Duration, n int64, window time.Duration) bool {
+	tr.t.Helper()
+	for time.Since(began) < d {
+		if err := waitAcked(tr.c, tr.w, n, window); err != nil {
+			tr.t.Errorf("%v into the outage, appends stopped: %v\n%s", time.Since(began).Round(time.Second), err, tr.c.LogTails(2048))
+			return false
+		}
+	}
+	return true
+}
+
+// failsafeBrokers lists the brokers whose node info reports failsafe.
+func (tr *trial) failsafeBrokers() []int {
+	var on []int
+	for i := 0; i < tr.c.N(); i++ {
+		if n, err := tr.c.Node(i); err == nil && n.Failsafe != nil {
+			on = append(on, i)
+		}
+	}
+	return on
+}
+
+// faults are the trial kinds of issues 19, 29 and 30, in the order trials
+// cycle through them.
 var faults = []fault{
 	{name: "kill-random", inject: func(tr *trial) func() {
 		i := tr.rng.IntN(tr.c.N())
@@ -295,6 +332,50 @@ var faults = []fault{
 		}
 		tr.hold(time.Second) // appends go on, recovered, the member still down
 		return func() { tr.c.StartBroker(down) }
+	}},
+	{name: "apiserver-outage", inject: func(tr *trial) func() {
+		// The API server unreachable for every broker for -cluster.outage
+		// (60 s) under load. Every member confirms the holders' failsafe
+		// rounds, so the appends go on, past every renew deadline and
+		// lease duration, and no slot moves.
+		tr.cutAPIServer(true)
+		began := time.Now()
+		if !tr.appendsGoOn(began, tr.lease()+time.Second, 10, 10*time.Second) {
+			return func() { tr.cutAPIServer(false) }
+		}
+		on := tr.failsafeBrokers()
+		if len(on) == 0 {
+			tr.t.Errorf("%v into the outage no broker reports failsafe", time.Since(began).Round(time.Second))
+		}
+		tr.appendsGoOn(began, *outage, 10, 10*time.Second)
+		tr.note += fmt.Sprintf("API server cut from every broker for %v, brokers %v in failsafe; ", time.Since(began).Round(time.Second), on)
+		return func() { tr.cutAPIServer(false) }
+	}},
+	{name: "apiserver-outage-owner-killed", inject: func(tr *trial) func() {
+		// The API server unreachable for every broker, then the owner of
+		// the first stream killed. A member that cannot answer may be one
+		// that reaches the API server, so failsafe rounds now fail: every
+		// slot stops at its renew deadline and waits for the API server
+		// (nothing may move without it). Once it is back, the killed
+		// owner's slots move to the others, and nothing acknowledged is
+		// lost.
+		tr.cutAPIServer(true)
+		began := time.Now()
+		tr.appendsGoOn(began, tr.lease()+time.Second, 10, 10*time.Second)
+		i := tr.owner()
+		tr.victim = i
+		tr.c.Kill(i)
+		tr.hold(tr.lease() + 2*time.Second)
+		if on := tr.failsafeBrokers(); len(on) > 0 {
+			tr.t.Errorf("brokers %v still report failsafe with a member killed", on)
+		}
+		if o, err := tr.c.Owner(context.Background(), tr.streams[0].Name, 0); err == nil && o != i {
+			tr.t.Errorf("%s/0 moved to broker-%d while the API server was unreachable", tr.streams[0].Name, o)
+		}
+		tr.cutAPIServer(false)
+		tr.waitMoved(i, 4*tr.lease()+5*time.Second)
+		tr.note += fmt.Sprintf("API server cut for %v, broker-%d killed in it; ", time.Since(began).Round(time.Second), i)
+		return func() { tr.c.StartBroker(i) }
 	}},
 	{name: "proxied", streams: []workload.StreamSpec{{Name: "t/solo"}},
 		// No fault: once the stream has an owner, every request goes to a

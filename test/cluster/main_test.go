@@ -17,9 +17,10 @@ import (
 )
 
 var (
-	trials = flag.Int("cluster.trials", envInt("PICOMQ_CLUSTER_TRIALS", 22), "fault trials to run, cycling through the fault kinds (default 22: every kind once, the first seven twice) (env PICOMQ_CLUSTER_TRIALS)")
+	trials = flag.Int("cluster.trials", envInt("PICOMQ_CLUSTER_TRIALS", 24), "fault trials to run, cycling through the fault kinds (default 24: every kind once, the first seven twice) (env PICOMQ_CLUSTER_TRIALS)")
 	seed   = flag.Uint64("cluster.seed", uint64(time.Now().UnixNano()), "random seed: printed, so that a failing trial can be repeated")
 	only   = flag.String("cluster.kinds", "", "comma-separated fault kinds to run (default: all)")
+	outage = flag.Duration("cluster.outage", 60*time.Second, "how long the apiserver-outage trial keeps the API server from every broker")
 	force  = flag.Bool("cluster.force", os.Getenv("PICOMQ_CLUSTER_FORCE") != "", "run the trials even when the probe finds cluster mode incomplete (env PICOMQ_CLUSTER_FORCE)")
 )
 

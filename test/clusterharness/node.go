@@ -24,6 +24,11 @@ type NodeInfo struct {
 	Ready        bool   `json:"ready"`
 	ClusterID    string `json:"clusterId"`
 	MemberID     string `json:"memberId"`
+	// Failsafe is set while the broker serves through an API server
+	// outage on failsafe rounds.
+	Failsafe *struct {
+		Rounds int `json:"rounds"`
+	} `json:"failsafe"`
 
 	// VotersRaw and SlotsRaw keep the fields as sent; Voters and Slots
 	// read them.
