@@ -86,6 +86,10 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
+// WriteQuorum is how many durable copies of an object of replication
+// factor r a Sync needs: a majority (1 of 1, 2 of 2, 2 of 3, 3 of 5).
+func WriteQuorum(r int) int { return r/2 + 1 }
+
 // EffectiveR is the replication factor r stands for with live members
 // live (this one included): r itself, or for 0, min(DefaultR, live) (at
 // least 1).

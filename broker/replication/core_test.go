@@ -119,14 +119,18 @@ func TestThroughTheCore(t *testing.T) {
 	}
 	rec.mu.Unlock()
 
-	// A peer refusing: the append is REPLICATION_FAILED, nothing lands.
-	down := c.members[2]
-	down.setHandler(func(http.Handler) http.Handler { return http.NotFoundHandler() })
+	// Both peers refusing: below a write quorum, the append is
+	// REPLICATION_FAILED, nothing lands.
+	for _, down := range c.members[1:] {
+		down.setHandler(func(http.Handler) http.Handler { return http.NotFoundHandler() })
+	}
 	_, err = b.Append(ctx, "s", []stream.RecordValue{{Payload: []byte("lost")}}, node.AppendOptions{Partition: -1})
 	if !errors.Is(err, ReplicationFailed) {
-		t.Fatalf("append with a copy failing: %v, want REPLICATION_FAILED", err)
+		t.Fatalf("append with both copies failing: %v, want REPLICATION_FAILED", err)
 	}
-	down.setHandler(func(real http.Handler) http.Handler { return real })
+	for _, down := range c.members[1:] {
+		down.setHandler(func(real http.Handler) http.Handler { return real })
+	}
 	tail, err := b.TailOf("s", 0)
 	if err != nil || tail.End != uint64(len(want)) {
 		t.Fatalf("after the refused append the tail is %+v, %v; want %d records", tail, err, len(want))

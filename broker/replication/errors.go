@@ -22,13 +22,13 @@ const (
 
 var (
 	// ReplicationFailed answers a Sync that could not make the object
-	// durable on R members: too few live members to copy it to, or a copy
-	// that failed. Nothing is acknowledged with fewer than R copies: the
-	// append (or merge) that wrote the object fails, nothing of it is
-	// committed, and it may be retried.
+	// durable on a write quorum of R members: too few live members to copy
+	// it to, or copies that failed. Nothing is acknowledged with fewer
+	// copies: the append (or merge) that wrote the object fails, nothing
+	// of it is committed, and it may be retried.
 	ReplicationFailed = errs.Static(CodeReplicationFailed, "REPLICATION_FAILED",
 		"The data could not be copied to enough replicas; nothing was written, retry shortly",
-		"broker/replication: an object file was durable on fewer members than the replication factor requires; fields: object, wanted (R), got (durable copies, this member's included), failed (the peers whose copy failed), live (live members, when too few), reason",
+		"broker/replication: an object file was durable on fewer members than a write quorum of the replication factor; fields: object, wanted (R), got (durable copies, this member's included), failed (the peers whose copy failed), live (live members, when too few), reason",
 		503, 75)
 
 	// ReplicaRefused answers a copy whose bytes are not the object it

@@ -142,12 +142,13 @@ func (w *writer) appendable() error {
 	return nil
 }
 
-// Sync makes the object durable on this member and on R-1 live peers, the
-// local fdatasync and the copies at once; it returns nil only when every
-// one of them is. Too few live peers, or any copy failing, is
-// REPLICATION_FAILED; a local failure is the local store's. After a
-// failure the writer is unusable (Abort it); the copies some peers made
-// are orphans there, collected after their grace.
+// Sync makes the object durable on this member and on up to R-1 live
+// peers, the local fdatasync and the copies at once; it returns nil when
+// the local copy and a write quorum of R (a majority: 2 of 3) are durable,
+// after every copy was answered. Fewer live peers than a quorum needs, or
+// fewer copies durable, is REPLICATION_FAILED; a local failure is the
+// local store's. After a failure the writer is unusable (Abort it); the
+// copies some peers made are orphans there, collected after their grace.
 func (w *writer) Sync() error {
 	if err := w.usable(); err != nil {
 		return err
@@ -158,11 +159,15 @@ func (w *writer) Sync() error {
 	id := w.ID()
 	live := w.r.peers()
 	peers := choose(id, live, w.want-1)
-	if len(peers) < w.want-1 {
+	quorum := WriteQuorum(w.want)
+	if len(peers)+1 < quorum {
 		w.r.m.CopyFailures.WithLabelValues(reasonTooFew).Inc()
 		w.err = ReplicationFailed.With("object", id, "wanted", w.want, "got", 0, "live", len(live)+1,
-			"reason", fmt.Sprintf("%d live members, this one included; %d needed", len(live)+1, w.want))
+			"reason", fmt.Sprintf("%d live members, this one included; a write quorum of %d needed", len(live)+1, quorum))
 		return w.err
+	}
+	if len(peers) < w.want-1 {
+		w.r.m.CopyFailures.WithLabelValues(reasonTooFew).Inc()
 	}
 
 	failures := make([]error, len(peers))
@@ -182,23 +187,29 @@ func (w *writer) Sync() error {
 	}
 	var failed []string
 	var causes []error
+	w.replicas = make([]string, 0, 1+len(peers))
+	w.replicas = append(w.replicas, w.r.cfg.Self)
 	for i, err := range failures {
 		if err != nil {
 			failed = append(failed, peers[i].ID)
 			causes = append(causes, fmt.Errorf("%s: %w", peers[i].ID, err))
+		} else {
+			w.replicas = append(w.replicas, peers[i].ID)
 		}
 	}
-	if len(failed) > 0 {
+	if got := len(w.replicas); got < quorum {
 		cause := errors.Join(causes...)
-		w.err = ReplicationFailed.Wrap(cause, "object", id, "wanted", w.want, "got", w.want-len(failed),
-			"failed", strings.Join(failed, ","), "reason", "a copy to a peer failed")
+		w.replicas = nil
+		w.err = ReplicationFailed.Wrap(cause, "object", id, "wanted", w.want, "got", got,
+			"failed", strings.Join(failed, ","), "reason", fmt.Sprintf("copies to peers failed: %d durable, a write quorum of %d needed", got, quorum))
 		w.r.cfg.Logger.Warn("object not replicated", "object", id, "wanted", w.want, "failed", failed, "err", cause)
 		return w.err
 	}
-	w.replicas = make([]string, 0, 1+len(peers))
-	w.replicas = append(w.replicas, w.r.cfg.Self)
-	for _, p := range peers {
-		w.replicas = append(w.replicas, p.ID)
+	if len(w.replicas) < w.want {
+		// Durable on a write quorum: committed with the copies it has;
+		// repair makes the missing ones (UnderReplicated counts it).
+		w.r.cfg.Logger.Info("object durable on a write quorum, not on every replica: repair makes the rest",
+			"object", id, "wanted", w.want, "got", len(w.replicas), "failed", failed, "live", len(live)+1, "err", errors.Join(causes...))
 	}
 	w.synced = w.size
 	return nil

@@ -125,15 +125,16 @@ func wantReplicationFailed(t *testing.T, err error, fields map[string]any) {
 	}
 }
 
-// TestTooFewLivePeers: R = 3 with two live members fails the Sync; no
-// copy is made with fewer members than R, nothing is claimed.
+// TestTooFewLivePeers: R = 3 with one live member (this one) fails the
+// Sync: a write quorum is two; no copy is made, nothing is claimed.
 func TestTooFewLivePeers(t *testing.T) {
 	t.Parallel()
 	c := newCluster(t, 3, Config{R: 3})
 	m := c.members[0]
+	c.setLive(c.members[1].id, false)
 	c.setLive(c.members[2].id, false)
 	w, _, err := writeObject(t, m.placement(), []byte("x"))
-	wantReplicationFailed(t, err, map[string]any{"object": int64(w.ID()), "wanted": int64(3), "got": int64(0), "live": int64(2)})
+	wantReplicationFailed(t, err, map[string]any{"object": int64(w.ID()), "wanted": int64(3), "got": int64(0), "live": int64(1)})
 	if got := w.Replicas(); len(got) != 0 {
 		t.Fatalf("Replicas() after a failed Sync = %v", got)
 	}
@@ -155,20 +156,58 @@ func TestTooFewLivePeers(t *testing.T) {
 	}
 }
 
-// TestPeerDownFailsSync: a member listed live whose peer port is closed
-// fails the Sync, naming it; the other copy does not make it succeed.
-func TestPeerDownFailsSync(t *testing.T) {
+// TestWriteQuorumWithAMemberDown: R = 3 with one member not live (a
+// planned restart, a crash past its lease) or listed live but down: the
+// Sync succeeds on a write quorum, this member and the other, and the
+// replicas name exactly the two that hold a durable copy (repair makes
+// the third).
+func TestWriteQuorumWithAMemberDown(t *testing.T) {
 	t.Parallel()
 	c := newCluster(t, 3, Config{R: 3})
-	m, down := c.members[0], c.members[1]
-	down.srv.Close()
-	w, _, err := writeObject(t, m.placement(), payload(3, 100<<10))
-	wantReplicationFailed(t, err, map[string]any{"wanted": int64(3), "got": int64(2), "failed": down.id})
-	if len(w.Replicas()) != 0 {
-		t.Fatal("replicas claimed after a failed copy")
+	m, other, gone := c.members[0], c.members[1], c.members[2]
+	c.setLive(gone.id, false)
+	w, _, err := writeObject(t, m.placement(), []byte("x"))
+	if err != nil {
+		t.Fatalf("Sync with 2 of 3 live: %v", err)
+	}
+	if got := w.Replicas(); !slices.Equal(got, []string{m.id, other.id}) {
+		t.Fatalf("Replicas() = %v, want [%s %s]", got, m.id, other.id)
+	}
+	if other.fileOf(t, w.ID()) == nil || gone.fileOf(t, w.ID()) != nil {
+		t.Fatal("the copy is not where the replicas say")
+	}
+
+	c.setLive(gone.id, true)
+	gone.srv.Close() // listed live, its peer port closed
+	w, _, err = writeObject(t, m.placement(), payload(3, 100<<10))
+	if err != nil {
+		t.Fatalf("Sync with a live member down: %v", err)
+	}
+	if got := w.Replicas(); !slices.Equal(got, []string{m.id, other.id}) {
+		t.Fatalf("Replicas() = %v, want [%s %s]", got, m.id, other.id)
 	}
 	if got := testutil.ToFloat64(m.repl.m.CopyFailures.WithLabelValues(reasonUnreachable)); got != 1 {
 		t.Errorf("unreachable counted %v", got)
+	}
+}
+
+// TestPeersDownFailSync: with two of R = 3 members listed live but down,
+// only this member's copy is durable, below a write quorum: the Sync fails
+// naming both, and nothing is claimed.
+func TestPeersDownFailSync(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t, 3, Config{R: 3})
+	m, down1, down2 := c.members[0], c.members[1], c.members[2]
+	down1.srv.Close()
+	down2.srv.Close()
+	w, _, err := writeObject(t, m.placement(), payload(3, 100<<10))
+	wantReplicationFailed(t, err, map[string]any{"wanted": int64(3), "got": int64(1)})
+	failed, _ := errs.FieldOf(err, "failed")
+	if s, _ := failed.(string); !strings.Contains(s, down1.id) || !strings.Contains(s, down2.id) {
+		t.Fatalf("failed = %v, want both peers", failed)
+	}
+	if len(w.Replicas()) != 0 {
+		t.Fatal("replicas claimed after a failed Sync")
 	}
 	id := w.ID()
 	w.Abort()
