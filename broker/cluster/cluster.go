@@ -369,7 +369,7 @@ func (c *Cluster) Router(local http.Handler, maxBody int64, reg prometheus.Regis
 			return addr, err == nil
 		},
 		Fresh: b.OpenForServing, Catchup: c.member.Catchup, MaxBodyBytes: maxBody, Logger: c.log, Metrics: reg,
-		QuorumLost: quorum.QuorumLost, TLS: c.clientTLS,
+		QuorumLost: quorum.QuorumLost, TLS: c.clientTLS, Settled: c.owners.Settled,
 	})
 }
 

@@ -8,8 +8,10 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/picomq/picomq/broker/meta"
+	"github.com/picomq/picomq/broker/node"
 	"github.com/picomq/picomq/broker/stream"
 )
 
@@ -302,16 +304,51 @@ func (b *Broker) openPart(ctx context.Context, n *named, pt *part) error {
 	return err
 }
 
+// openRetryFor bounds how long an open is tried again while the metadata
+// log changes leaders: a broker stopping hands its leadership over right
+// after its slots, just as their new owners open them.
+const openRetryFor = 3 * time.Second
+
+// applyOpen builds internal stream id's open (its recovery included) and
+// commits it, doing both again while the log answers METADATA_UNAVAILABLE
+// (no leader, or an outcome lost to a leader change) for up to
+// openRetryFor. Doing it again is safe whatever became of the first try,
+// as a client's retry would: nothing was written under an open whose
+// answer never came, and the next one fences it with a later epoch.
+func (b *Broker) applyOpen(ctx context.Context, id uint64) (any, error) {
+	give := time.Now().Add(openRetryFor)
+	for wait := 20 * time.Millisecond; ; wait = min(2*wait, 200*time.Millisecond) {
+		var res any
+		open, err := b.openCommand(ctx, id) // its checkpoint may meet the leader change too
+		if err == nil {
+			res, err = b.apply(ctx, &meta.Command{Op: meta.OpOpen, Open: open})
+		}
+		if err == nil || !errors.Is(err, node.MetadataUnavailable) {
+			return res, err
+		}
+		if mayErr := b.cfg.Ownership.MayOpen(id); mayErr != nil {
+			// No longer ours to open (a hand-off began meanwhile): that
+			// is the answer, one that says nothing was written.
+			return nil, mayErr
+		}
+		if time.Now().Add(wait).After(give) {
+			return nil, err
+		}
+		b.cfg.Logger.Debug("open tried again after the metadata log could not commit it", "stream", id, "err", err)
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-time.After(wait):
+		}
+	}
+}
+
 // open asks Ownership, then opens internal stream id through the log.
 func (b *Broker) open(ctx context.Context, id uint64) (*meta.Internal, error) {
 	if err := b.cfg.Ownership.MayOpen(id); err != nil {
 		return nil, err
 	}
-	open, err := b.openCommand(ctx, id)
-	if err != nil {
-		return nil, err
-	}
-	res, err := b.apply(ctx, &meta.Command{Op: meta.OpOpen, Open: open})
+	res, err := b.applyOpen(ctx, id)
 	if err != nil {
 		return nil, err
 	}

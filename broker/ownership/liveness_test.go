@@ -174,3 +174,36 @@ func TestTakeSurvivesACacheBehindIt(t *testing.T) {
 		t.Fatalf("b serves %d slots and revoked %d with a cache behind its takes, want 4 and none", served(b, 4), b.revokes-lost)
 	}
 }
+
+// TestSettledOnceServingItsShare: a broker that joins is Settled only once
+// it serves its fair share — the others handed it slots, so they count it
+// live — and stays so while shares change.
+func TestSettledOnceServingItsShare(t *testing.T) {
+	s := newTimingSim(t, 12)
+	a := s.start("demo-0", "")
+	s.settle()
+	if !a.m.Settled() {
+		t.Fatal("a lone broker serving every slot is not Settled")
+	}
+	b := s.start("demo-1", "")
+	if b.m.Settled() {
+		t.Fatal("a broker that has not woken yet is Settled")
+	}
+	for !b.m.Settled() {
+		if served(b, 12) >= 6 {
+			t.Fatalf("b serves %d slots, its share, and is not Settled", served(b, 12))
+		}
+		s.advance(10 * time.Millisecond)
+		if s.now.Sub(time.Unix(1_700_000_000, 0)) > time.Hour {
+			t.Fatal("b never settled")
+		}
+		if b.m.Settled() && served(b, 12) < 6 {
+			t.Fatalf("b Settled while serving %d of its 6 slots", served(b, 12))
+		}
+	}
+	c := s.start("demo-2", "")
+	s.settle()
+	if !c.m.Settled() || !b.m.Settled() {
+		t.Fatalf("after a third joined: b settled %v, c settled %v", b.m.Settled(), c.m.Settled())
+	}
+}

@@ -31,6 +31,9 @@ type Manager struct {
 	// or SetDraining was called.
 	poke    chan struct{}
 	running atomic.Bool
+	// settled: since it started, this broker has served its fair share
+	// once (Settled).
+	settled atomic.Bool
 
 	// memberMu serializes writes of the member Lease: the loop's renewals
 	// and SetDraining's.

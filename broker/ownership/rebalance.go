@@ -55,7 +55,41 @@ func (m *Manager) rebalance(ctx context.Context) {
 	}
 	m.take(ctx, start, live, target-len(keep))
 	m.expire(m.clk.Now()) // an Acquire that returned past the deadline
+	m.noteSettled(target)
 }
+
+// noteSettled latches Settled once this broker serves its fair share and
+// has renewed its member Lease.
+func (m *Manager) noteSettled(target int) {
+	if m.settled.Load() {
+		return
+	}
+	now := m.clk.Now()
+	m.mu.Lock()
+	serving := 0
+	for _, h := range m.held {
+		if h.serving && !h.handing && !h.letGo && now.Before(h.deadline) {
+			serving++
+		}
+	}
+	ok := !m.lastOK.IsZero() && serving >= target
+	m.mu.Unlock()
+	if ok {
+		m.settled.Store(true)
+		m.log.Info("serving its fair share of the slots", "slots", serving, "target", target)
+	}
+}
+
+// Settled reports whether this broker has served its fair share of the
+// slots at least once since it started (a share of 0 counts: draining,
+// or more brokers than slots). Once it has, the others count it live —
+// they handed it its slots, or left them free — so the broker may be
+// reported ready, and a rolling restart may go on to the next broker: one
+// that went on before would stop a broker while the one before it is not
+// yet counted, and leave the others with too few live members for an
+// ensemble. It stays true: shares change with every join and drain, and
+// readiness must not follow them.
+func (m *Manager) Settled() bool { return m.settled.Load() }
 
 // releaseClassLocked orders held slots for hand-off: 0 being handed off,
 // 1 not served, 2 served.

@@ -103,8 +103,14 @@ func (rt *Router) serveCaughtUp(w http.ResponseWriter, r *http.Request) {
 // off) is the metadata log's to report, which the broker's own /readyz
 // does, and gating on it would take every broker out of the Service at
 // each election.
+//
+// The same holds for the broker's share of the slots (Config.Settled):
+// until it has served it once, the others may not count it live yet, and
+// a rolling restart that stopped the next broker then would leave too few
+// live members for an ensemble.
 func (rt *Router) serveReadyz(w http.ResponseWriter, r *http.Request) {
-	if rt.everCaughtUp() {
+	settled := rt.cfg.Settled == nil || rt.cfg.Settled()
+	if rt.everCaughtUp() && settled {
 		rt.cfg.Local.ServeHTTP(w, r)
 		return
 	}
@@ -113,6 +119,10 @@ func (rt *Router) serveReadyz(w http.ResponseWriter, r *http.Request) {
 	if own.code == http.StatusOK {
 		if err := rt.ready(r.Context()); err != nil {
 			rt.fail(w, r, wire.NotReady.Wrap(err, "reason", "not caught up with the metadata leader since start"))
+			return
+		}
+		if !settled {
+			rt.fail(w, r, wire.NotReady.With("reason", "not serving its share of the slots yet since start: the other brokers may not count it live"))
 			return
 		}
 	}

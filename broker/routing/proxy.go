@@ -22,6 +22,13 @@ import (
 // by its owner for the slot (it moved), or whose owner cannot be reached,
 // is sent once more to the owner looked up again.
 func (rt *Router) forward(w http.ResponseWriter, r *http.Request, id uint64, body []byte) {
+	rt.forwardOnce(w, r, id, body, false)
+}
+
+// forwardOnce is forward; a write served here and refused because its
+// slot left this broker meanwhile (rerouted false) goes once more to the
+// slot's owner (moved.go).
+func (rt *Router) forwardOnce(w http.ResponseWriter, r *http.Request, id uint64, body []byte, rerouted bool) {
 	t, err := rt.awaitTarget(r.Context(), id)
 	if err != nil {
 		if rt.staleReadAllowed(r, err) {
@@ -34,8 +41,21 @@ func (rt *Router) forward(w http.ResponseWriter, r *http.Request, id uint64, bod
 		return
 	}
 	if t.addr == "" {
+		write := r.Method != http.MethodGet && r.Method != http.MethodHead
+		if write && !rerouted && body == nil && r.Body != nil && r.Body != http.NoBody {
+			// Kept, so that it can go to the slot's next owner.
+			if body, err = readBounded(r, rt.cfg.MaxBodyBytes); err != nil {
+				rt.fail(w, r, err)
+				return
+			}
+		}
 		if rt.cfg.Fresh != nil {
 			if err := rt.cfg.Fresh(r.Context(), id); err != nil {
+				if write && !rerouted && rt.slotLeft(t.slot, err) {
+					rt.metrics.rerouted.Inc()
+					rt.forwardOnce(w, r, id, body, true)
+					return
+				}
 				rt.fail(w, r, err)
 				return
 			}
@@ -43,15 +63,34 @@ func (rt *Router) forward(w http.ResponseWriter, r *http.Request, id uint64, bod
 		rt.metrics.local.Inc()
 		if body != nil {
 			r.Body = io.NopCloser(bytes.NewReader(body))
+			r.ContentLength = int64(len(body))
 		}
-		rt.cfg.Local.ServeHTTP(w, r)
+		if !write || rerouted {
+			rt.cfg.Local.ServeHTTP(w, r)
+			return
+		}
+		held := &refusalHold{w: w, header: http.Header{}}
+		rt.cfg.Local.ServeHTTP(held, r)
+		if held.refusal != nil && rt.slotLeft(t.slot, held.refusal) {
+			rt.metrics.rerouted.Inc()
+			r.Body = io.NopCloser(bytes.NewReader(body))
+			rt.forwardOnce(w, r, id, body, true)
+			return
+		}
+		held.release()
 		return
 	}
 	client := r.Context()
 	ctx, cancel := context.WithCancel(client)
 	defer cancel()
-	stop := context.AfterFunc(rt.draining, cancel)
-	defer stop()
+	if r.Method == http.MethodGet || r.Method == http.MethodHead {
+		// A stop ends the reads still streaming (long-polls, SSE: they
+		// would hold it open); a write is left to finish, as the server's
+		// shutdown lets a local one finish, or it would be answered
+		// "outcome unknown" for nothing.
+		stop := context.AfterFunc(rt.draining, cancel)
+		defer stop()
+	}
 	r = r.WithContext(ctx)
 	if body == nil && r.Body != nil && r.Body != http.NoBody {
 		// Kept, so that the request can be sent again.
@@ -74,18 +113,13 @@ func (rt *Router) forward(w http.ResponseWriter, r *http.Request, id uint64, bod
 			if client.Err() != nil {
 				return // the client went: nobody to answer
 			}
-			if rt.draining.Err() != nil {
-				// This broker is stopping and ended the proxied
-				// request: an answer must say so, never an empty 200
-				// a long-poll reads as "nothing new" and an append as
-				// written. A read goes again elsewhere; a write may
-				// have been served.
+			if rt.draining.Err() != nil && (r.Method == http.MethodGet || r.Method == http.MethodHead) {
+				// This broker is stopping and ended the proxied read:
+				// an answer must say so, never an empty 200 a
+				// long-poll reads as "nothing new". It goes again
+				// elsewhere. (A write is not ended by the stop.)
 				r = r.WithContext(client) // answered: the client still waits
-				if r.Method == http.MethodGet || r.Method == http.MethodHead {
-					rt.fail(w, r, wire.NotReady.With("reason", "this broker is stopping", "slot", t.slot, "owner", t.member))
-				} else {
-					rt.fail(w, r, OutcomeUnknown.Wrap(err, "slot", t.slot, "owner", t.member, "reason", "this broker stopped while the owner served the request"))
-				}
+				rt.fail(w, r, wire.NotReady.With("reason", "this broker is stopping", "slot", t.slot, "owner", t.member))
 				return
 			}
 			var coded *errs.Error
@@ -99,8 +133,10 @@ func (rt *Router) forward(w http.ResponseWriter, r *http.Request, id uint64, bod
 	rp.ServeHTTP(w, r)
 }
 
-// retrying sends a proxied request, and once more when the owner refused
-// it for the slot or could not be reached, to the owner looked up again.
+// retrying sends a proxied request, and again while the owner refused it
+// for the slot or could not be reached, to the owner looked up again —
+// for up to ownerWait after the first refusal: a hand-off takes that long
+// at most, and a failover often less.
 type retrying struct {
 	rt    *Router
 	id    uint64
@@ -110,7 +146,8 @@ type retrying struct {
 
 func (x *retrying) RoundTrip(req *http.Request) (*http.Response, error) {
 	t := x.first
-	for attempt := 0; ; attempt++ {
+	var giveUp time.Time // set at the first refusal
+	for {
 		out := req.Clone(req.Context())
 		out.URL.Host = t.addr
 		out.Header.Set(RouteHeader, t.member+";"+strconv.Itoa(t.slot))
@@ -131,7 +168,10 @@ func (x *retrying) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		// The owner refused it before serving it (it does not serve the
 		// slot), or it never left: it may go again.
-		if attempt > 0 || req.Context().Err() != nil || (err != nil && x.body == nil && req.Body != nil && req.Body != http.NoBody) {
+		if giveUp.IsZero() {
+			giveUp = time.Now().Add(ownerWait)
+		}
+		if time.Now().After(giveUp) || req.Context().Err() != nil || (err != nil && x.body == nil && req.Body != nil && req.Body != http.NoBody) {
 			if moved {
 				x.rt.metrics.proxied.WithLabelValues("moved").Inc()
 				return resp, nil
@@ -144,14 +184,17 @@ func (x *retrying) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		x.rt.metrics.retried.Inc()
 		// The owner moved or went: give the Lease cache a moment to see
-		// its new holder, then go there (or here).
+		// its new holder, then go there (or here) — or, after a moment,
+		// to the same holder again (a hand-off it gave up, a take it had
+		// not finished).
 		var next target
-		deadline := time.Now().Add(ownerWait)
+		same := time.Now().Add(sameOwnerPause)
 		for {
-			if next, err = x.rt.targetOf(req.Context(), x.id); err == nil && next != t {
+			next, err = x.rt.targetOf(req.Context(), x.id)
+			if err == nil && (next != t || !time.Now().Before(same)) {
 				break
 			}
-			if time.Now().After(deadline) {
+			if time.Now().After(giveUp) {
 				if err == nil {
 					err = NoSlotOwner.With("slot", t.slot, "holder", t.member, "reason", "the holder refused or could not be reached, and no other took the slot")
 				}

@@ -76,6 +76,10 @@ type Config struct {
 	// last commits. (A broker cut off alone sees the others renewing, and
 	// answers no stale read.)
 	QuorumLost func() bool
+	// Settled, when set, gates readiness (/readyz) until it has returned
+	// true once: the ownership manager's Settled, this broker serving its
+	// share of the slots since it started.
+	Settled func() bool
 	// Catchup, when set, waits until this broker's state has what the
 	// leader committed: a stream just created through another broker may
 	// not have reached it yet. Once one failed, nothing is answered from
@@ -114,7 +118,7 @@ type Router struct {
 	rrMu sync.Mutex
 	rr   map[string]*atomicCounter // round-robin cursor of unkeyed appends, per stream
 
-	// draining ends when Drain is called: proxied requests still streaming
+	// draining ends when Drain is called: proxied reads still streaming
 	// (long-polls, SSE) end with it.
 	draining context.Context
 	drain    context.CancelFunc
@@ -153,8 +157,9 @@ func New(cfg Config) *Router {
 	return &Router{cfg: cfg, log: cfg.Logger, rt: rt, scheme: scheme, metrics: newMetrics(cfg.Metrics), rr: map[string]*atomicCounter{}, draining: draining, drain: drain}
 }
 
-// Drain ends every proxied request still in flight (a shutdown): a long-poll
+// Drain ends every proxied read still in flight (a shutdown): a long-poll
 // or SSE stream from another broker would otherwise hold this one open.
+// Proxied writes are left to finish.
 func (rt *Router) Drain() { rt.drain() }
 
 // routedKey marks a request routed here by another broker's proxy, its
@@ -247,7 +252,11 @@ func (rt *Router) targetOf(ctx context.Context, id uint64) (target, error) {
 // and a client would rather wait that long than retry; a holder that died
 // is only replaced when its Lease runs out, longer than a request should
 // hang, so the client gets NO_SLOT_OWNER (retry shortly) then.
-const ownerWait = 2 * time.Second
+const ownerWait = 4 * time.Second
+
+// sameOwnerPause is how long a refused request waits before it goes to
+// the same holder again, when no other has appeared.
+const sameOwnerPause = 250 * time.Millisecond
 
 // awaitTarget is targetOf, waiting up to ownerWait while the slot is
 // between owners (NO_SLOT_OWNER), unless the cluster lost its quorum (no

@@ -9,15 +9,19 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/picomq/picomq/broker/errs"
+	"github.com/picomq/picomq/broker/frontend"
 	"github.com/picomq/picomq/broker/httpapi/wire"
 	"github.com/picomq/picomq/broker/node"
 	"github.com/picomq/picomq/broker/stream"
@@ -368,11 +372,11 @@ func TestStaleReadsWithoutQuorum(t *testing.T) {
 	}
 }
 
-// TestDrainAnswersProxiedRequests: a broker that stops ends the requests it
-// proxies with an answer that says so — 503 for a read, which the client
-// sends again, PROXY_OUTCOME_UNKNOWN for a write the owner may have served —
-// never an empty 200 that a long-poll would read as "nothing new" and an
-// append as written.
+// TestDrainAnswersProxiedRequests: a broker that stops ends the reads it
+// proxies with an answer that says so — 503, which the client sends again,
+// never an empty 200 that a long-poll would read as "nothing new" — and
+// lets the writes it proxies finish with the owner's answer, which a cut
+// could only have turned into PROXY_OUTCOME_UNKNOWN.
 func TestDrainAnswersProxiedRequests(t *testing.T) {
 	t.Parallel()
 	w := newWorld(t)
@@ -416,8 +420,13 @@ func TestDrainAnswersProxiedRequests(t *testing.T) {
 	if got := <-read; got.code != http.StatusServiceUnavailable || !strings.Contains(got.body, "NOT_READY") {
 		t.Errorf("a proxied read ended by the drain: %d %s, want 503 NOT_READY", got.code, got.body)
 	}
-	if got := <-write; got.code != http.StatusBadGateway || !strings.Contains(got.body, "PROXY_OUTCOME_UNKNOWN") {
-		t.Errorf("a proxied write ended by the drain: %d %s, want 502 PROXY_OUTCOME_UNKNOWN", got.code, got.body)
+	select {
+	case got := <-write:
+		t.Fatalf("a proxied write ended with the drain: %d %s, want it left to the owner", got.code, got.body)
+	default:
+	}
+	if got := <-write; got.code != http.StatusOK {
+		t.Errorf("a proxied write after the drain: %d %s, want the owner's 200", got.code, got.body)
 	}
 }
 
@@ -666,5 +675,115 @@ func TestReadyzWaitsForTheFirstCatchup(t *testing.T) {
 	}
 	if calls.Load() != before {
 		t.Error("/readyz tried a catch-up after the first success")
+	}
+}
+
+// A broker not yet serving its share of the slots since it started is not
+// ready (Config.Settled), whatever its catch-up; once it was, it stays
+// ready on that count.
+func TestReadyzWaitsForTheShare(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	for s := range 4 {
+		w.set(s, "a")
+	}
+	var settled atomic.Bool
+	ra := w.routers["a"]
+	ra.cfg.Settled = settled.Load
+	a := w.servers["a"].URL
+	if code, body, _ := get(t, a, "/readyz"); code != http.StatusServiceUnavailable || !strings.Contains(body, "NOT_READY") || !strings.Contains(body, "share of the slots") {
+		t.Fatalf("not settled: /readyz %d %q, want 503 NOT_READY naming the share", code, body)
+	}
+	settled.Store(true)
+	if code, body, _ := get(t, a, "/readyz"); code != 200 || body != "a" {
+		t.Fatalf("settled: /readyz %d %q, want the broker's own answer", code, body)
+	}
+}
+
+// ownershipRefusal stands for broker/ownership's NOT_SLOT_OWNER (that
+// package is not linked here).
+var ownershipRefusal = errs.Static(0x00_10_04_01, "NOT_SLOT_OWNER", "This broker does not own the stream's slot", "broker/ownership (stand-in)", 503, 75)
+
+// TestWriteReroutedWhenTheSlotLeftWhileServedHere: a write a served
+// locally is refused because its slot moved to b meanwhile (a hand-off
+// began after the routing: ownership's NOT_SLOT_OWNER, or an open cut
+// short by a leader change, METADATA_UNAVAILABLE op=metalog.apply.open):
+// the router sends it once to b, with its body, and the client gets b's
+// answer. Any other refusal, or one for a slot still served here, is the
+// client's.
+func TestWriteReroutedWhenTheSlotLeftWhileServedHere(t *testing.T) {
+	t.Parallel()
+	for _, refusal := range []*errs.Error{
+		ownershipRefusal.With("slot", 2, "reason", "handing off"),
+		node.MetadataUnavailable.With("op", "metalog.apply.open", "reason", "a leader change"),
+	} {
+		w := newWorld(t)
+		w.set(2, "a")
+		ra := w.routers["a"]
+		local := ra.cfg.Local
+		var bodies []string
+		ra.cfg.Local = http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+			if r.Method == http.MethodPost {
+				b, _ := io.ReadAll(r.Body)
+				bodies = append(bodies, string(b))
+				w.set(2, "b") // the hand-off began while this was served
+				frontend.WriteProblem(rw, r, slog.New(slog.DiscardHandler), refusal, 503)
+				return
+			}
+			local.ServeHTTP(rw, r)
+		})
+		resp, err := http.Post(w.servers["a"].URL+"/v1/log/one", "text/plain", strings.NewReader("payload"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || string(got) != "b" {
+			t.Fatalf("%s: %d %q, want b's answer", refusal.Name(), resp.StatusCode, got)
+		}
+		if len(bodies) != 1 || bodies[0] != "payload" {
+			t.Fatalf("%s: a's handler saw %q", refusal.Name(), bodies)
+		}
+		w.mu.Lock()
+		servedB := slices.Clone(w.served["b"])
+		w.mu.Unlock()
+		if len(servedB) != 1 || !strings.HasPrefix(servedB[0], "POST /v1/log/one") {
+			t.Fatalf("%s: b served %v", refusal.Name(), servedB)
+		}
+	}
+
+	// The slot still served here, or a refusal that may have written: the
+	// client gets it.
+	for name, c := range map[string]struct {
+		refusal *errs.Error
+		moves   bool
+	}{
+		"still here":     {ownershipRefusal.With("slot", 2), false},
+		"a checkpoint's": {node.MetadataUnavailable.With("op", "metalog.apply.checkpoint"), true},
+	} {
+		w := newWorld(t)
+		w.set(2, "a")
+		ra := w.routers["a"]
+		ra.cfg.Local = http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+			if c.moves {
+				w.set(2, "b")
+			}
+			frontend.WriteProblem(rw, r, slog.New(slog.DiscardHandler), c.refusal, 503)
+		})
+		resp, err := http.Post(w.servers["a"].URL+"/v1/log/one", "text/plain", strings.NewReader("payload"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 503 || !strings.Contains(string(got), c.refusal.Name()) {
+			t.Errorf("%s: %d %q, want the refusal passed on", name, resp.StatusCode, got)
+		}
+		w.mu.Lock()
+		n := len(w.served["b"])
+		w.mu.Unlock()
+		if n != 0 {
+			t.Errorf("%s: the write also went to b", name)
+		}
 	}
 }

@@ -127,6 +127,7 @@ func runTrial(t *testing.T, f fault, rng *rand.Rand, fig *figures) {
 	if err := waitAcked(c, w, 30, 30*time.Second); err != nil {
 		t.Fatalf("before the fault: %v\n%s", err, c.LogTails(2048))
 	}
+	injected := w.History().Now()
 	heal := f.inject(tr)
 	healed := time.Now()
 	if heal != nil {
@@ -157,6 +158,20 @@ func runTrial(t *testing.T, f fault, rng *rand.Rand, fig *figures) {
 	t.Logf("%s: %v; recovered %v after the heal; linearizability: %v; %s", f.name, r.Stats, recovery.Round(10*time.Millisecond), r.Lin, tr.note)
 	if err := r.Err(); err != nil {
 		t.Errorf("%s: the checkers found:\n%v", f.name, err)
+	}
+	if f.planned {
+		// From the move's start on (the cluster's own start, before it,
+		// may refuse while the brokers find each other).
+		var failed []string
+		for _, o := range h.Ops() {
+			if o.Kind == workload.Append && o.Outcome != workload.OK && o.Start >= injected {
+				failed = append(failed, fmt.Sprintf("broker-%d at %v..%v: %s", o.Broker, o.Start, o.End, o.Err))
+			}
+		}
+		fig.note += fmt.Sprintf("%d appends failed in the move; ", len(failed))
+		if len(failed) > 0 {
+			t.Errorf("%s is a planned move, yet %d appends were refused or left unknown in it:\n%s", f.name, len(failed), strings.Join(failed[:min(len(failed), 10)], "\n"))
+		}
 	}
 	if r.Lin.TimedOut > 0 {
 		t.Errorf("%d linearizability window(s) undecided in time: the check proved less than it claims", r.Lin.TimedOut)
