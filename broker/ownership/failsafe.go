@@ -195,3 +195,41 @@ func (m *Manager) failsafeEnded(ctx context.Context, since time.Time, rounds int
 // EventReasonFailsafe is the reason of the Event a broker records on its
 // member Lease after serving through an API server outage.
 const EventReasonFailsafe = "Failsafe"
+
+// memberWriteContext bounds a renewal of the member Lease: half a retry
+// period with failsafe on, so that an API server that hangs rather than
+// refuses is known unreachable — by this broker, and by the others' rounds
+// asking it — well before the renew deadline.
+func (m *Manager) memberWriteContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	if m.cfg.Failsafe == nil {
+		return context.WithCancel(ctx)
+	}
+	return context.WithTimeout(ctx, m.cfg.RetryPeriod/2)
+}
+
+// failsafeRetry is how soon a round not confirmed is sent again while the
+// slots are still served: the other brokers learn that they cannot reach
+// the API server at their own renewals, up to a retry period apart.
+func (m *Manager) failsafeRetry() time.Duration { return m.cfg.RetryPeriod / 4 }
+
+// retryFailsafe is a round between periods (wake, at roundAt): the member
+// Lease still could not be renewed and the last round was not confirmed.
+func (m *Manager) retryFailsafe(ctx context.Context) {
+	m.roundAt = time.Time{}
+	ioctx, cancel := m.ioContext(ctx)
+	defer cancel()
+	sent, ok := m.failsafeRound(ioctx)
+	m.mu.Lock()
+	extended, rounds := 0, 0
+	if ok && m.apiFailing {
+		extended = m.extendByFailsafeLocked(sent)
+		rounds = m.failsafeRoundsConfirmed
+	}
+	m.mu.Unlock()
+	switch {
+	case extended > 0 && rounds == 1:
+		m.log.Warn("API server unreachable: serving on failsafe, every member confirmed it cannot reach it either", "slots", extended)
+	case !ok && m.servesAny():
+		m.roundAt = m.clk.Now().Add(m.failsafeRetry())
+	}
+}

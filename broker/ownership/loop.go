@@ -53,7 +53,8 @@ func (m *Manager) Run(ctx context.Context) error {
 
 // wake does what is due at the clock's now and returns when it must run
 // next: revoke what is past its renew deadline; the period's work when due;
-// otherwise a decision pass when poked or an expiry is due.
+// otherwise a failsafe round sent again when due, and a decision pass when
+// poked or an expiry is due.
 func (m *Manager) wake(ctx context.Context) time.Time {
 	now := m.clk.Now()
 	m.expire(now)
@@ -65,7 +66,7 @@ func (m *Manager) wake(ctx context.Context) time.Time {
 		if !now.Before(m.nextTick) {
 			m.nextTick = now.Add(m.cfg.RetryPeriod)
 		}
-		m.nextPass = time.Time{}
+		m.nextPass, m.roundAt = time.Time{}, time.Time{}
 		m.poked = false
 		m.publish()
 		return m.nextWake()
@@ -74,8 +75,13 @@ func (m *Manager) wake(ctx context.Context) time.Time {
 	case !now.Before(m.nextTick):
 		m.nextTick = now.Add(m.cfg.RetryPeriod)
 		m.tick(ctx)
-	case m.poked || (!m.nextPass.IsZero() && !now.Before(m.nextPass)):
-		m.pass(ctx)
+	default:
+		if !m.roundAt.IsZero() && !now.Before(m.roundAt) {
+			m.retryFailsafe(ctx)
+		}
+		if m.poked || (!m.nextPass.IsZero() && !now.Before(m.nextPass)) {
+			m.pass(ctx)
+		}
 	}
 	m.poked = false
 	return m.nextWake()
@@ -88,6 +94,9 @@ func (m *Manager) nextWake() time.Time {
 	next := m.nextTick
 	if !m.nextPass.IsZero() && m.nextPass.Before(next) {
 		next = m.nextPass
+	}
+	if !m.roundAt.IsZero() && m.roundAt.Before(next) {
+		next = m.roundAt
 	}
 	if d, ok := m.earliestDeadline(); ok && d.Before(next) {
 		next = d

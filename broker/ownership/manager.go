@@ -77,6 +77,7 @@ type Manager struct {
 	// Loop-only state.
 	nextTick time.Time // when the next period's work is due
 	nextPass time.Time // when an expiry may change a decision (zero: none expected)
+	roundAt  time.Time // when a failsafe round not confirmed goes again (zero: none due)
 	poked    bool
 }
 

@@ -48,14 +48,27 @@ func (m *Manager) renew(ctx context.Context) {
 		}()
 	}
 	m.memberMu.Lock()
-	sent, memberErr := m.writeMemberLocked(ioctx)
+	wctx, wcancel := m.memberWriteContext(ioctx)
+	sent, memberErr := m.writeMemberLocked(wctx)
+	wcancel()
 	m.memberMu.Unlock()
+	m.mu.Lock()
+	// At once: the other brokers' rounds ask whether this one reaches
+	// the API server.
+	m.noteMemberWriteLocked(memberErr, m.clk.Now())
+	m.mu.Unlock()
 	var fs failsafeResult
 	switch {
 	case round != nil:
 		fs = <-round
 	case apiUnreachable(memberErr):
 		fs.sent, fs.ok = m.failsafeRound(ioctx)
+	}
+	m.roundAt = time.Time{}
+	if apiUnreachable(memberErr) && !fs.ok && m.cfg.Failsafe != nil && m.servesAny() {
+		// The others may learn only now that they cannot reach the API
+		// server either: ask again soon, not a whole period later.
+		m.roundAt = m.clk.Now().Add(m.failsafeRetry())
 	}
 
 	type job struct {
@@ -65,7 +78,6 @@ func (m *Manager) renew(ctx context.Context) {
 	var jobs []job
 	var revoke []int
 	m.mu.Lock()
-	m.noteMemberWriteLocked(memberErr, m.clk.Now())
 	var fsEnded time.Time
 	var fsRounds, fsExtended int
 	switch {

@@ -246,7 +246,8 @@ func (s *sim) wake(n *simNode) {
 	n.next = n.m.wake(s.ctx)
 	s.wakes++
 	if !n.next.After(at) {
-		s.fail("%s: wake at %v returned %v, not later", n.id, at, n.next)
+		d, ok := n.m.earliestDeadline()
+		s.fail("%s: wake at %v returned %v, not later (tick %v pass %v round %v deadline %v %v)", n.id, at, n.next, n.m.nextTick, n.m.nextPass, n.m.roundAt, d, ok)
 	}
 	s.check()
 }

@@ -157,6 +157,7 @@ type compare struct {
 	leader             *leaderLatency // the off-leader probe (ensembles.go)
 	project            *projection    // the larger cluster's run (ensembles.go)
 	leases             *leaseLoad     // the apiserver's Lease writes (apiserver.go)
+	rolling            *rollResult    // the rolling restart (rolling.go)
 	notes              []string       // problems met, for the report
 }
 
@@ -454,6 +455,13 @@ func clusterPhases(ctx context.Context, bin, dir string, shapes []shape, one []s
 	res.members = members
 	if err != nil {
 		res.note("ensemble member lost: %v", err)
+	}
+	if *rollOn {
+		kib := []stream.RecordValue{{Payload: make([]byte, 1024)}}
+		if res.rolling, err = rollingRestart(ctx, c, cls, spread, kib); err != nil {
+			res.note("rolling restart: %v", err)
+		}
+		printRolling(res.rolling)
 	}
 	if tb.Failed() {
 		fmt.Fprintf(os.Stderr, "broker logs (tails):\n%s\n", c.LogTails(4096))
@@ -1036,6 +1044,14 @@ func (r *compare) print(shapes []shape, load0, load1 string) {
 			verdict = "NOT met"
 		}
 		fmt.Printf("| appends to an owner whose ensemble lost a member: longest pause, max over %d kills | %s | ≤ %v: %s |\n", len(r.members), ms(worst), memberLossTarget, verdict)
+	}
+	if rr := r.rolling; rr != nil {
+		verdict := "met"
+		if rr.refused > 0 {
+			verdict = "NOT met"
+		}
+		fmt.Printf("| appends refused during a rolling restart of %d brokers under load | %d | 0 (issue 30): %s |\n", rr.restarts, rr.refused, verdict)
+		fmt.Printf("| append p99 during the rolling restart / before it | %s / %s | (no target) |\n", ms(rr.during.p99), ms(rr.before.p99))
 	}
 	printProjection(r.project, co, cs)
 	if len(r.notes) > 0 {

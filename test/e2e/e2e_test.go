@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -755,4 +756,65 @@ func TestUpAfterACrashRecovers(t *testing.T) {
 	if code != 0 || !strings.Contains(out, `{\"before\":\"crash\"}`) {
 		t.Errorf("read after the crash: exit %d: %s", code, out)
 	}
+}
+
+// TestAPIServerStoppedUnderLoad stops the stack's kube-apiserver (SIGSTOP:
+// every request to it hangs, as to a control plane that is down) for
+// -e2e.outage, 60 s, with the workload running: the brokers cannot renew
+// their member Leases and serve on failsafe rounds every member confirms,
+// so appends go on throughout, and once the API server is back (SIGCONT)
+// the cluster is Ready again and nothing acknowledged is lost.
+func TestAPIServerStoppedUnderLoad(t *testing.T) {
+	l := startLoad(t, "e2e/outage")
+	defer l.w.Stop()
+	pid := apiserverPID(t)
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	resumed := false
+	resume := func() {
+		if !resumed {
+			resumed = true
+			if err := syscall.Kill(pid, syscall.SIGCONT); err != nil {
+				t.Errorf("resuming kube-apiserver: %v", err)
+			}
+		}
+	}
+	defer resume()
+	began := time.Now()
+	acked := l.w.Acked()
+	for time.Since(began) < *outage {
+		l.waitAcked(10, 15*time.Second)
+	}
+	t.Logf("kube-apiserver stopped for %v: %d appends acknowledged meanwhile", time.Since(began).Round(time.Second), l.w.Acked()-acked)
+	resume()
+	waitClusterReady(t, 3*time.Minute)
+	l.waitAcked(30, time.Minute)
+	l.stopAndCheck()
+}
+
+// outage is how long TestAPIServerStoppedUnderLoad keeps the API server
+// stopped.
+var outage = flag.Duration("e2e.outage", 60*time.Second, "how long TestAPIServerStoppedUnderLoad stops kube-apiserver")
+
+// apiserverPID is the stack's kube-apiserver process: the one whose
+// command line names the stack's own files.
+func apiserverPID(t *testing.T) int {
+	t.Helper()
+	dirs, _ := filepath.Glob("/proc/[0-9]*")
+	for _, d := range dirs {
+		raw, err := os.ReadFile(filepath.Join(d, "cmdline"))
+		if err != nil {
+			continue
+		}
+		args := strings.Split(string(raw), "\x00")
+		if filepath.Base(args[0]) == "kube-apiserver" && strings.Contains(string(raw), env.opts.StateDir) {
+			pid, err := strconv.Atoi(filepath.Base(d))
+			if err == nil {
+				return pid
+			}
+		}
+	}
+	t.Fatalf("no kube-apiserver process names %s", env.opts.StateDir)
+	return 0
 }

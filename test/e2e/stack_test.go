@@ -242,6 +242,7 @@ func waitClusterReady(t *testing.T, timeout time.Duration) {
 
 // brokerURLs are the brokers' own client URLs (pod addresses the host
 // routes to), read afresh: a pod's address changes when it is recreated.
+// A read that fails (the API server stopped) keeps the last one.
 type brokerURLs struct {
 	mu   sync.Mutex
 	at   time.Time
@@ -257,7 +258,12 @@ func (b *brokerURLs) get() []string {
 	urls := make([]string, env.state.Brokers)
 	for i := range urls {
 		urls[i] = env.state.URL // until the pod has an address
-		p, err := env.k.CoreV1().Pods(stack.SampleNamespace).Get(context.Background(), stack.SampleCluster+"-"+strconv.Itoa(i), metav1.GetOptions{})
+		if i < len(b.urls) {
+			urls[i] = b.urls[i]
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		p, err := env.k.CoreV1().Pods(stack.SampleNamespace).Get(ctx, stack.SampleCluster+"-"+strconv.Itoa(i), metav1.GetOptions{})
+		cancel()
 		if err == nil && p.Status.PodIP != "" {
 			urls[i] = "http://" + net.JoinHostPort(p.Status.PodIP, "4437")
 		}
