@@ -60,7 +60,18 @@ func (rt *Router) serveAppends(w http.ResponseWriter, r *http.Request) {
 		g.body = wire.AppendItemTo(g.body, it.Name, p, it.Batch)
 	}
 	if len(order) == 1 && order[0] == "" && len(refused) == 0 {
-		rt.local(w, r, body)
+		rec := &bufferedResponse{header: http.Header{}}
+		rt.local(rec, r, body)
+		var res wire.AppendsResult
+		if rec.status != http.StatusOK || json.Unmarshal(rec.body.Bytes(), &res) != nil || rt.aloneIfMoved(res.Results) == 0 {
+			for k, v := range rec.header {
+				w.Header()[k] = v
+			}
+			w.WriteHeader(rec.status)
+			_, _ = w.Write(rec.body.Bytes())
+			return
+		}
+		writeAppendsResult(w, res.Results)
 		return
 	}
 	out := make([]wire.AppendsItemResult, len(items))
@@ -85,6 +96,12 @@ func (rt *Router) serveAppends(w http.ResponseWriter, r *http.Request) {
 		})
 	}
 	wg.Wait()
+	rt.aloneIfMoved(out)
+	writeAppendsResult(w, out)
+}
+
+// writeAppendsResult answers an appends request with its items' results.
+func writeAppendsResult(w http.ResponseWriter, out []wire.AppendsItemResult) {
 	raw, _ := json.Marshal(wire.AppendsResult{Results: out})
 	raw = append(raw, '\n')
 	h := w.Header()
@@ -93,6 +110,27 @@ func (rt *Router) serveAppends(w http.ResponseWriter, r *http.Request) {
 	h.Set("Cache-Control", "no-store")
 	w.WriteHeader(http.StatusOK)
 	_, _ = w.Write(raw)
+}
+
+// aloneIfMoved turns the items refused because their slot left the
+// broker that served them (a hand-off began after the routing: nothing of
+// them was written, see moved.go) into Alone, which the client sends again
+// on its own — routed then with the wait for the next owner and the
+// retries a lone append gets — and returns how many it turned.
+func (rt *Router) aloneIfMoved(out []wire.AppendsItemResult) int {
+	n := 0
+	for i, res := range out {
+		if res.Error == nil {
+			continue
+		}
+		coded, err := errs.Unmarshal(res.Error)
+		if err == nil && refusedForAMove(coded) {
+			out[i] = wire.AppendsItemResult{Alone: true}
+			rt.metrics.rerouted.Inc()
+			n++
+		}
+	}
+	return n
 }
 
 // group is the items of an appends request one broker owns.

@@ -23,15 +23,19 @@ func (rt *Router) slotLeft(slot int, err error) bool {
 		return false
 	}
 	coded, ok := errs.As(err)
-	if !ok {
-		return false
-	}
+	return ok && refusedForAMove(coded)
+}
+
+// refusedForAMove reports whether a refusal of a write says its owner no
+// longer held its slot, or lost the open of it to a leader change, before
+// it wrote anything.
+func refusedForAMove(coded *errs.Error) bool {
 	switch coded.Name() {
 	case "NOT_SLOT_OWNER":
 		return true // ownership's refusal: nothing was written
 	case node.MetadataUnavailable.Name():
 		// Only an open's: the append it was for never started.
-		op, _ := errs.FieldOf(err, "op")
+		op, _ := errs.FieldOf(coded, "op")
 		return op == "metalog.apply.open"
 	}
 	return false

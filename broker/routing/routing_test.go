@@ -787,3 +787,61 @@ func TestWriteReroutedWhenTheSlotLeftWhileServedHere(t *testing.T) {
 		}
 	}
 }
+
+// TestAppendsItemsRefusedForAMoveGoAlone: in an appends request, an item
+// its owner refused because the slot left it (NOT_SLOT_OWNER, or an open
+// lost to a leader change) is answered Alone — the client sends it again
+// on its own, routed to the next owner — whether a served it here (the
+// whole request local) or b did; other refusals stay as they are.
+func TestAppendsItemsRefusedForAMoveGoAlone(t *testing.T) {
+	t.Parallel()
+	refusals := []*errs.Error{
+		nil,
+		ownershipRefusal.With("slot", 2, "reason", "handing off"),
+		node.MetadataUnavailable.With("op", "metalog.apply.open"),
+		node.MetadataUnavailable.With("op", "metalog.apply.checkpoint"),
+	}
+	for _, owner := range []string{"a", "b"} {
+		w := newWorld(t)
+		for s := range 4 {
+			w.set(s, owner)
+		}
+		w.routers[owner].cfg.Local = http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+			var out wire.AppendsResult
+			for _, e := range refusals {
+				if e == nil {
+					out.Results = append(out.Results, wire.AppendsItemResult{AppendResult: &wire.AppendResult{Partition: 0}})
+					continue
+				}
+				raw, _ := errs.Marshal(e)
+				out.Results = append(out.Results, wire.AppendsItemResult{Error: raw})
+			}
+			_ = json.NewEncoder(rw).Encode(out)
+		})
+		var body []byte
+		for range refusals {
+			body = wire.AppendItemTo(body, "one", 0, []byte("x"))
+		}
+		resp, err := http.Post(w.servers["a"].URL+wire.AppendsPath, wire.AppendsContentType, strings.NewReader(string(body)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var res wire.AppendsResult
+		err = json.NewDecoder(resp.Body).Decode(&res)
+		resp.Body.Close()
+		if err != nil || len(res.Results) != len(refusals) {
+			t.Fatalf("owner %s: answer %+v, %v", owner, res, err)
+		}
+		if r := res.Results[0]; r.AppendResult == nil {
+			t.Errorf("owner %s: the item served: %+v", owner, r)
+		}
+		for i := 1; i <= 2; i++ {
+			if r := res.Results[i]; !r.Alone {
+				t.Errorf("owner %s: item refused for a move (%s): %+v %s, want Alone", owner, refusals[i].Name(), r, r.Error)
+			}
+		}
+		if r := res.Results[3]; r.Alone || !strings.Contains(string(r.Error), "METADATA_UNAVAILABLE") {
+			t.Errorf("owner %s: a checkpoint's refusal: %+v %s, want it passed on", owner, r, r.Error)
+		}
+	}
+}

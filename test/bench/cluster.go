@@ -709,6 +709,16 @@ func failover(ctx context.Context, c *clusterharness.Cluster, tb *clusterharness
 		if err := appendWithin(ctx, s, one, 30*time.Second); err != nil {
 			res.note("kill %d: %s took no append through broker-%d before the kill: %v", k, kr.stream, kr.via, err)
 		}
+		// The owner the metadata names is the last to open the stream: a
+		// rebalance since may have moved its slot, and the append just
+		// made opened it at its holder. Kill that one.
+		if o, err := c.Owner(ctx, kr.stream, 0); err == nil && o != kr.victim {
+			kr.victim, kr.leader, kr.via = o, c.Leader() == o, (o+1)%c.N()
+			s = hs[kr.via][j]
+			if err := appendWithin(ctx, s, one, 30*time.Second); err != nil {
+				res.note("kill %d: %s took no append through broker-%d before the kill: %v", k, kr.stream, kr.via, err)
+			}
+		}
 		t0 := time.Now()
 		c.Kill(kr.victim)
 		kr.failover, kr.failed, kr.firstErr, kr.lastErr, kr.timedOut = probe(ctx, s, one, t0, giveUp)
