@@ -76,6 +76,12 @@ func (rt *Router) serveAppends(w http.ResponseWriter, r *http.Request) {
 	}
 	out := make([]wire.AppendsItemResult, len(items))
 	for i, err := range refused {
+		if errors.Is(err, NoSlotOwner) && (rt.cfg.QuorumLost == nil || !rt.cfg.QuorumLost()) {
+			// Between two owners (a hand-off): sent alone, it waits
+			// for the next one, as a lone append does.
+			out[i] = wire.AppendsItemResult{Alone: true}
+			continue
+		}
 		out[i] = wire.AppendsItemResult{Error: rt.problem(err)}
 	}
 	var wg sync.WaitGroup
@@ -142,8 +148,9 @@ type group struct {
 
 // placeItem decides where one item goes and its partition (-1 left to the
 // owner when this broker cannot tell: refused there, as one broker does).
-// An item whose slot nobody serves gets the error a lone append of it
-// would (NO_SLOT_OWNER), not the core's refusal of an open here.
+// An item whose slot nobody serves gets NO_SLOT_OWNER (answered Alone,
+// unless the quorum is lost: sent on its own, it waits for the next
+// owner), not the core's refusal of an open here.
 func (rt *Router) placeItem(ctx context.Context, it wire.AppendItem) (member, addr string, partition int, err error) {
 	e, err := rt.partitions(ctx, it.Name, false)
 	if errors.Is(err, MetadataCatchingUp) {

@@ -303,7 +303,7 @@ func TestRouterSplitsAppends(t *testing.T) {
 	body = wire.AppendItemTo(body, "four", -1, keyed)         // the key's partition
 	body = wire.AppendItemTo(body, "missing", 0, []byte("x")) // refused where it lands: here
 	w.mu.Lock()
-	delete(w.owner, 3) // slot 3 (partition 3 of four) unowned: refused as a lone append is
+	delete(w.owner, 3) // slot 3 (partition 3 of four) unowned: sent back Alone, to wait for an owner as a lone append does
 	w.mu.Unlock()
 	body = wire.AppendItemTo(body, "four", 3, []byte("x"))
 	resp, err := http.Post(w.servers["a"].URL+wire.AppendsPath, wire.AppendsContentType, strings.NewReader(string(body)))
@@ -315,8 +315,8 @@ func TestRouterSplitsAppends(t *testing.T) {
 	if err := json.NewDecoder(resp.Body).Decode(&res); err != nil || len(res.Results) != 6 {
 		t.Fatalf("answer %+v, %v", res, err)
 	}
-	if last := res.Results[5]; last.AppendResult != nil || !strings.Contains(string(last.Error), "NO_SLOT_OWNER") {
-		t.Errorf("item of an unowned slot: %+v %s, want NO_SLOT_OWNER", last.AppendResult, last.Error)
+	if last := res.Results[5]; last.AppendResult != nil || last.Error != nil || !last.Alone {
+		t.Errorf("item of an unowned slot: %+v %s, want Alone (the client sends it on its own, which waits for the next owner)", last.AppendResult, last.Error)
 	}
 	res.Results = res.Results[:5]
 	// The fake's First says who served (len of the member's name is 1 for
