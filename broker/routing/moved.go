@@ -13,8 +13,8 @@ import (
 // began after it was routed here. The core then refuses it before
 // writing anything — NOT_SLOT_OWNER, or METADATA_UNAVAILABLE from an open
 // the leader change of a stopping broker cut short — and the router sends
-// it once more, to the slot's owner looked up again, rather than hand the
-// client a refusal for a move it planned.
+// it again, to the slot's owner looked up again, for up to ownerWait,
+// rather than hand the client a refusal for a move it planned.
 
 // slotLeft reports whether err, a refusal of a write served here, says
 // nothing was written and the slot is no longer served here.

@@ -22,13 +22,14 @@ import (
 // by its owner for the slot (it moved), or whose owner cannot be reached,
 // is sent once more to the owner looked up again.
 func (rt *Router) forward(w http.ResponseWriter, r *http.Request, id uint64, body []byte) {
-	rt.forwardOnce(w, r, id, body, false)
+	rt.forwardUntil(w, r, id, body, time.Time{})
 }
 
-// forwardOnce is forward; a write served here and refused because its
-// slot left this broker meanwhile (rerouted false) goes once more to the
-// slot's owner (moved.go).
-func (rt *Router) forwardOnce(w http.ResponseWriter, r *http.Request, id uint64, body []byte, rerouted bool) {
+// forwardUntil is forward; a write served here and refused because its
+// slot left this broker meanwhile goes to the slot's owner looked up
+// again (moved.go) — until ownerWait after the first such refusal (until,
+// zero before one).
+func (rt *Router) forwardUntil(w http.ResponseWriter, r *http.Request, id uint64, body []byte, until time.Time) {
 	t, err := rt.awaitTarget(r.Context(), id)
 	if err != nil {
 		if rt.staleReadAllowed(r, err) {
@@ -42,7 +43,20 @@ func (rt *Router) forwardOnce(w http.ResponseWriter, r *http.Request, id uint64,
 	}
 	if t.addr == "" {
 		write := r.Method != http.MethodGet && r.Method != http.MethodHead
-		if write && !rerouted && body == nil && r.Body != nil && r.Body != http.NoBody {
+		rerouted := !until.IsZero() && !time.Now().Before(until) // no more tries
+		again := func() {
+			rt.metrics.rerouted.Inc()
+			if until.IsZero() {
+				until = time.Now().Add(ownerWait)
+			} else {
+				time.Sleep(50 * time.Millisecond) // the Lease cache to see the next holder
+			}
+			if body != nil {
+				r.Body = io.NopCloser(bytes.NewReader(body))
+			}
+			rt.forwardUntil(w, r, id, body, until)
+		}
+		if write && body == nil && r.Body != nil && r.Body != http.NoBody {
 			// Kept, so that it can go to the slot's next owner.
 			if body, err = readBounded(r, rt.cfg.MaxBodyBytes); err != nil {
 				rt.fail(w, r, err)
@@ -52,8 +66,7 @@ func (rt *Router) forwardOnce(w http.ResponseWriter, r *http.Request, id uint64,
 		if rt.cfg.Fresh != nil {
 			if err := rt.cfg.Fresh(r.Context(), id); err != nil {
 				if write && !rerouted && rt.slotLeft(t.slot, err) {
-					rt.metrics.rerouted.Inc()
-					rt.forwardOnce(w, r, id, body, true)
+					again()
 					return
 				}
 				rt.fail(w, r, err)
@@ -72,9 +85,7 @@ func (rt *Router) forwardOnce(w http.ResponseWriter, r *http.Request, id uint64,
 		held := &refusalHold{w: w, header: http.Header{}}
 		rt.cfg.Local.ServeHTTP(held, r)
 		if held.refusal != nil && rt.slotLeft(t.slot, held.refusal) {
-			rt.metrics.rerouted.Inc()
-			r.Body = io.NopCloser(bytes.NewReader(body))
-			rt.forwardOnce(w, r, id, body, true)
+			again()
 			return
 		}
 		held.release()

@@ -708,7 +708,7 @@ var ownershipRefusal = errs.Static(0x00_10_04_01, "NOT_SLOT_OWNER", "This broker
 // locally is refused because its slot moved to b meanwhile (a hand-off
 // began after the routing: ownership's NOT_SLOT_OWNER, or an open cut
 // short by a leader change, METADATA_UNAVAILABLE op=metalog.apply.open):
-// the router sends it once to b, with its body, and the client gets b's
+// the router sends it to b, with its body, and the client gets b's
 // answer. Any other refusal, or one for a slot still served here, is the
 // client's.
 func TestWriteReroutedWhenTheSlotLeftWhileServedHere(t *testing.T) {
