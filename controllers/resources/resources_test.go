@@ -300,9 +300,12 @@ func TestServiceAccountRoleAndBinding(t *testing.T) {
 	}
 	role := Role(c)
 	checkMeta(t, "Role", role.ObjectMeta, "demo-broker")
-	want := []rbacv1.PolicyRule{{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "list", "watch", "create", "update", "patch"}}}
+	want := []rbacv1.PolicyRule{
+		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "list", "watch", "create", "update", "patch"}},
+		{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create"}}, // the failsafe Event
+	}
 	if !reflect.DeepEqual(role.Rules, want) {
-		t.Errorf("rules = %+v, want leases only, no delete", role.Rules)
+		t.Errorf("rules = %+v, want leases (no delete) and creating events only", role.Rules)
 	}
 	rb := RoleBinding(c)
 	checkMeta(t, "RoleBinding", rb.ObjectMeta, "demo-broker")
