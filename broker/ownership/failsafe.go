@@ -28,7 +28,8 @@ func apiUnreachable(err error) bool {
 
 // AnswerFailsafe answers holder's failsafe round: nil confirms that this
 // broker cannot reach the API server either (its last write of its member
-// Lease failed for that reason) and records the promise before returning:
+// Lease failed for that reason, or the one under way has hung for half a
+// retry period) and records the promise before returning:
 // none of holder's slots is taken until LeaseDuration after the later of
 // now and this broker's next contact with the API server. A coded
 // FailsafeRefused says why not.
@@ -39,7 +40,10 @@ func (m *Manager) AnswerFailsafe(holder string) error {
 	switch {
 	case holder == "" || holder == m.cfg.Identity:
 		return FailsafeRefused.With("holder", holder, "reason", "a round of this broker's own, or of no holder")
-	case !m.apiFailing:
+	case !m.apiFailing && (m.writingSince.IsZero() || now.Sub(m.writingSince) < m.cfg.RetryPeriod/2):
+		// (A renewal hanging for half a period counts: an API server that
+		// hangs rather than refuses is known unreachable well before the
+		// renew deadline, without cutting short a slow one that answers.)
 		return FailsafeRefused.With("holder", holder, "member", m.cfg.Identity,
 			"reason", "this broker reaches the API server: the holder must renew there")
 	}
@@ -195,17 +199,6 @@ func (m *Manager) failsafeEnded(ctx context.Context, since time.Time, rounds int
 // EventReasonFailsafe is the reason of the Event a broker records on its
 // member Lease after serving through an API server outage.
 const EventReasonFailsafe = "Failsafe"
-
-// memberWriteContext bounds a renewal of the member Lease: half a retry
-// period with failsafe on, so that an API server that hangs rather than
-// refuses is known unreachable — by this broker, and by the others' rounds
-// asking it — well before the renew deadline.
-func (m *Manager) memberWriteContext(ctx context.Context) (context.Context, context.CancelFunc) {
-	if m.cfg.Failsafe == nil {
-		return context.WithCancel(ctx)
-	}
-	return context.WithTimeout(ctx, m.cfg.RetryPeriod/2)
-}
 
 // failsafeRetry is how soon a round not confirmed is sent again while the
 // slots are still served: the other brokers learn that they cannot reach

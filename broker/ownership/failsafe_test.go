@@ -168,6 +168,24 @@ func TestAnswerFailsafeRefusesWhileReachingTheAPIServer(t *testing.T) {
 	if err := b.m.AnswerFailsafe(a.id); !errors.Is(err, FailsafeRefused) {
 		t.Fatalf("AnswerFailsafe while reaching the API server = %v, want FAILSAFE_REFUSED", err)
 	}
+	// A renewal under way: refused while it is young, confirmed once it
+	// has hung for half a retry period (an API server that hangs).
+	b.m.mu.Lock()
+	b.m.writingSince = b.clk.Now().Add(-s.rp / 4)
+	b.m.mu.Unlock()
+	if err := b.m.AnswerFailsafe(a.id); !errors.Is(err, FailsafeRefused) {
+		t.Fatalf("AnswerFailsafe with a renewal out for a quarter period = %v, want FAILSAFE_REFUSED", err)
+	}
+	b.m.mu.Lock()
+	b.m.writingSince = b.clk.Now().Add(-s.rp / 2)
+	b.m.mu.Unlock()
+	if err := b.m.AnswerFailsafe(a.id); err != nil {
+		t.Fatalf("AnswerFailsafe with a renewal hung for half a period = %v, want nil", err)
+	}
+	b.m.mu.Lock()
+	b.m.writingSince = time.Time{}
+	delete(b.m.promised, a.id)
+	b.m.mu.Unlock()
 	apiDown(s, true, b)
 	s.advance(2 * s.rp)
 	if err := b.m.AnswerFailsafe(a.id); err != nil {

@@ -57,7 +57,10 @@ type Manager struct {
 	// API server (what a failsafe answer confirms). promised: the
 	// holders whose failsafe rounds this broker confirmed (failsafe.go).
 	apiFailing bool
-	promised   map[string]promise
+	// writingSince: when the renewal of the member Lease under way was
+	// sent (zero: none is).
+	writingSince time.Time
+	promised     map[string]promise
 	// failsafeSince: when this broker began serving on failsafe rounds
 	// (zero: it is not); failsafeRoundsConfirmed counts them since.
 	failsafeSince           time.Time

@@ -48,11 +48,13 @@ func (m *Manager) renew(ctx context.Context) {
 		}()
 	}
 	m.memberMu.Lock()
-	wctx, wcancel := m.memberWriteContext(ioctx)
-	sent, memberErr := m.writeMemberLocked(wctx)
-	wcancel()
+	m.mu.Lock()
+	m.writingSince = m.clk.Now() // a write hanging long says as much as a failed one (AnswerFailsafe)
+	m.mu.Unlock()
+	sent, memberErr := m.writeMemberLocked(ioctx)
 	m.memberMu.Unlock()
 	m.mu.Lock()
+	m.writingSince = time.Time{}
 	// At once: the other brokers' rounds ask whether this one reaches
 	// the API server.
 	m.noteMemberWriteLocked(memberErr, m.clk.Now())
@@ -62,7 +64,10 @@ func (m *Manager) renew(ctx context.Context) {
 	case round != nil:
 		fs = <-round
 	case apiUnreachable(memberErr):
-		fs.sent, fs.ok = m.failsafeRound(ioctx)
+		// A write that hung used up ioctx: the round gets its own.
+		rctx, rcancel := m.ioContext(ctx)
+		fs.sent, fs.ok = m.failsafeRound(rctx)
+		rcancel()
 	}
 	m.roundAt = time.Time{}
 	if apiUnreachable(memberErr) && !fs.ok && m.cfg.Failsafe != nil && m.servesAny() {

@@ -16,6 +16,8 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/picomq/picomq/devstack/stack"
 	"github.com/picomq/picomq/internal/testwait"
@@ -738,6 +740,15 @@ func TestUpAfterACrashRecovers(t *testing.T) {
 		t.Fatalf("state after the second up: %+v %v %v", s, ok, err)
 	}
 	env.state = s
+	// The control plane came back on new ports: a client of the old
+	// ones would reach nothing.
+	cfg, err := clientcmd.BuildConfigFromFlags("", s.Kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if env.k, err = kubernetes.NewForConfig(cfg); err != nil {
+		t.Fatal(err)
+	}
 	if got := mustKubectl(t, "", "get", "streamcluster", stack.SampleCluster, "-o", "jsonpath={.status.clusterID}"); got != id {
 		t.Errorf("cluster id %q after the crash, want %q: the brokers formed a new cluster", got, id)
 	}
