@@ -242,24 +242,42 @@ func waitClusterReady(t *testing.T, timeout time.Duration) {
 
 // brokerURLs are the brokers' own client URLs (pod addresses the host
 // routes to), read afresh: a pod's address changes when it is recreated.
-// A read that fails (the API server stopped) keeps the last one.
+// Once known they are refreshed in the background, never while a request
+// waits: with the API server stopped, a read hangs until its timeout, and
+// the last addresses are kept.
 type brokerURLs struct {
-	mu   sync.Mutex
-	at   time.Time
-	urls []string
+	mu         sync.Mutex
+	at         time.Time
+	urls       []string
+	refreshing bool
 }
 
 func (b *brokerURLs) get() []string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if time.Since(b.at) < time.Second && b.urls != nil {
-		return b.urls
+	switch {
+	case b.urls == nil:
+		b.urls, b.at = b.read(nil), time.Now()
+	case time.Since(b.at) >= time.Second && !b.refreshing:
+		b.refreshing = true
+		last := b.urls
+		go func() {
+			urls := b.read(last)
+			b.mu.Lock()
+			b.urls, b.at, b.refreshing = urls, time.Now(), false
+			b.mu.Unlock()
+		}()
 	}
+	return b.urls
+}
+
+// read looks the pods' addresses up, keeping last's where a lookup fails.
+func (b *brokerURLs) read(last []string) []string {
 	urls := make([]string, env.state.Brokers)
 	for i := range urls {
 		urls[i] = env.state.URL // until the pod has an address
-		if i < len(b.urls) {
-			urls[i] = b.urls[i]
+		if i < len(last) {
+			urls[i] = last[i]
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		p, err := env.k.CoreV1().Pods(stack.SampleNamespace).Get(ctx, stack.SampleCluster+"-"+strconv.Itoa(i), metav1.GetOptions{})
@@ -268,6 +286,5 @@ func (b *brokerURLs) get() []string {
 			urls[i] = "http://" + net.JoinHostPort(p.Status.PodIP, "4437")
 		}
 	}
-	b.urls, b.at = urls, time.Now()
 	return urls
 }
