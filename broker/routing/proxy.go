@@ -20,7 +20,7 @@ import (
 // here, or proxied there, streaming the answer. body is the request's body
 // when the router read it (nil: not read yet). A proxied request refused
 // by its owner for the slot (it moved), or whose owner cannot be reached,
-// is sent once more to the owner looked up again.
+// is sent again to the owner looked up again, for up to ownerWait.
 func (rt *Router) forward(w http.ResponseWriter, r *http.Request, id uint64, body []byte) {
 	rt.forwardUntil(w, r, id, body, time.Time{})
 }

@@ -351,6 +351,12 @@ var faults = []fault{
 		// (60 s) under load. Every member confirms the holders' failsafe
 		// rounds, so the appends go on, past every renew deadline and
 		// lease duration, and no slot moves.
+		name := tr.streams[0].Name
+		owner, epoch, err := tr.c.OwnerAndEpoch(context.Background(), name, 0)
+		if err != nil {
+			tr.t.Fatalf("%s/0 before the outage: %v", name, err)
+		}
+		tr.victim = owner
 		tr.cutAPIServer(true)
 		began := time.Now()
 		if !tr.appendsGoOn(began, tr.lease()+time.Second, 10, 10*time.Second) {
@@ -361,6 +367,9 @@ var faults = []fault{
 			tr.t.Errorf("%v into the outage no broker reports failsafe", time.Since(began).Round(time.Second))
 		}
 		tr.appendsGoOn(began, *outage, 10, 10*time.Second)
+		if o, e, err := tr.c.OwnerAndEpoch(context.Background(), name, 0); err != nil || o != owner || e != epoch {
+			tr.t.Errorf("%s/0 at the outage's end: broker-%d at epoch %d (%v), want still broker-%d at epoch %d: it moved", name, o, e, err, owner, epoch)
+		}
 		tr.note += fmt.Sprintf("API server cut from every broker for %v, brokers %v in failsafe; ", time.Since(began).Round(time.Second), on)
 		return func() { tr.cutAPIServer(false) }
 	}},
