@@ -117,7 +117,11 @@
 // such a member, so an outage together with a member down stops the
 // failsafe: every slot then waits for the API server. Only slots served
 // without a gap are extended: a slot past its deadline is written again
-// through the API server first, as without failsafe.
+// through the API server first, as without failsafe. The members asked
+// are those of the metadata log's latest configuration as the holder and
+// every answer know it; a broker added after a round's answers was not
+// asked, and could take the holder's slots early if it alone reached the
+// API server — a join during an outage of everyone else's, left open.
 //
 // Writes never depend on this: the epochs of the metadata log and the
 // journals' fences refuse a deposed owner whatever the Leases say. Failsafe
