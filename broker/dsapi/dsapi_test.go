@@ -247,3 +247,45 @@ func TestMalformedJSONIsRefusedWritingNothing(t *testing.T) {
 		t.Fatalf("after the refusals: %q next %s; want the one record", r.body, r.h.Get(hNextOffset))
 	}
 }
+
+// TestCredentialedReadsAreNeverPublic: a read of history, or of a closed
+// stream, is cacheable by anyone without credentials (public), but an
+// answer to a request carrying Authorization is private and varies on it,
+// so that a shared cache never hands a reader's authorised answer to
+// another. (Issue 31's first point; the rest of it is still to come.)
+func TestCredentialedReadsAreNeverPublic(t *testing.T) {
+	s := start(t, t.TempDir(), nil)
+	defer s.stop()
+	s.want(s.do("PUT", "c/d", "", "Content-Type", "application/json"), 201, "create")
+	// Two records of 700 KB: a read from 0 stops after the first (one
+	// response holds up to 1 MiB), so it is history, not the tail.
+	big := `["` + strings.Repeat("x", 700<<10) + `"]`
+	s.want(s.do("POST", "c/d", big, "Content-Type", "application/json"), 204, "append")
+	s.want(s.do("POST", "c/d", big, "Content-Type", "application/json"), 204, "append")
+	s.want(s.do("POST", "c/d", `[3]`, "Content-Type", "application/json"), 204, "append")
+	history := "c/d?offset=" + formatOffset(0)
+	for _, c := range []struct {
+		what, path string
+		headers    []string
+		want       string
+		vary       bool
+	}{
+		{"history, anonymous", history, nil, "public, max-age=60, stale-while-revalidate=300", false},
+		{"history, with a token", history, []string{"Authorization", "Bearer t"}, "private, max-age=60, stale-while-revalidate=300", true},
+	} {
+		r := s.do("GET", c.path, "", c.headers...)
+		if got := r.h.Get("Cache-Control"); got != c.want {
+			t.Errorf("%s: Cache-Control %q, want %q", c.what, got, c.want)
+		}
+		if got := strings.Contains(r.h.Get("Vary"), "Authorization"); got != c.vary {
+			t.Errorf("%s: Vary %q, want Authorization: %v", c.what, r.h.Get("Vary"), c.vary)
+		}
+	}
+	s.want(s.do("POST", "c/d", "", "Stream-Closed", "true"), 204, "close")
+	if r := s.do("GET", "c/d?offset="+formatOffset(3), "", "Authorization", "Bearer t"); r.h.Get("Cache-Control") != "private, max-age=60" || !strings.Contains(r.h.Get("Vary"), "Authorization") {
+		t.Errorf("closed, with a token: Cache-Control %q Vary %q, want private and Vary: Authorization", r.h.Get("Cache-Control"), r.h.Get("Vary"))
+	}
+	if r := s.do("GET", "c/d?offset="+formatOffset(3), ""); r.h.Get("Cache-Control") != "public, max-age=60" {
+		t.Errorf("closed, anonymous: Cache-Control %q, want public, max-age=60", r.h.Get("Cache-Control"))
+	}
+}

@@ -180,14 +180,22 @@ func (h *Handler) answerPage(w http.ResponseWriter, r *http.Request, name string
 	}
 	tag := etag(t.Entry, p.from, p.next, closed)
 	hd.Set("ETag", tag)
+	// An answer to a request that carried credentials is for that reader
+	// alone: a shared cache must not store it (RFC 9111 §3.5 lets one
+	// store an authorised answer marked public) and hand it to anyone.
+	scope := "public"
+	if r.Header.Get("Authorization") != "" {
+		scope = "private"
+		hd.Add("Vary", "Authorization")
+	}
 	switch {
 	case closed:
-		hd.Set("Cache-Control", "public, max-age=60")
+		hd.Set("Cache-Control", scope+", max-age=60")
 	case p.upToDate:
 		hd.Set("Cache-Control", "no-cache")
 	default:
 		// History never changes at an offset: caches may keep it.
-		hd.Set("Cache-Control", "public, max-age=60, stale-while-revalidate=300")
+		hd.Set("Cache-Control", scope+", max-age=60, stale-while-revalidate=300")
 	}
 	if inm := r.Header.Get("If-None-Match"); inm != "" && inm == tag {
 		w.WriteHeader(http.StatusNotModified)
