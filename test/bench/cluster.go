@@ -70,6 +70,16 @@ type loadResult struct {
 // proxied whether that broker does not own it.
 func spreadLoad(ctx context.Context, writers int, batch []stream.RecordValue, d time.Duration,
 	pick func(w, i int) (s *client.Stream, proxied bool)) loadResult {
+	stop := make(chan struct{})
+	t := time.AfterFunc(d, func() { close(stop) })
+	defer t.Stop()
+	return loadUntil(ctx, writers, batch, stop, pick)
+}
+
+// loadUntil is spreadLoad run until stop is closed: each writer ends once
+// its append in flight is answered.
+func loadUntil(ctx context.Context, writers int, batch []stream.RecordValue, stop <-chan struct{},
+	pick func(w, i int) (s *client.Stream, proxied bool)) loadResult {
 	var bytes int64
 	for _, r := range batch {
 		bytes += int64(len(r.Payload) + len(r.Key))
@@ -79,13 +89,17 @@ func spreadLoad(ctx context.Context, writers int, batch []stream.RecordValue, d 
 	var first []string
 	lat := make([][]time.Duration, writers)
 	start := time.Now()
-	deadline := start.Add(d)
 	var wg sync.WaitGroup
 	for w := 0; w < writers; w++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for i := 0; time.Now().Before(deadline); i++ {
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
 				s, other := pick(w, i)
 				actx, cancel := context.WithTimeout(ctx, 10*time.Second)
 				t0 := time.Now()

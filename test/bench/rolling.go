@@ -4,7 +4,6 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -80,66 +79,6 @@ func rollingRestart(ctx context.Context, c *clusterharness.Cluster, cls []*clien
 	res.took = time.Since(start)
 	res.during, res.refused, res.firstErrs = during, during.errs, during.firstErrs
 	return res, nil
-}
-
-// loadUntil is spreadLoad run until stop is closed instead of for a
-// fixed time.
-func loadUntil(ctx context.Context, writers int, batch []stream.RecordValue, stop <-chan struct{}, pick func(w, i int) (*client.Stream, bool)) loadResult {
-	var count, errs atomic.Int64
-	var mu sync.Mutex
-	var first []string
-	lat := make([][]time.Duration, writers)
-	start := time.Now()
-	var wg sync.WaitGroup
-	for w := 0; w < writers; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := 0; ; i++ {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				s, _ := pick(w, i)
-				actx, cancel := context.WithTimeout(ctx, 10*time.Second)
-				t0 := time.Now()
-				_, err := s.Append(actx, batch)
-				took := time.Since(t0)
-				cancel()
-				if err != nil {
-					errs.Add(1)
-					mu.Lock()
-					if msg := shorten(err.Error()); len(first) < 3 && !contains(first, msg) {
-						first = append(first, msg)
-					}
-					mu.Unlock()
-					time.Sleep(10 * time.Millisecond)
-					continue
-				}
-				lat[w] = append(lat[w], took)
-				count.Add(1)
-			}
-		}()
-	}
-	wg.Wait()
-	elapsed := time.Since(start)
-	var all []time.Duration
-	for _, l := range lat {
-		all = append(all, l...)
-	}
-	sort.Slice(all, func(i, j int) bool { return all[i] < all[j] })
-	n := float64(count.Load())
-	return loadResult{
-		result: result{
-			appendsPerSec: n / elapsed.Seconds(),
-			recordsPerSec: n * float64(len(batch)) / elapsed.Seconds(),
-			p50:           pct(all, 0.50), p99: pct(all, 0.99), p999: pct(all, 0.999),
-		},
-		errs:      errs.Load(),
-		firstErrs: first,
-		proxied:   -1,
-	}
 }
 
 // printRolling prints a rolling restart's figures.
