@@ -82,8 +82,7 @@ func (m *Member) routes(srv interface {
 }
 
 func (m *Member) fail(w http.ResponseWriter, r *http.Request, err error) {
-	coded := frontend.Coded(err, "peer"+r.URL.Path)
-	frontend.WriteProblem(w, r, m.log, coded, errs.HTTPStatus(coded))
+	frontend.Fail(w, r, m.log, err, "peer"+r.URL.Path)
 }
 
 func writeJSON(w http.ResponseWriter, v any) {

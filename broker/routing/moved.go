@@ -1,7 +1,6 @@
 package routing
 
 import (
-	"bytes"
 	"net/http"
 
 	"github.com/picomq/picomq/broker/errs"
@@ -45,60 +44,64 @@ func refusedForAMove(coded *errs.Error) bool {
 // held (a problem body is small), for the router to decide whether it
 // goes to the client (release) or the write goes elsewhere.
 type refusalHold struct {
-	w       http.ResponseWriter
-	header  http.Header
-	status  int
-	held    bool
-	body    bytes.Buffer
-	refusal error // the held answer's problem, when it decodes as one
+	w    http.ResponseWriter
+	buf  bufferedResponse // the headers until the status is known, and a held answer
+	held bool
 }
 
-func (h *refusalHold) Header() http.Header { return h.header }
+func newRefusalHold(w http.ResponseWriter) *refusalHold {
+	return &refusalHold{w: w, buf: bufferedResponse{header: http.Header{}}}
+}
+
+func (h *refusalHold) Header() http.Header { return h.buf.header }
 
 func (h *refusalHold) WriteHeader(code int) {
-	if h.status != 0 {
+	if h.buf.status != 0 {
 		return
 	}
-	h.status = code
+	h.buf.status = code
 	if code == http.StatusServiceUnavailable {
 		h.held = true
 		return
 	}
-	for k, v := range h.header {
+	for k, v := range h.buf.header {
 		h.w.Header()[k] = v
 	}
 	h.w.WriteHeader(code)
 }
 
 func (h *refusalHold) Write(p []byte) (int, error) {
-	if h.status == 0 {
+	if h.buf.status == 0 {
 		h.WriteHeader(http.StatusOK)
 	}
 	if h.held {
-		n, err := h.body.Write(p)
-		if coded, uerr := errs.Unmarshal(h.body.Bytes()); uerr == nil {
-			h.refusal = coded
-		}
-		return n, err
+		return h.buf.body.Write(p)
 	}
 	return h.w.Write(p)
 }
 
 // Flush passes a flush on, unless the answer is held.
 func (h *refusalHold) Flush() {
-	if f, ok := h.w.(http.Flusher); ok && !h.held && h.status != 0 {
+	if f, ok := h.w.(http.Flusher); ok && !h.held && h.buf.status != 0 {
 		f.Flush()
 	}
 }
 
+// refusal is the held answer's problem (nil: none held, or not one).
+func (h *refusalHold) refusal() error {
+	if !h.held {
+		return nil
+	}
+	coded, err := errs.Unmarshal(h.buf.body.Bytes())
+	if err != nil {
+		return nil
+	}
+	return coded
+}
+
 // release sends a held answer as it was.
 func (h *refusalHold) release() {
-	if !h.held {
-		return
+	if h.held {
+		h.buf.sendTo(h.w)
 	}
-	for k, v := range h.header {
-		h.w.Header()[k] = v
-	}
-	h.w.WriteHeader(h.status)
-	_, _ = h.w.Write(h.body.Bytes())
 }

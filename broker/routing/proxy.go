@@ -82,9 +82,9 @@ func (rt *Router) forwardUntil(w http.ResponseWriter, r *http.Request, id uint64
 			rt.cfg.Local.ServeHTTP(w, r)
 			return
 		}
-		held := &refusalHold{w: w, header: http.Header{}}
+		held := newRefusalHold(w)
 		rt.cfg.Local.ServeHTTP(held, r)
-		if held.refusal != nil && rt.slotLeft(t.slot, held.refusal) {
+		if refusal := held.refusal(); refusal != nil && rt.slotLeft(t.slot, refusal) {
 			again()
 			return
 		}
