@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/picomq/picomq/broker/errs"
 	"github.com/picomq/picomq/broker/frontend"
 )
 
@@ -39,7 +40,10 @@ type failsafeAnswer struct {
 // manager confirms (and records its promise) only while this broker cannot
 // reach the API server itself.
 func (c *Cluster) serveFailsafe(w http.ResponseWriter, r *http.Request) {
-	fail := func(err error) { frontend.Fail(w, r, c.log, err, "peer"+r.URL.Path) }
+	fail := func(err error) {
+		coded := frontend.Coded(err, "peer"+r.URL.Path)
+		frontend.WriteProblem(w, r, c.log, coded, errs.HTTPStatus(coded))
+	}
 	var req failsafeRequest
 	if err := json.NewDecoder(io.LimitReader(r.Body, 4<<10)).Decode(&req); err != nil {
 		fail(fmt.Errorf("failsafe round: %w", err))

@@ -62,13 +62,6 @@ func Coded(err error, op string) *errs.Error {
 	return stream.StreamBackendFailed.Wrap(err, "op", op)
 }
 
-// Fail answers err as a problem: its coded error (Coded, op naming the
-// operation when it has none) with the status its code declares.
-func Fail(w http.ResponseWriter, r *http.Request, log *slog.Logger, err error, op string) {
-	coded := Coded(err, op)
-	WriteProblem(w, r, log, coded, errs.HTTPStatus(coded))
-}
-
 // Abandoned reports a request whose client went away (its context ended)
 // and err saying so: nothing is answered, nobody would read it.
 func Abandoned(r *http.Request, err error) bool {

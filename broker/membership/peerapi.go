@@ -82,7 +82,8 @@ func (m *Member) routes(srv interface {
 }
 
 func (m *Member) fail(w http.ResponseWriter, r *http.Request, err error) {
-	frontend.Fail(w, r, m.log, err, "peer"+r.URL.Path)
+	coded := frontend.Coded(err, "peer"+r.URL.Path)
+	frontend.WriteProblem(w, r, m.log, coded, errs.HTTPStatus(coded))
 }
 
 func writeJSON(w http.ResponseWriter, v any) {

@@ -64,7 +64,11 @@ func (rt *Router) serveAppends(w http.ResponseWriter, r *http.Request) {
 		rt.local(rec, r, body)
 		var res wire.AppendsResult
 		if rec.status != http.StatusOK || json.Unmarshal(rec.body.Bytes(), &res) != nil || rt.aloneIfMoved(res.Results) == 0 {
-			rec.sendTo(w)
+			for k, v := range rec.header {
+				w.Header()[k] = v
+			}
+			w.WriteHeader(rec.status)
+			_, _ = w.Write(rec.body.Bytes())
 			return
 		}
 		writeAppendsResult(w, res.Results)
@@ -262,19 +266,6 @@ func (b *bufferedResponse) WriteHeader(code int) {
 		b.status = code
 	}
 }
-
-// sendTo sends the kept answer to w as it was.
-func (b *bufferedResponse) sendTo(w http.ResponseWriter) {
-	for k, v := range b.header {
-		w.Header()[k] = v
-	}
-	if b.status == 0 {
-		b.status = http.StatusOK // a handler that wrote nothing
-	}
-	w.WriteHeader(b.status)
-	_, _ = w.Write(b.body.Bytes())
-}
-
 func (b *bufferedResponse) Write(p []byte) (int, error) {
 	if b.status == 0 {
 		b.status = http.StatusOK

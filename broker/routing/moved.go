@@ -1,6 +1,7 @@
 package routing
 
 import (
+	"bytes"
 	"net/http"
 
 	"github.com/picomq/picomq/broker/errs"
@@ -44,64 +45,60 @@ func refusedForAMove(coded *errs.Error) bool {
 // held (a problem body is small), for the router to decide whether it
 // goes to the client (release) or the write goes elsewhere.
 type refusalHold struct {
-	w    http.ResponseWriter
-	buf  bufferedResponse // the headers until the status is known, and a held answer
-	held bool
+	w       http.ResponseWriter
+	header  http.Header
+	status  int
+	held    bool
+	body    bytes.Buffer
+	refusal error // the held answer's problem, when it decodes as one
 }
 
-func newRefusalHold(w http.ResponseWriter) *refusalHold {
-	return &refusalHold{w: w, buf: bufferedResponse{header: http.Header{}}}
-}
-
-func (h *refusalHold) Header() http.Header { return h.buf.header }
+func (h *refusalHold) Header() http.Header { return h.header }
 
 func (h *refusalHold) WriteHeader(code int) {
-	if h.buf.status != 0 {
+	if h.status != 0 {
 		return
 	}
-	h.buf.status = code
+	h.status = code
 	if code == http.StatusServiceUnavailable {
 		h.held = true
 		return
 	}
-	for k, v := range h.buf.header {
+	for k, v := range h.header {
 		h.w.Header()[k] = v
 	}
 	h.w.WriteHeader(code)
 }
 
 func (h *refusalHold) Write(p []byte) (int, error) {
-	if h.buf.status == 0 {
+	if h.status == 0 {
 		h.WriteHeader(http.StatusOK)
 	}
 	if h.held {
-		return h.buf.body.Write(p)
+		n, err := h.body.Write(p)
+		if coded, uerr := errs.Unmarshal(h.body.Bytes()); uerr == nil {
+			h.refusal = coded
+		}
+		return n, err
 	}
 	return h.w.Write(p)
 }
 
 // Flush passes a flush on, unless the answer is held.
 func (h *refusalHold) Flush() {
-	if f, ok := h.w.(http.Flusher); ok && !h.held && h.buf.status != 0 {
+	if f, ok := h.w.(http.Flusher); ok && !h.held && h.status != 0 {
 		f.Flush()
 	}
 }
 
-// refusal is the held answer's problem (nil: none held, or not one).
-func (h *refusalHold) refusal() error {
-	if !h.held {
-		return nil
-	}
-	coded, err := errs.Unmarshal(h.buf.body.Bytes())
-	if err != nil {
-		return nil
-	}
-	return coded
-}
-
 // release sends a held answer as it was.
 func (h *refusalHold) release() {
-	if h.held {
-		h.buf.sendTo(h.w)
+	if !h.held {
+		return
 	}
+	for k, v := range h.header {
+		h.w.Header()[k] = v
+	}
+	h.w.WriteHeader(h.status)
+	_, _ = h.w.Write(h.body.Bytes())
 }

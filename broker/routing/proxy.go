@@ -82,9 +82,9 @@ func (rt *Router) forwardUntil(w http.ResponseWriter, r *http.Request, id uint64
 			rt.cfg.Local.ServeHTTP(w, r)
 			return
 		}
-		held := newRefusalHold(w)
+		held := &refusalHold{w: w, header: http.Header{}}
 		rt.cfg.Local.ServeHTTP(held, r)
-		if refusal := held.refusal(); refusal != nil && rt.slotLeft(t.slot, refusal) {
+		if held.refusal != nil && rt.slotLeft(t.slot, held.refusal) {
 			again()
 			return
 		}

@@ -26,6 +26,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/picomq/picomq/broker/errs"
 	"github.com/picomq/picomq/broker/frontend"
 	"github.com/picomq/picomq/broker/httpapi/wire"
 	"github.com/picomq/picomq/broker/node"
@@ -324,7 +325,8 @@ func (rt *Router) fail(w http.ResponseWriter, r *http.Request, err error) {
 	if frontend.Abandoned(r, err) {
 		return
 	}
-	frontend.Fail(w, r, rt.log, err, "routing")
+	coded := frontend.Coded(err, "routing")
+	frontend.WriteProblem(w, r, rt.log, coded, errs.HTTPStatus(coded))
 }
 
 type atomicCounter = atomic.Uint64
