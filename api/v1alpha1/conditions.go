@@ -66,8 +66,9 @@ package v1alpha1
 //     BrokerUnreachable, BrokerError or Deleting: the operator retries with
 //     backoff.
 //   - Degraded: Ready=False with reason Conflict, InvalidSpec,
-//     ClusterNotFound or Expired: the operator does not retry until the spec,
-//     the cluster or the broker's stream changes.
+//     ClusterNotFound, NamespaceNotAllowed or Expired: the operator does not
+//     retry until the spec, the cluster, the namespace's labels or the
+//     broker's stream changes.
 //   - Unknown (or Suspended): Ready=Unknown with reason Unmanaged (the
 //     streams.picomq.io/managed: "false" annotation).
 
@@ -256,7 +257,9 @@ const (
 	// changes.
 	ReasonRecreated = "Recreated"
 	// ReasonClusterNotFound (Ready=False): spec.clusterRef names no
-	// StreamCluster in the namespace. Degraded until the cluster exists.
+	// StreamCluster the operator can see (none of that name in its
+	// namespace, or a namespace the operator does not watch). Degraded
+	// until the cluster exists.
 	ReasonClusterNotFound = "ClusterNotFound"
 	// ReasonClusterNotReady (Ready=False): the cluster is not Ready and its
 	// admin API does not answer; retried with backoff. Progressing.
@@ -278,6 +281,15 @@ const (
 	// ReasonDeleting (Ready=False): the Stream is being deleted and deleting
 	// the broker's stream failed; retried with backoff. Progressing.
 	ReasonDeleting = "Deleting"
+	// ReasonNamespaceNotAllowed (Ready=False): spec.clusterRef names a
+	// StreamCluster in another namespace whose spec.allowedNamespaces does
+	// not admit the Stream's (the message names the cluster and its rule).
+	// The operator leaves the broker's stream alone: it creates nothing,
+	// and a stream it kept before the rule or the namespace's labels
+	// changed is neither updated nor deleted (deleting the resource then
+	// leaves it on the broker). Managed again once admitted. Degraded
+	// until the cluster's rule or the namespace's labels change.
+	ReasonNamespaceNotAllowed = "NamespaceNotAllowed"
 	// ReasonExpired (Ready=False): the stream reached the end of the
 	// lifetime its spec gave it (spec.expiresAt, or spec.ttl unused) and the
 	// broker deleted it; not recreated until the spec changes. Degraded (or

@@ -185,6 +185,56 @@ func TestSecureClusterAccepted(t *testing.T) {
 	}
 }
 
+// The fields of issue 31: a cluster that admits other namespaces and
+// browser origins, and a Stream that names a cluster in another namespace.
+func TestCrossNamespaceAndCORSAccepted(t *testing.T) {
+	needsEnvtest(t)
+	ctx := context.Background()
+	for i, spec := range []string{
+		"  allowedNamespaces: {from: All}\n  cors: {allowedOrigins: [\"*\"]}\n",
+		"  allowedNamespaces: {from: Same}\n",
+		"  allowedNamespaces: {from: Selector, selector: {matchLabels: {team: shop}}}\n",
+		"  allowedNamespaces: {from: Selector, selector: {matchExpressions: [{key: team, operator: In, values: [shop]}, {key: tier, operator: Exists}]}}\n",
+		"  cors: {allowedOrigins: [\"https://app.example.com\", \"http://localhost:3000\", \"http://[::1]:8080\", \"capacitor://localhost\"]}\n",
+	} {
+		u := object(t, clusterHead+spec)
+		u.SetName(fmt.Sprintf("admits-%d", i))
+		if err := k8s.Create(ctx, u); err != nil {
+			t.Errorf("refused:\n%s: %v", spec, err)
+			continue
+		}
+		cleanup(t, u)
+	}
+
+	// Left out, allowedNamespaces defaults to the cluster's own namespace.
+	u := object(t, clusterHead+"  replicas: 1\n")
+	u.SetName("same")
+	if err := k8s.Create(ctx, u); err != nil {
+		t.Fatal(err)
+	}
+	cleanup(t, u)
+	var c streamsv1alpha1.StreamCluster
+	if err := k8s.Get(ctx, client.ObjectKeyFromObject(u), &c); err != nil {
+		t.Fatal(err)
+	}
+	if c.Spec.AllowedNamespaces.From != streamsv1alpha1.NamespacesFromSame || c.Spec.CORS != nil {
+		t.Errorf("defaults: allowedNamespaces %+v, cors %+v", c.Spec.AllowedNamespaces, c.Spec.CORS)
+	}
+
+	s := object(t, streamHead)
+	s.SetName("elsewhere")
+	set(s, "picomq-system", "spec", "clusterRef", "namespace")
+	if err := k8s.Create(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	cleanup(t, s)
+	// clusterRef stays immutable, namespace included.
+	set(s, "other", "spec", "clusterRef", "namespace")
+	if err := k8s.Update(ctx, s); err == nil || !strings.Contains(err.Error(), "clusterRef is immutable") {
+		t.Errorf("moving clusterRef to another namespace: %v, want clusterRef is immutable", err)
+	}
+}
+
 func TestStreamDefaults(t *testing.T) {
 	needsEnvtest(t)
 	u := object(t, `
@@ -273,6 +323,22 @@ func TestInvalidManifestsAreRefused(t *testing.T) {
 		{"auth without secret", clusterHead + "  auth: {}\n", "spec.auth.secretName: Required value"},
 		{"unknown metrics auth", clusterHead + "  auth: {secretName: demo-tokens, metrics: Basic}\n", `supported values: "Open", "Token"`},
 		{"networkPolicy without enabled", clusterHead + "  networkPolicy: {}\n", "spec.networkPolicy.enabled: Required value"},
+		{"unknown allowedNamespaces.from", clusterHead + "  allowedNamespaces: {from: Everywhere}\n", `supported values: "Same", "All", "Selector"`},
+		{"Selector without selector", clusterHead + "  allowedNamespaces: {from: Selector}\n", "allowedNamespaces.selector is required when from is Selector"},
+		{"selector without Selector", clusterHead + "  allowedNamespaces: {selector: {matchLabels: {team: shop}}}\n", "allowedNamespaces.selector is read only when from is Selector"},
+		{"selector with All", clusterHead + "  allowedNamespaces: {from: All, selector: {}}\n", "allowedNamespaces.selector is read only when from is Selector"},
+		{"selector operator", clusterHead + "  allowedNamespaces: {from: Selector, selector: {matchExpressions: [{key: team, operator: Near}]}}\n", "operator is In, NotIn, Exists or DoesNotExist"},
+		{"In without values", clusterHead + "  allowedNamespaces: {from: Selector, selector: {matchExpressions: [{key: team, operator: In}]}}\n", "In and NotIn need values"},
+		{"Exists with values", clusterHead + "  allowedNamespaces: {from: Selector, selector: {matchExpressions: [{key: team, operator: Exists, values: [a]}]}}\n", "In and NotIn need values"},
+		{"origin with a path", clusterHead + "  cors: {allowedOrigins: [\"https://app.example.com/ui\"]}\n", "an origin is scheme://host[:port]"},
+		{"origin with a trailing slash", clusterHead + "  cors: {allowedOrigins: [\"https://app.example.com/\"]}\n", "an origin is scheme://host[:port]"},
+		{"origin without a scheme", clusterHead + "  cors: {allowedOrigins: [app.example.com]}\n", "an origin is scheme://host[:port]"},
+		{"origin in capitals", clusterHead + "  cors: {allowedOrigins: [\"https://App.example.com\"]}\n", "an origin is scheme://host[:port]"},
+		{"wildcard subdomain", clusterHead + "  cors: {allowedOrigins: [\"https://*.example.com\"]}\n", "an origin is scheme://host[:port]"},
+		{"two origins in one", clusterHead + "  cors: {allowedOrigins: [\"https://a.example.com,https://b.example.com\"]}\n", "an origin is scheme://host[:port]"},
+		{"star among others", clusterHead + "  cors: {allowedOrigins: [\"*\", \"https://app.example.com\"]}\n", "it must be the only entry"},
+		{"origin twice", clusterHead + "  cors: {allowedOrigins: [\"https://app.example.com\", \"https://app.example.com\"]}\n", "Duplicate value"},
+		{"clusterRef namespace not a name", streamHead + "  clusterRef: {name: demo, namespace: Picomq_System}\n", "spec.clusterRef.namespace in body should match"},
 	}
 	ctx := context.Background()
 	for _, c := range cases {

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 )
 
 // Defaults the apiserver cannot express in OpenAPI (they depend on other
@@ -97,6 +98,67 @@ func (s *Stream) StreamName() string {
 		return s.Spec.Name
 	}
 	return s.Name
+}
+
+// ClusterNamespace is the namespace of the Stream's StreamCluster:
+// spec.clusterRef.namespace, or the Stream's own when that is empty.
+func (s *Stream) ClusterNamespace() string {
+	if s.Spec.ClusterRef.Namespace != "" {
+		return s.Spec.ClusterRef.Namespace
+	}
+	return s.Namespace
+}
+
+// EffectiveFrom returns from, or its default Same when a client bypassed
+// the apiserver's defaulting.
+func (a *AllowedNamespaces) EffectiveFrom() NamespacesFrom {
+	if a.From == "" {
+		return NamespacesFromSame
+	}
+	return a.From
+}
+
+// Admits says whether a StreamCluster in clusterNamespace with these
+// allowedNamespaces keeps the Streams of namespace ns, whose labels are
+// nsLabels (read only for Selector). Its own namespace always; another as
+// From says. A selector that does not parse admits nothing but the
+// cluster's own namespace, and the error says why. An unknown From admits
+// no other namespace: a rule the operator cannot read opens nothing.
+func (a *AllowedNamespaces) Admits(clusterNamespace, ns string, nsLabels map[string]string) (bool, error) {
+	if ns == clusterNamespace {
+		return true, nil
+	}
+	switch a.EffectiveFrom() {
+	case NamespacesFromAll:
+		return true, nil
+	case NamespacesFromSelector:
+		if a.Selector == nil {
+			return false, fmt.Errorf("allowedNamespaces.from is Selector but no selector is set")
+		}
+		sel, err := metav1.LabelSelectorAsSelector(a.Selector)
+		if err != nil {
+			return false, fmt.Errorf("allowedNamespaces.selector: %w", err)
+		}
+		return sel.Matches(labels.Set(nsLabels)), nil
+	}
+	return false, nil
+}
+
+// String is the rule as a Ready message quotes it: "from: Same",
+// "from: All", "from: Selector (team=shop)".
+func (a *AllowedNamespaces) String() string {
+	from := a.EffectiveFrom()
+	if from != NamespacesFromSelector || a.Selector == nil {
+		return "from: " + string(from)
+	}
+	sel, err := metav1.LabelSelectorAsSelector(a.Selector)
+	if err != nil {
+		return fmt.Sprintf("from: Selector (invalid: %v)", err)
+	}
+	if sel.Empty() {
+		return "from: Selector (every namespace)"
+	}
+	return fmt.Sprintf("from: Selector (%s)", sel)
 }
 
 // EffectiveContentType returns spec.contentType or its default.

@@ -110,3 +110,80 @@ func TestEffectiveContentType(t *testing.T) {
 		t.Fatalf("got %q", got)
 	}
 }
+
+func TestClusterNamespaceDefaultsToTheStreams(t *testing.T) {
+	t.Parallel()
+	s := &Stream{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "orders"}}
+	if got := s.ClusterNamespace(); got != "shop" {
+		t.Fatalf("ClusterNamespace() = %q, want the Stream's own", got)
+	}
+	s.Spec.ClusterRef.Namespace = "picomq-system"
+	if got := s.ClusterNamespace(); got != "picomq-system" {
+		t.Fatalf("ClusterNamespace() = %q, want clusterRef.namespace", got)
+	}
+}
+
+// The allow rule of a cluster in picomq-system, for the namespaces a
+// Stream may live in.
+func TestAllowedNamespacesAdmits(t *testing.T) {
+	t.Parallel()
+	const home = "picomq-system"
+	shop := map[string]string{"team": "shop", "kubernetes.io/metadata.name": "shop"}
+	selector := func(sel metav1.LabelSelector) AllowedNamespaces {
+		return AllowedNamespaces{From: NamespacesFromSelector, Selector: &sel}
+	}
+	cases := []struct {
+		name   string
+		rule   AllowedNamespaces
+		ns     string
+		labels map[string]string
+		want   bool
+		err    string
+	}{
+		{"own namespace, default rule", AllowedNamespaces{}, home, nil, true, ""},
+		{"other namespace, default rule", AllowedNamespaces{}, "shop", shop, false, ""},
+		{"other namespace, Same", AllowedNamespaces{From: NamespacesFromSame}, "shop", shop, false, ""},
+		{"other namespace, All", AllowedNamespaces{From: NamespacesFromAll}, "shop", shop, true, ""},
+		{"labels match", selector(metav1.LabelSelector{MatchLabels: map[string]string{"team": "shop"}}), "shop", shop, true, ""},
+		{"labels differ", selector(metav1.LabelSelector{MatchLabels: map[string]string{"team": "billing"}}), "shop", shop, false, ""},
+		{"no labels", selector(metav1.LabelSelector{MatchLabels: map[string]string{"team": "shop"}}), "shop", nil, false, ""},
+		{"expression matches", selector(metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{
+			{Key: "team", Operator: metav1.LabelSelectorOpIn, Values: []string{"shop", "billing"}}}}), "shop", shop, true, ""},
+		{"expression excludes", selector(metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{
+			{Key: "team", Operator: metav1.LabelSelectorOpNotIn, Values: []string{"shop"}}}}), "shop", shop, false, ""},
+		{"empty selector matches every namespace", selector(metav1.LabelSelector{}), "shop", nil, true, ""},
+		// The cluster's own namespace is admitted whatever the selector.
+		{"own namespace not selected", selector(metav1.LabelSelector{MatchLabels: map[string]string{"team": "billing"}}), home, nil, true, ""},
+		{"Selector without selector", AllowedNamespaces{From: NamespacesFromSelector}, "shop", shop, false, "no selector"},
+		{"selector that does not parse", selector(metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{
+			{Key: "team", Operator: "Near"}}}), "shop", shop, false, "allowedNamespaces.selector"},
+		{"unknown from opens nothing", AllowedNamespaces{From: "Everywhere"}, "shop", shop, false, ""},
+	}
+	for _, c := range cases {
+		got, err := c.rule.Admits(home, c.ns, c.labels)
+		if got != c.want {
+			t.Errorf("%s: Admits = %v, want %v", c.name, got, c.want)
+		}
+		switch {
+		case c.err == "" && err != nil:
+			t.Errorf("%s: error %v", c.name, err)
+		case c.err != "" && (err == nil || !strings.Contains(err.Error(), c.err)):
+			t.Errorf("%s: error %v, want one containing %q", c.name, err, c.err)
+		}
+	}
+}
+
+func TestAllowedNamespacesString(t *testing.T) {
+	t.Parallel()
+	for rule, want := range map[*AllowedNamespaces]string{
+		{}:                         "from: Same",
+		{From: NamespacesFromAll}:  "from: All",
+		{From: NamespacesFromSame}: "from: Same",
+		{From: NamespacesFromSelector, Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"team": "shop"}}}: "from: Selector (team=shop)",
+		{From: NamespacesFromSelector, Selector: &metav1.LabelSelector{}}:                                               "from: Selector (every namespace)",
+	} {
+		if got := rule.String(); got != want {
+			t.Errorf("%+v: String() = %q, want %q", *rule, got, want)
+		}
+	}
+}

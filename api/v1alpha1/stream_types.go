@@ -9,8 +9,9 @@ import (
 // +kubebuilder:validation:XValidation:rule="!(has(self.ttl) && has(self.expiresAt))",message="set ttl or expiresAt, not both: one is a sliding lifetime, the other an absolute one"
 // +kubebuilder:validation:XValidation:rule="has(self.name) == has(oldSelf.name)",message="name cannot be added or removed after creation: it is the stream's identity on the broker"
 type StreamSpec struct {
-	// ClusterRef names the StreamCluster, in this namespace, that keeps the
-	// stream. Immutable.
+	// ClusterRef names the StreamCluster that keeps the stream: in this
+	// namespace, or in clusterRef.namespace when that cluster's
+	// spec.allowedNamespaces admits this one. Immutable.
 	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="clusterRef is immutable: a stream cannot move to another cluster"
 	ClusterRef ClusterReference `json:"clusterRef"`
 
@@ -57,12 +58,22 @@ type StreamSpec struct {
 	DeletionPolicy DeletionPolicy `json:"deletionPolicy,omitempty"`
 }
 
-// ClusterReference names a StreamCluster in the same namespace.
+// ClusterReference names a StreamCluster, in the Stream's namespace or
+// another.
 type ClusterReference struct {
 	// Name of the StreamCluster.
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=253
 	Name string `json:"name"`
+
+	// Namespace of the StreamCluster; empty: the Stream's own. A cluster in
+	// another namespace keeps the Stream only if its
+	// spec.allowedNamespaces admits the Stream's namespace (Ready False,
+	// reason NamespaceNotAllowed, otherwise).
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	// +optional
+	Namespace string `json:"namespace,omitempty"`
 }
 
 // DeletionPolicy says what happens to a broker stream when its Stream
@@ -166,6 +177,7 @@ type StreamStatus struct {
 // +kubebuilder:subresource:status
 // +kubebuilder:resource:shortName=strm,categories=picomq
 // +kubebuilder:printcolumn:name="Cluster",type=string,JSONPath=`.spec.clusterRef.name`
+// +kubebuilder:printcolumn:name="Cluster Namespace",type=string,JSONPath=`.spec.clusterRef.namespace`,priority=1,description="The cluster's namespace (the Stream's own when empty)"
 // +kubebuilder:printcolumn:name="Stream",type=string,JSONPath=`.spec.name`,description="The stream's name on the broker (metadata.name when empty)"
 // +kubebuilder:printcolumn:name="Partitions",type=integer,JSONPath=`.spec.partitions`
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`

@@ -81,6 +81,18 @@ type StreamClusterSpec struct {
 	// +optional
 	NetworkPolicy *NetworkPolicySpec `json:"networkPolicy,omitempty"`
 
+	// AllowedNamespaces says which namespaces' Streams this cluster keeps
+	// (a Stream names a cluster elsewhere with spec.clusterRef.namespace),
+	// as a Gateway's allowedRoutes.namespaces does for routes. Default:
+	// its own namespace only.
+	// +kubebuilder:default={}
+	// +optional
+	AllowedNamespaces AllowedNamespaces `json:"allowedNamespaces,omitempty"`
+
+	// CORS says which web origins may call the brokers from a browser.
+	// +optional
+	CORS *CORSSpec `json:"cors,omitempty"`
+
 	// PodTemplate holds overrides applied last to the broker pods.
 	// +optional
 	PodTemplate PodOverrides `json:"podTemplate,omitempty"`
@@ -265,6 +277,60 @@ type NetworkPolicySpec struct {
 	// +listType=atomic
 	// +optional
 	From []networkingv1.NetworkPolicyPeer `json:"from,omitempty"`
+}
+
+// NamespacesFrom is which namespaces a StreamCluster admits Streams from.
+// +kubebuilder:validation:Enum=Same;All;Selector
+type NamespacesFrom string
+
+const (
+	// NamespacesFromSame admits the cluster's own namespace only.
+	NamespacesFromSame NamespacesFrom = "Same"
+	// NamespacesFromAll admits every namespace.
+	NamespacesFromAll NamespacesFrom = "All"
+	// NamespacesFromSelector admits the namespaces whose labels match
+	// allowedNamespaces.selector, and the cluster's own.
+	NamespacesFromSelector NamespacesFrom = "Selector"
+)
+
+// AllowedNamespaces admits Streams of other namespaces to a StreamCluster.
+// The cluster's own namespace is always admitted: whoever may create
+// Streams there may edit the cluster too, and its Streams kept before the
+// field existed keep working.
+//
+// +kubebuilder:validation:XValidation:rule="(has(self.from) ? self.from : 'Same') != 'Selector' || has(self.selector)",message="allowedNamespaces.selector is required when from is Selector"
+// +kubebuilder:validation:XValidation:rule="(has(self.from) ? self.from : 'Same') == 'Selector' || !has(self.selector)",message="allowedNamespaces.selector is read only when from is Selector: set from: Selector, or remove the selector"
+type AllowedNamespaces struct {
+	// From is Same (the cluster's namespace only), All (every namespace)
+	// or Selector (the namespaces selector matches, and the cluster's
+	// own).
+	// +kubebuilder:default=Same
+	// +optional
+	From NamespacesFrom `json:"from,omitempty"`
+
+	// Selector selects, by their labels, the namespaces admitted when
+	// from is Selector. An empty selector ({}) matches every namespace.
+	// +kubebuilder:validation:XValidation:rule="!has(self.matchExpressions) || self.matchExpressions.all(e, e.operator in ['In', 'NotIn', 'Exists', 'DoesNotExist'])",message="a matchExpressions operator is In, NotIn, Exists or DoesNotExist"
+	// +kubebuilder:validation:XValidation:rule="!has(self.matchExpressions) || self.matchExpressions.all(e, (e.operator in ['In', 'NotIn']) == (has(e.values) && size(e.values) > 0))",message="In and NotIn need values; Exists and DoesNotExist take none"
+	// +optional
+	Selector *metav1.LabelSelector `json:"selector,omitempty"`
+}
+
+// CORSSpec is the brokers' cross-origin policy.
+type CORSSpec struct {
+	// AllowedOrigins are the origins allowed to call the brokers from a
+	// browser: each scheme://host[:port], lowercase as browsers send it,
+	// with no path (https://app.example.com), or the single value "*" for
+	// any origin. Empty: the broker's default; with spec.auth set, it
+	// refuses cross-origin requests. The brokers read the list at start,
+	// so changing it rolls them.
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:items:MaxLength=300
+	// +kubebuilder:validation:items:XValidation:rule="self == '*' || self.matches('^[a-z][a-z0-9+.-]*://([a-z0-9]([a-z0-9-]*[a-z0-9])?([.][a-z0-9]([a-z0-9-]*[a-z0-9])?)*|[[][0-9a-f:.]+[]])(:[0-9]{1,5})?$')",message="an origin is scheme://host[:port], lowercase, with no path, query or trailing slash (https://app.example.com), or '*'"
+	// +kubebuilder:validation:XValidation:rule="!self.exists(o, o == '*') || size(self) == 1",message="'*' admits every origin: it must be the only entry"
+	// +listType=set
+	// +optional
+	AllowedOrigins []string `json:"allowedOrigins,omitempty"`
 }
 
 // PodOverrides are applied to the broker pod template after the operator's
