@@ -135,12 +135,16 @@ func TestBrokerAcceptsWhatTheCRDAccepts(t *testing.T) {
 		}
 	}
 
-	// TLS and tokens: admitted, and the files rendered are the ones the
-	// broker takes (it reads them at start, which no check here can).
+	// TLS, tokens and origins: admitted, and the files rendered are the
+	// ones the broker takes (it reads them at start, which no check here
+	// can).
 	for _, spec := range []string{
 		"{tls: {secretName: demo-tls}}",
 		"{auth: {secretName: demo-tokens}}",
 		"{auth: {secretName: demo-tokens, metrics: Token}, tls: {secretName: demo-tls}}",
+		// Browser origins: every form the CRD admits.
+		`{cors: {allowedOrigins: ["https://app.example.com", "http://localhost:3000", "http://[::1]:8080", "capacitor://localhost"]}}`,
+		`{auth: {secretName: demo-tokens}, cors: {allowedOrigins: ["*"]}}`,
 	} {
 		c, err := admitCluster(t, ns, spec)
 		if err != nil {

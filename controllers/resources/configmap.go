@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 
@@ -41,7 +42,8 @@ const (
 	EnvTLSKeyFile          = "PICOMQ_TLS_KEY_FILE"
 	EnvTLSCAFile           = "PICOMQ_TLS_CA_FILE" // the CA peers (and the operator) are verified against
 	EnvAuthTokensDir       = "PICOMQ_AUTH_TOKENS_DIR"
-	EnvMetricsAuth         = "PICOMQ_METRICS_AUTH" // open or token
+	EnvMetricsAuth         = "PICOMQ_METRICS_AUTH"         // open or token
+	EnvCORSAllowedOrigins  = "PICOMQ_CORS_ALLOWED_ORIGINS" // comma-separated origins, or *
 )
 
 // ConfigMap renders the broker configuration of c. Only what changes the
@@ -111,11 +113,26 @@ func ConfigMap(c *streamsv1alpha1.StreamCluster) (*corev1.ConfigMap, error) {
 			data[EnvMetricsAuth] = "token"
 		}
 	}
+	if origins := corsAllowedOrigins(s.CORS); origins != "" {
+		data[EnvCORSAllowedOrigins] = origins
+	}
 	return &corev1.ConfigMap{
 		TypeMeta:   typeMeta("v1", "ConfigMap"),
 		ObjectMeta: objectMeta(c, ConfigMapName(c)),
 		Data:       data,
 	}, nil
+}
+
+// corsAllowedOrigins is spec.cors.allowedOrigins as the broker reads it,
+// comma-joined (an origin holds no comma: the CRD's rule), or "" for none:
+// then the variable is left out and the broker keeps its own default. The
+// origins are sorted: the order means nothing to the broker, and a
+// reordered list must not change the hash and roll every broker.
+func corsAllowedOrigins(cors *streamsv1alpha1.CORSSpec) string {
+	if cors == nil || len(cors.AllowedOrigins) == 0 {
+		return ""
+	}
+	return strings.Join(slices.Sorted(slices.Values(cors.AllowedOrigins)), ",")
 }
 
 // ClusterIDConfigMap renders the cluster id recorded in c's status

@@ -226,6 +226,49 @@ func TestConfigMapOverrides(t *testing.T) {
 	}
 }
 
+// spec.cors.allowedOrigins reaches the brokers as one comma-joined
+// variable, and only when the list has an origin: an empty list leaves the
+// broker's default (with auth on, cross-origin requests refused).
+func TestConfigMapCORSAllowedOrigins(t *testing.T) {
+	t.Parallel()
+	for _, cors := range []*streamsv1alpha1.CORSSpec{nil, {}, {AllowedOrigins: []string{}}} {
+		c := cluster()
+		c.Spec.CORS = cors
+		cm, err := ConfigMap(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v, ok := cm.Data[EnvCORSAllowedOrigins]; ok {
+			t.Errorf("cors %+v: %s = %q, want it unset", cors, EnvCORSAllowedOrigins, v)
+		}
+	}
+
+	c := cluster()
+	c.Spec.CORS = &streamsv1alpha1.CORSSpec{AllowedOrigins: []string{"https://app.example.com", "http://localhost:3000"}}
+	cm, err := ConfigMap(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := cm.Data[EnvCORSAllowedOrigins], "http://localhost:3000,https://app.example.com"; got != want {
+		t.Errorf("%s = %q, want %q", EnvCORSAllowedOrigins, got, want)
+	}
+	// Reordered, the same origins: the same configuration, no roll.
+	c.Spec.CORS.AllowedOrigins = []string{"http://localhost:3000", "https://app.example.com"}
+	if again, _ := ConfigMap(c); ConfigHash(again) != ConfigHash(cm) {
+		t.Errorf("reordering the origins changed the hash")
+	}
+	// Another origin is another configuration: the brokers read it at start.
+	c.Spec.CORS.AllowedOrigins = []string{"https://app.example.com"}
+	if other, _ := ConfigMap(c); ConfigHash(other) == ConfigHash(cm) {
+		t.Errorf("changing the origins kept the hash")
+	}
+
+	c.Spec.CORS.AllowedOrigins = []string{"*"}
+	if cm, _ := ConfigMap(c); cm.Data[EnvCORSAllowedOrigins] != "*" {
+		t.Errorf("any origin: %s = %q, want *", EnvCORSAllowedOrigins, cm.Data[EnvCORSAllowedOrigins])
+	}
+}
+
 func TestConfigHash(t *testing.T) {
 	t.Parallel()
 	a, _ := ConfigMap(cluster())
@@ -240,6 +283,8 @@ func TestConfigHash(t *testing.T) {
 	c.Spec.Service.Port = 80
 	c.Spec.PodTemplate.NodeSelector = map[string]string{"a": "b"}
 	c.Spec.Image = "other:1"
+	// Which namespaces may keep Streams here is the operator's business.
+	c.Spec.AllowedNamespaces = streamsv1alpha1.AllowedNamespaces{From: streamsv1alpha1.NamespacesFromAll}
 	if cm, _ := ConfigMap(c); ConfigHash(cm) != ConfigHash(a) {
 		t.Errorf("a non-config change changed the hash")
 	}
