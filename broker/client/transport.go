@@ -22,7 +22,10 @@ import (
 // append's round trip ~40 µs at the median and ~100 µs at p99 (a 1 KiB
 // POST answered after an fdatasync: p50 0.23-0.25 against 0.27-0.29 ms,
 // p99 0.50-0.82 against 0.61-1.03 ms). HTTPS and proxied requests go to
-// Fallback. It speaks HTTP/1.1 only, which is what the broker serves.
+// Fallback, which speaks HTTP/2 where the broker offers it by ALPN (every
+// broker does over TLS): one connection then carries many long-polls. This
+// one speaks HTTP/1.1 only; plain HTTP stays on it (the broker serves h2c
+// too, but a round trip here is cheaper than one through net/http's).
 //
 // A kept-alive connection is checked before use: one the broker closed
 // (idle, or restarted) is dropped, and the request goes on a new one. A

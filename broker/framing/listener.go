@@ -1,6 +1,7 @@
 package framing
 
 import (
+	"bytes"
 	"errors"
 	"io"
 	"net"
@@ -15,9 +16,13 @@ import (
 
 // Listen wraps ln: every connection it accepts has its request heads
 // checked before the server reads them. It sees what the server would read,
-// so over TLS it wraps the TLS listener (decrypted bytes); the TLS listener
-// must not offer HTTP/2 by ALPN, since the connections it hands net/http
-// are no longer *tls.Conn and are served as HTTP/1.1.
+// so over TLS it must see decrypted bytes: ListenTLS does the handshake
+// first and wraps only connections that speak HTTP/1.1.
+//
+// A connection opening with HTTP/2's preface (h2c with prior knowledge,
+// RFC 9113 §3.3) is passed through unchecked from its first byte: HTTP/2
+// frames its messages itself, with lengths that cannot be read two ways,
+// and net/http's HTTP/2 server bounds its header lists (MaxHeaderBytes).
 func Listen(ln net.Listener, lim Limits) net.Listener {
 	return &listener{Listener: ln, lim: lim.WithDefaults()}
 }
@@ -57,6 +62,10 @@ type conn struct {
 	err  error   // sticky: what Read answers once out is drained
 	rerr error   // the underlying Read's error, once in is scanned
 
+	// fresh: no byte of the connection scanned yet, so it may still be
+	// HTTP/2's preface; raw: it was, and bytes pass through unchecked.
+	fresh, raw bool
+
 	closeOnce sync.Once
 	refusal   atomic.Pointer[errs.Error] // set by Read, answered by Close (Shutdown closes idle conns from another goroutine)
 	closeErr  error
@@ -73,11 +82,22 @@ var directReadMin = 512
 var readBuffers = sync.Pool{New: func() any { b := make([]byte, readBufferBytes); return &b }}
 
 func newConn(c net.Conn, lim Limits) *conn {
-	return &conn{Conn: c, s: NewScanner(lim)}
+	return &conn{Conn: c, s: NewScanner(lim), fresh: true}
 }
+
+// h2Preface opens every HTTP/2 connection (RFC 9113 §3.4).
+var h2Preface = []byte("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
 
 func (c *conn) Read(p []byte) (int, error) {
 	for {
+		if c.raw {
+			if len(c.out) > 0 {
+				n := copy(p, c.out)
+				c.out = c.out[n:]
+				return n, nil
+			}
+			return c.Conn.Read(p)
+		}
 		switch {
 		case len(c.out) > 0:
 			// What is left of in may lie in p: keep it before out is
@@ -180,6 +200,9 @@ func (c *conn) release() {
 // head that arrived whole is given out where it lies; one arriving in
 // pieces is gathered in hold, which is let go once given out.
 func (c *conn) scan() {
+	if c.fresh && !c.sniff() {
+		return
+	}
 	head, in := c.s.InHead(), c.in
 	k, headEnd, err := c.s.Scan(in)
 	c.in = in[k:]
@@ -199,6 +222,32 @@ func (c *conn) scan() {
 	default:
 		c.out = in[:k]
 	}
+}
+
+// sniff looks at a connection's first bytes for HTTP/2's preface: it
+// reports whether scanning goes on as HTTP/1.1. A part of the preface is
+// held until the rest arrives (or the bytes differ).
+func (c *conn) sniff() bool {
+	in, joined := c.in, len(c.hold) > 0
+	if joined {
+		in = append(c.hold, c.in...)
+		c.hold = nil
+	}
+	switch {
+	case bytes.HasPrefix(in, h2Preface):
+		c.fresh, c.raw = false, true
+		c.out, c.in, c.inP = bytes.Clone(in), nil, false
+		c.release()
+		return false
+	case len(in) < len(h2Preface) && bytes.HasPrefix(h2Preface, in):
+		c.hold, c.in, c.inP = bytes.Clone(in), nil, false
+		return false
+	}
+	c.fresh = false
+	if joined {
+		c.in, c.inP = in, false // owned, neither the caller's nor rbuf
+	}
+	return true
 }
 
 // stop ends the stream for net/http: a refused head is answered at Close,

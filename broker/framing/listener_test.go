@@ -92,7 +92,9 @@ func FuzzConn(f *testing.F) {
 // serve runs an http.Server on a framing listener; the handler reads the
 // body and answers its length. It returns the address and the count of
 // requests the handler saw.
-func serve(t *testing.T, wrap func(net.Listener) net.Listener) (string, *atomic.Int64) {
+// serve runs a server on a guarded listener: listen(ln) (nil: Listen),
+// speaking HTTP/1.1, HTTP/2 over TLS and h2c.
+func serve(t *testing.T, listen func(net.Listener) net.Listener) (string, *atomic.Int64) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -110,8 +112,15 @@ func serve(t *testing.T, wrap func(net.Listener) net.Listener) (string, *atomic.
 			_, _ = io.WriteString(w, r.URL.Path+":"+string(b))
 		}),
 		ReadHeaderTimeout: 20 * time.Second,
+		Protocols:         new(http.Protocols),
 	}
-	go func() { _ = srv.Serve(Listen(wrap(ln), Limits{})) }()
+	srv.Protocols.SetHTTP1(true)
+	srv.Protocols.SetHTTP2(true)
+	srv.Protocols.SetUnencryptedHTTP2(true)
+	if listen == nil {
+		listen = func(ln net.Listener) net.Listener { return Listen(ln, Limits{}) }
+	}
+	go func() { _ = srv.Serve(listen(ln)) }()
 	t.Cleanup(func() { _ = srv.Close() })
 	return ln.Addr().String(), &served
 }
@@ -164,15 +173,16 @@ func code(t *testing.T, resp *http.Response) string {
 func TestListenerRefusesThroughNetHTTP(t *testing.T) {
 	get := "GET /g HTTP/1.1\r\nHost: x\r\n\r\n"
 	for _, useTLS := range []bool{false, true} {
-		wrap, dial := func(ln net.Listener) net.Listener { return ln }, (func(string) (net.Conn, error))(nil)
+		var listen func(net.Listener) net.Listener
+		var dial func(string) (net.Conn, error)
 		if useTLS {
 			cfg := selfSigned(t)
-			wrap = func(ln net.Listener) net.Listener { return tls.NewListener(ln, cfg) }
+			listen = func(ln net.Listener) net.Listener { return ListenTLS(ln, cfg, Limits{}, 0) }
 		}
-		addr, served := serve(t, wrap)
+		addr, served := serve(t, listen)
 		dial = func(string) (net.Conn, error) {
 			if useTLS {
-				return tls.Dial("tcp", addr, &tls.Config{InsecureSkipVerify: true})
+				return tls.Dial("tcp", addr, &tls.Config{InsecureSkipVerify: true, NextProtos: []string{"http/1.1"}})
 			}
 			return net.Dial("tcp", addr)
 		}

@@ -123,6 +123,9 @@ type Limits struct {
 	BodyReadTimeout   time.Duration // to read a body, plus 1 s per 4 KiB (408)
 	WriteTimeout      time.Duration // to write a response, from the end of its head (0: none)
 	IdleTimeout       time.Duration // a kept-alive connection waiting for its next request
+	// MaxConcurrentStreams bounds the requests one HTTP/2 connection may
+	// have open at once (each long-poll and SSE reader is one).
+	MaxConcurrentStreams int
 }
 
 // Defaults of Limits.
@@ -134,6 +137,9 @@ const (
 	DefaultBodyReadTimeout   = 20 * time.Second
 	DefaultWriteTimeout      = 2 * time.Minute
 	DefaultIdleTimeout       = 2 * time.Minute
+	// DefaultMaxConcurrentStreams lets a browser page tail a few hundred
+	// streams over one connection (net/http's own default is 250 too).
+	DefaultMaxConcurrentStreams = 250
 )
 
 // TLS is the broker's certificate and the CA it verifies peers with.
@@ -203,7 +209,7 @@ func Parse(args []string, getenv func(string) string, out io.Writer) (Settings, 
 		Limits: Limits{
 			MaxHeaderBytes: DefaultMaxHeaderBytes, MaxHeaders: DefaultMaxHeaders, MaxURLBytes: DefaultMaxURLBytes,
 			ReadHeaderTimeout: DefaultReadHeaderTimeout, BodyReadTimeout: DefaultBodyReadTimeout,
-			WriteTimeout: DefaultWriteTimeout, IdleTimeout: DefaultIdleTimeout,
+			WriteTimeout: DefaultWriteTimeout, IdleTimeout: DefaultIdleTimeout, MaxConcurrentStreams: DefaultMaxConcurrentStreams,
 		},
 		LogLevel:    slog.LevelInfo,
 		LogFormat:   "json",
@@ -246,6 +252,7 @@ func Parse(args []string, getenv func(string) string, out io.Writer) (Settings, 
 	fs.IntVar(&s.MaxBatchRecords, "max-batch-records", s.MaxBatchRecords, "most records one append may carry; above it 413 BODY_TOO_LARGE")
 	fs.Var((*byteSize)(&s.Limits.MaxHeaderBytes), "max-header-bytes", "largest request head (request line and header lines) accepted, in bytes; above it 431 HEADERS_TOO_LARGE")
 	fs.IntVar(&s.Limits.MaxHeaders, "max-headers", s.Limits.MaxHeaders, "most header lines a request may carry; above it 431 HEADERS_TOO_LARGE")
+	fs.IntVar(&s.Limits.MaxConcurrentStreams, "max-concurrent-streams", s.Limits.MaxConcurrentStreams, "most requests one HTTP/2 connection may have open at once (each long-poll or SSE reader is one); more wait for one to end")
 	fs.Var((*byteSize)(&s.Limits.MaxURLBytes), "max-url-bytes", "longest request target (path and query) accepted, in bytes; above it 414 URI_TOO_LONG")
 	fs.DurationVar(&s.Limits.ReadHeaderTimeout, "read-header-timeout", s.Limits.ReadHeaderTimeout, "how long a client may take to send a request head; a slower one has its connection closed")
 	fs.DurationVar(&s.Limits.BodyReadTimeout, "body-read-timeout", s.Limits.BodyReadTimeout, "how long a client may take to send a request body, plus 1s per 4KiB of it (per 4KiB received for a chunked one); a slower one gets 408 REQUEST_TIMEOUT and its connection closed")
@@ -342,6 +349,8 @@ func (s Settings) check() error {
 		return bad("--max-header-bytes %d: want 1KiB to 1MiB", s.Limits.MaxHeaderBytes)
 	case s.MaxBatchRecords <= 0:
 		return bad("--max-batch-records %d: must be positive", s.MaxBatchRecords)
+	case s.Limits.MaxConcurrentStreams < 1 || s.Limits.MaxConcurrentStreams > 10000:
+		return bad("--max-concurrent-streams %d: want 1 to 10000", s.Limits.MaxConcurrentStreams)
 	case s.Limits.MaxHeaders < 8:
 		return bad("--max-headers %d: want at least 8", s.Limits.MaxHeaders)
 	case s.Limits.MaxURLBytes < 256 || s.Limits.MaxURLBytes >= s.Limits.MaxHeaderBytes:

@@ -18,7 +18,6 @@ import (
 	"io"
 	"log"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/http/pprof"
 	"os"
@@ -238,7 +237,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		handler, router = cl.RefuseOnceDrained(r, logger), r
 	}
 	handler = sec.wrap(handler)
-	ln, err := listenClient(cfg.Listen, sec.serverTLS())
+	ln, err := listenClient(cfg.Listen, sec.serverTLS(), cfg.Limits)
 	if err != nil {
 		logger.Error("cannot listen", "addr", cfg.Listen, "err", err)
 		terminationMessage(cfg.TerminationLog, fmt.Errorf("cannot listen on %s: %w", cfg.Listen, err))
@@ -250,9 +249,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		}
 		return exitUnavailable
 	}
-	ln = guardClientPort(ln, cfg.Limits)
 	srv := &http.Server{
 		Handler:           framing.BodyDeadline(handler, cfg.Limits.BodyReadTimeout),
+		Protocols:         clientProtocols(),
+		HTTP2:             http2Config(cfg.Limits),
 		ReadHeaderTimeout: cfg.Limits.ReadHeaderTimeout,
 		WriteTimeout:      writeTimeout(cfg),
 		IdleTimeout:       cfg.Limits.IdleTimeout,
@@ -319,14 +319,6 @@ func writeTimeout(cfg settings.Settings) time.Duration {
 		return 0
 	}
 	return max(w, cfg.LongPollTimeout+30*time.Second, dsapi.DefaultSSEMaxDuration+30*time.Second)
-}
-
-// guardClientPort wraps the listener the API is served on so that every
-// request head is checked before net/http reads it (ambiguous framing,
-// header count, head and URL size). Over TLS it wraps the TLS listener:
-// framing(tls(tcp)), since it must see the decrypted bytes.
-func guardClientPort(ln net.Listener, l settings.Limits) net.Listener {
-	return framing.Listen(ln, framing.Limits{MaxHeaderBytes: int(l.MaxHeaderBytes), MaxHeaders: l.MaxHeaders, MaxURLBytes: int(l.MaxURLBytes)})
 }
 
 // sizeForVolume scales what the metadata log and the journal keep on disk

@@ -68,13 +68,12 @@ func serveRemoved(ctx context.Context, cfg settings.Settings, logger *slog.Logge
 	})
 	// Served as the client port is (HTTPS, tokens): the operator's probes
 	// and admin calls reach it the same way.
-	ln, err := listenClient(cfg.Listen, sec.serverTLS())
+	ln, err := listenClient(cfg.Listen, sec.serverTLS(), cfg.Limits)
 	if err != nil {
 		logger.Error("cannot listen", "addr", cfg.Listen, "err", err)
 		return exitUnavailable
 	}
-	ln = guardClientPort(ln, cfg.Limits)
-	srv := &http.Server{Handler: sec.wrap(mux), ReadHeaderTimeout: cfg.Limits.ReadHeaderTimeout, IdleTimeout: cfg.Limits.IdleTimeout,
+	srv := &http.Server{Handler: sec.wrap(mux), Protocols: clientProtocols(), HTTP2: http2Config(cfg.Limits), ReadHeaderTimeout: cfg.Limits.ReadHeaderTimeout, IdleTimeout: cfg.Limits.IdleTimeout,
 		WriteTimeout: cfg.Limits.WriteTimeout, MaxHeaderBytes: int(cfg.Limits.MaxHeaderBytes)}
 	logger.Info("listening", "addr", ln.Addr().String(), "node", cfg.NodeID, "dataDir", cfg.DataDir, "removed", true)
 	serveErr := make(chan error, 1)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/picomq/picomq/broker/auth"
 	"github.com/picomq/picomq/broker/certreload"
+	"github.com/picomq/picomq/broker/framing"
 	"github.com/picomq/picomq/broker/settings"
 )
 
@@ -80,7 +81,7 @@ func (s *security) serverTLS() *tls.Config {
 	if s.cert == nil {
 		return nil
 	}
-	return &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: s.cert.GetCertificate, NextProtos: []string{"http/1.1"}}
+	return &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: s.cert.GetCertificate, NextProtos: []string{"h2", "http/1.1"}}
 }
 
 // peerServerTLS is the peer port's TLS (nil: plain; then only a
@@ -93,6 +94,7 @@ func (s *security) peerServerTLS() *tls.Config {
 	c := s.serverTLS()
 	if c != nil {
 		c.ClientCAs, c.ClientAuth = s.ca, tls.RequireAndVerifyClientCert
+		c.NextProtos = []string{"http/1.1"} // the peer port's server is HTTP/1.1 only
 	}
 	return c
 }
@@ -107,17 +109,37 @@ func (s *security) clientTLS() *tls.Config {
 	return &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: s.ca, GetClientCertificate: s.cert.GetClientCertificate}
 }
 
-// listenClient opens the client port: TCP, inside TLS when conf is set.
-// Every layer of the port is composed here, innermost first, so that a
-// layer added later (request framing checks) wraps the TLS listener from
-// outside: framing(tls(tcp)).
-func listenClient(addr string, conf *tls.Config) (net.Listener, error) {
+// listenClient opens the client port: TCP, inside TLS when conf is set,
+// with every request head checked (framing) before net/http reads it.
+// Every layer is composed here: over TLS the handshake comes first (ALPN
+// decides between HTTP/2, which net/http frames itself, and HTTP/1.1,
+// whose decrypted heads the checks see); on plain TCP a connection opening
+// with HTTP/2's preface (h2c) passes through the checks unread.
+func listenClient(addr string, conf *tls.Config, l settings.Limits) (net.Listener, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, err
 	}
+	lim := framing.Limits{MaxHeaderBytes: int(l.MaxHeaderBytes), MaxHeaders: l.MaxHeaders, MaxURLBytes: int(l.MaxURLBytes)}
 	if conf != nil {
-		ln = tls.NewListener(ln, conf)
+		return framing.ListenTLS(ln, conf, lim, l.ReadHeaderTimeout), nil
 	}
-	return ln, nil
+	return framing.Listen(ln, lim), nil
+}
+
+// clientProtocols is what the client port speaks: HTTP/1.1, HTTP/2 over
+// TLS (by ALPN) and HTTP/2 with prior knowledge on plain TCP (h2c).
+func clientProtocols() *http.Protocols {
+	var p http.Protocols
+	p.SetHTTP1(true)
+	p.SetHTTP2(true)
+	p.SetUnencryptedHTTP2(true)
+	return &p
+}
+
+// http2Config bounds an HTTP/2 connection: how many requests it may have
+// open at once (long-polls and SSE readers included). Its header lists are
+// bounded by the server's MaxHeaderBytes.
+func http2Config(l settings.Limits) *http.HTTP2Config {
+	return &http.HTTP2Config{MaxConcurrentStreams: l.MaxConcurrentStreams}
 }
