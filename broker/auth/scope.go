@@ -49,8 +49,8 @@ func (s Scope) String() string {
 	return strings.Join(names, ",")
 }
 
-// Allows reports whether a token holding s may make a request needing
-// need: admin allows everything, the others only themselves.
+// Allows reports whether a scope allows a request needing need: admin
+// allows everything, the others only themselves.
 func (s Scope) Allows(need Need) bool {
 	switch need {
 	case Open, AnyToken:
@@ -109,10 +109,13 @@ func Classify(method, path string, metricsOpen bool) Need {
 			return Open // a CORS preflight never carries credentials
 		case http.MethodGet, http.MethodHead:
 			return NeedRead
-		case http.MethodPost:
-			return NeedWrite // append, close
+		case http.MethodPost, http.MethodPut:
+			// Append, close; and create: a producer creates its stream
+			// (idempotently: a PUT of an existing stream with the same
+			// configuration changes nothing).
+			return NeedWrite
 		}
-		return NeedAdmin // PUT creates, DELETE deletes
+		return NeedAdmin // DELETE deletes
 	case strings.HasPrefix(path, wire.LogPrefix):
 		// As httpapi reads it: the operation follows the first ':' (a
 		// name holds none).
@@ -135,7 +138,7 @@ func Classify(method, path string, metricsOpen bool) Need {
 			}
 		}
 		return NeedAdmin
-	case path == wire.AppendsPath:
+	case path == wire.AppendsPath, path == SignPath:
 		if method == http.MethodPost {
 			return NeedWrite
 		}
@@ -148,4 +151,25 @@ func Classify(method, path string, metricsOpen bool) Need {
 		return NeedAdmin
 	}
 	return NeedAdmin
+}
+
+// Target is the stream a request is about, from its (decoded) path, as
+// the handlers read it: "" for a route about no one stream. unscoped says
+// whether such a route is one a token limited to prefixes may use —
+// listings (filtered to what it may read), the node's status, a
+// multi-stream append (each stream checked) and minting a signed URL (its
+// scope checked) — rather than one about the whole cluster.
+func Target(path string) (name string, unscoped bool) {
+	switch {
+	case strings.HasPrefix(path, dsPrefix):
+		return path[len(dsPrefix):], false
+	case strings.HasPrefix(path, wire.LogPrefix):
+		name, _, _ = strings.Cut(path[len(wire.LogPrefix):], ":")
+		return name, false
+	case strings.HasPrefix(path, wire.StreamsPrefix):
+		return path[len(wire.StreamsPrefix):], false
+	case path == wire.StreamsPath, path == wire.NodePath, path == wire.AppendsPath, path == SignPath, path == "/metrics":
+		return "", true
+	}
+	return "", false
 }

@@ -34,7 +34,7 @@ const maxTokenFileBytes = 64 << 10
 type entry struct {
 	name   string
 	digest [sha256.Size]byte
-	scopes Scope
+	grants Grants
 }
 
 // Tokens is the set of tokens of a directory. Its methods are safe for
@@ -66,7 +66,7 @@ func (t *Tokens) Len() int { return len(*t.set.Load()) }
 // Lookup finds the token presented. Every token is compared, each in
 // constant time, whatever matched: the time taken says nothing about which
 // token, or how much of one, was right.
-func (t *Tokens) Lookup(token string) (name string, scopes Scope, ok bool) {
+func (t *Tokens) Lookup(token string) (name string, grants Grants, ok bool) {
 	d := sha256.Sum256([]byte(token))
 	match := -1
 	set := *t.set.Load()
@@ -76,9 +76,9 @@ func (t *Tokens) Lookup(token string) (name string, scopes Scope, ok bool) {
 		}
 	}
 	if match < 0 {
-		return "", 0, false
+		return "", nil, false
 	}
-	return set[match].name, set[match].scopes, true
+	return set[match].name, set[match].grants, true
 }
 
 // Run re-reads the directory every interval while its fingerprint (names,
@@ -149,8 +149,10 @@ func fingerprint(dir string) (string, []string, error) {
 	return b.String(), files, nil
 }
 
-// readToken reads one token file, "<scopes>:<token>". Its errors never
-// hold the file's content.
+// readToken reads one token file, "<scopes>:<token>", where scopes is a
+// comma list of items, each read, write or admin, read and write
+// optionally limited to a prefix ("read:shop/,write:shop/orders:<token>").
+// Its errors never hold the file's content.
 func readToken(path, name string) (entry, error) {
 	f, err := os.Open(path)
 	if err != nil {
@@ -164,16 +166,9 @@ func readToken(path, name string) (entry, error) {
 	if len(buf) > maxTokenFileBytes {
 		return entry{}, fmt.Errorf("larger than %d bytes", maxTokenFileBytes)
 	}
-	content := strings.TrimRight(string(buf), "\r\n")
-	scopes, token, ok := strings.Cut(content, ":")
-	if !ok {
-		return entry{}, fmt.Errorf(`not "<scopes>:<token>"`)
-	}
-	s, err := ParseScopes(scopes)
+	grants, token, err := splitTokenFile(strings.TrimRight(string(buf), "\r\n"))
 	if err != nil {
-		// Not err itself: the part before ':' might be a token written
-		// the wrong way round.
-		return entry{}, fmt.Errorf("scopes are not a comma list of read, write and admin")
+		return entry{}, err
 	}
 	if len(token) < MinTokenBytes {
 		return entry{}, fmt.Errorf("token shorter than %d bytes", MinTokenBytes)
@@ -181,5 +176,52 @@ func readToken(path, name string) (entry, error) {
 	if strings.ContainsAny(token, " \t\r\n") {
 		return entry{}, fmt.Errorf("token holds white space")
 	}
-	return entry{name: name, digest: sha256.Sum256([]byte(token)), scopes: s}, nil
+	return entry{name: name, digest: sha256.Sum256([]byte(token)), grants: grants}, nil
+}
+
+// splitTokenFile reads "<items>:<token>": items are separated by ',', an
+// item is a scope with an optional ":<prefix>", and the token follows the
+// last item's ':'. A token therefore holds no ':' or ',' once prefixes
+// are used (the operator's are hex). Its errors never quote the content:
+// a token written the wrong way round would end up in a log.
+func splitTokenFile(content string) (Grants, string, error) {
+	var gs Grants
+	rest := content
+	for {
+		scope, after, delim := cutAny(rest)
+		if delim == 0 {
+			return nil, "", fmt.Errorf(`not "<scopes>:<token>"`)
+		}
+		if _, err := ParseScopes(scope); err != nil {
+			return nil, "", fmt.Errorf("scopes are not a comma list of read, write and admin, each optionally :<prefix>")
+		}
+		if delim == ',' {
+			g, _ := parseGrant(scope)
+			gs, rest = append(gs, g), after
+			continue
+		}
+		prefix, after2, delim2 := cutAny(after)
+		if delim2 == 0 {
+			g, _ := parseGrant(scope)
+			return append(gs, g), after, nil
+		}
+		g, err := parseGrant(scope + ":" + prefix)
+		if err != nil {
+			return nil, "", fmt.Errorf("scope item %d: admin limited to a prefix, or a prefix that is not a stream name", len(gs)+1)
+		}
+		gs = append(gs, g)
+		if delim2 == ':' {
+			return gs, after2, nil
+		}
+		rest = after2
+	}
+}
+
+// cutAny cuts s at its first ',' or ':', returning the delimiter (0: none).
+func cutAny(s string) (before, after string, delim byte) {
+	i := strings.IndexAny(s, ",:")
+	if i < 0 {
+		return s, "", 0
+	}
+	return s[:i], s[i+1:], s[i]
 }

@@ -102,7 +102,7 @@ func (h *Handler) Drain() { h.drainOnce.Do(func() { close(h.drain) }) }
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	setCommon(w.Header())
 	if r.Method == http.MethodOptions {
-		w.Header().Set("Access-Control-Max-Age", "86400")
+		w.Header().Set("Allow", allowMethods)
 		w.WriteHeader(http.StatusNoContent)
 		return
 	}
@@ -139,7 +139,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case http.MethodDelete:
 		h.delete(w, r, name)
 	default:
-		w.Header().Set("Allow", corsAllowMethods)
+		w.Header().Set("Allow", allowMethods)
 		h.fail(w, r, MethodNotAllowed.With("method", r.Method))
 	}
 }

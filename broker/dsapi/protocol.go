@@ -35,14 +35,10 @@ const (
 	defaultMediaType = "application/octet-stream"
 )
 
-// CORS: any origin may use the protocol (it carries no cookie); the
-// preflight allows every request header the protocol defines plus
-// If-None-Match, and responses expose the protocol's headers to scripts.
-const (
-	corsAllowMethods  = "GET, POST, PUT, DELETE, HEAD, OPTIONS"
-	corsAllowHeaders  = "Content-Type, Authorization, If-None-Match, Stream-Seq, Stream-TTL, Stream-Expires-At, Stream-Closed, Producer-Id, Producer-Epoch, Producer-Seq, Stream-Forked-From, Stream-Fork-Offset, Stream-Fork-Sub-Offset"
-	corsExposeHeaders = "Stream-Next-Offset, Stream-Cursor, Stream-Up-To-Date, Stream-Closed, Stream-TTL, Stream-Expires-At, Stream-SSE-Data-Encoding, Producer-Epoch, Producer-Seq, Producer-Expected-Seq, Producer-Received-Seq, ETag, Content-Type, Location"
-)
+// allowMethods are the methods a stream answers. CORS — which origins
+// may call, what a page may send and read — is broker/cors's, in front of
+// every route.
+const allowMethods = "GET, POST, PUT, DELETE, HEAD, OPTIONS"
 
 // Offsets are the broker's record offsets of the stream's one partition,
 // written as two zero-padded 16-digit numbers, "%016d_%016d": the record
@@ -205,13 +201,9 @@ var (
 	errBadJSON = BadRequest.With("reason", "body is not valid JSON")
 )
 
-// setCommon sets the headers of every response: CORS and the browser
-// security headers.
+// setCommon sets the headers of every response: the browser security
+// headers.
 func setCommon(h http.Header) {
-	h.Set("Access-Control-Allow-Origin", "*")
-	h.Set("Access-Control-Allow-Methods", corsAllowMethods)
-	h.Set("Access-Control-Allow-Headers", corsAllowHeaders)
-	h.Set("Access-Control-Expose-Headers", corsExposeHeaders)
 	h.Set("X-Content-Type-Options", "nosniff")
 	h.Set("Cross-Origin-Resource-Policy", "cross-origin")
 }

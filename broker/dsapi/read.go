@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/picomq/picomq/broker/frontend"
 	"github.com/picomq/picomq/broker/node"
 	"github.com/picomq/picomq/broker/stream"
 )
@@ -180,19 +181,20 @@ func (h *Handler) answerPage(w http.ResponseWriter, r *http.Request, name string
 	}
 	tag := etag(t.Entry, p.from, p.next, closed)
 	hd.Set("ETag", tag)
-	// An answer to a request that carried credentials is for that reader
-	// alone: a shared cache must not store it (RFC 9111 §3.5 lets one
-	// store an authorised answer marked public) and hand it to anyone.
-	scope := "public"
-	if r.Header.Get("Authorization") != "" {
-		scope = "private"
+	// An answer to a request that carried credentials (a token, a signed
+	// URL) is for that reader alone: a shared cache must not store it
+	// (RFC 9111 §3.5 lets one store an authorised answer marked public)
+	// and hand it to anyone.
+	scope, fresh := "public", "no-cache"
+	if frontend.Credentialed(r) {
+		scope, fresh = "private", "private, no-cache"
 		hd.Add("Vary", "Authorization")
 	}
 	switch {
 	case closed:
 		hd.Set("Cache-Control", scope+", max-age=60")
 	case p.upToDate:
-		hd.Set("Cache-Control", "no-cache")
+		hd.Set("Cache-Control", fresh)
 	default:
 		// History never changes at an offset: caches may keep it.
 		hd.Set("Cache-Control", scope+", max-age=60, stale-while-revalidate=300")
@@ -306,6 +308,10 @@ func (h *Handler) sse(w http.ResponseWriter, r *http.Request, name string, from 
 	hd := w.Header()
 	hd.Set("Content-Type", "text/event-stream")
 	hd.Set("Cache-Control", "no-cache")
+	if frontend.Credentialed(r) {
+		hd.Set("Cache-Control", "private, no-cache")
+		hd.Add("Vary", "Authorization")
+	}
 	hd.Set("X-Accel-Buffering", "no")
 	if !isText(t.Entry.ContentType) {
 		hd.Set(hSSEEncoding, "base64")

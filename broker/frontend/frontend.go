@@ -101,3 +101,30 @@ func WriteProblem(w http.ResponseWriter, r *http.Request, log *slog.Logger, code
 	w.WriteHeader(status)
 	_, _ = w.Write(body)
 }
+
+type visibleKey struct{}
+
+// WithVisible marks the request's caller as allowed to see only the
+// streams visible reports true for (a token limited to prefixes): a
+// listing leaves the others out.
+func WithVisible(ctx context.Context, visible func(name string) bool) context.Context {
+	return context.WithValue(ctx, visibleKey{}, visible)
+}
+
+// Visible reports whether the caller of ctx may see the stream name in a
+// listing: true unless WithVisible said otherwise.
+func Visible(ctx context.Context, name string) bool {
+	f, _ := ctx.Value(visibleKey{}).(func(string) bool)
+	return f == nil || f(name)
+}
+
+// SignatureParam is the query parameter that carries a signed read URL's
+// signature (broker/auth).
+const SignatureParam = "picomq-sig"
+
+// Credentialed reports whether a request carried credentials — a bearer
+// token, or a signed URL — so that its answer is for its caller alone and
+// never stored by a shared cache.
+func Credentialed(r *http.Request) bool {
+	return r.Header.Get("Authorization") != "" || r.URL.Query().Has(SignatureParam)
+}

@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/picomq/picomq/broker/frontend"
 	"github.com/picomq/picomq/broker/httpapi/wire"
 	"github.com/picomq/picomq/broker/node"
 	"github.com/picomq/picomq/broker/stream"
@@ -191,7 +192,7 @@ func (s *Server) listStreams(w http.ResponseWriter, r *http.Request) {
 	prefix := r.URL.Query().Get("prefix")
 	out := wire.StreamList{Streams: []wire.StreamInfo{}}
 	for _, e := range s.b.List() {
-		if strings.HasPrefix(e.Name, prefix) {
+		if strings.HasPrefix(e.Name, prefix) && frontend.Visible(r.Context(), e.Name) {
 			out.Streams = append(out.Streams, s.info(e, false))
 		}
 	}

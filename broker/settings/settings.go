@@ -19,7 +19,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/picomq/picomq/broker/auth"
 	"github.com/picomq/picomq/broker/bytesize"
+	"github.com/picomq/picomq/broker/cors"
 	"github.com/picomq/picomq/broker/core"
 	"github.com/picomq/picomq/broker/diskspace"
 	"github.com/picomq/picomq/broker/httpapi/wire"
@@ -70,9 +72,27 @@ type Settings struct {
 	// MetricsAuth is "open" (/metrics needs no token) or "token" (a token
 	// of any scope).
 	MetricsAuth string
+	// Access holds the browser and tenancy settings: CORS origins,
+	// anonymous read prefixes, the keys of signed read URLs.
+	Access Access
 	// Cluster is cluster mode's configuration; a zero Name runs a lone
 	// broker.
 	Cluster Cluster
+}
+
+// Access is who may reach streams besides token holders, and from which
+// pages (README "Browsers, CDNs and tenants").
+type Access struct {
+	// CORSAllowedOrigins are the origins whose pages may call the brokers
+	// (broker/cors); "*" alone allows every one. Empty: every origin
+	// without tokens, none with them.
+	CORSAllowedOrigins []string
+	// AnonymousReadPrefixes are stream-name prefixes anyone may read
+	// without a token (public fan-out through a CDN).
+	AnonymousReadPrefixes []string
+	// URLSigningKeysDir is the directory of the keys that sign read URLs
+	// (one file per key, named after its id); empty: no signed URL.
+	URLSigningKeysDir string
 }
 
 // Cluster configures cluster mode.
@@ -284,6 +304,9 @@ func Parse(args []string, getenv func(string) string, out io.Writer) (Settings, 
 	fs.StringVar(&s.TLS.KeyFile, "tls-key-file", "", "private key (PEM) of --tls-cert-file")
 	fs.StringVar(&s.TLS.CAFile, "tls-ca-file", "", "CA bundle (PEM) peers' certificates chain to: the peer port requires client certificates it signed (mutual TLS), and brokers verify each other against it (unset: the system's roots)")
 	fs.StringVar(&s.AuthTokensDir, "auth-tokens-dir", "", `directory of bearer tokens, one file per token named after it, holding "<scopes>:<token>" (scopes: a comma list of read, write, admin); every request but /healthz and /readyz then needs one; files added or removed take effect within seconds`)
+	fs.Var((*commaList)(&s.Access.CORSAllowedOrigins), "cors-allowed-origins", "origins whose pages may call the brokers, a comma list of scheme://host[:port], or * for every one; others are refused 403 ORIGIN_NOT_ALLOWED. Unset: every origin without --auth-tokens-dir, none with it")
+	fs.Var((*commaList)(&s.Access.AnonymousReadPrefixes), "anonymous-read-prefixes", "stream-name prefixes anyone may read without a token (with --auth-tokens-dir), a comma list: shop/public/ covers the names under it, shop/feed that name and the names under it")
+	fs.StringVar(&s.Access.URLSigningKeysDir, "url-signing-keys-dir", "", "directory of the keys that sign read URLs (POST /v1/sign, picomq sign): one file per key, named after its id, holding at least 32 bytes; every key in it verifies, the last by name signs; re-read as it changes")
 	fs.StringVar(&s.MetricsAuth, "metrics-auth", s.MetricsAuth, "open: /metrics needs no token; token: a token of any scope (with --auth-tokens-dir)")
 
 	var envErr error
@@ -369,6 +392,18 @@ func (s Settings) check() error {
 		return bad("--metrics-auth %q: want open or token", s.MetricsAuth)
 	case s.MetricsAuth == "token" && s.AuthTokensDir == "":
 		return bad("--metrics-auth token needs --auth-tokens-dir")
+	case len(s.Access.AnonymousReadPrefixes) > 0 && s.AuthTokensDir == "":
+		return bad("--anonymous-read-prefixes needs --auth-tokens-dir (without it every read is anonymous)")
+	case s.Access.URLSigningKeysDir != "" && s.AuthTokensDir == "":
+		return bad("--url-signing-keys-dir needs --auth-tokens-dir (without it every read is open and a signed URL grants nothing)")
+	}
+	if _, err := cors.New(s.Access.CORSAllowedOrigins, true); err != nil {
+		return bad("--cors-allowed-origins: %v", err)
+	}
+	for _, p := range s.Access.AnonymousReadPrefixes {
+		if err := auth.CheckPrefix(p); err != nil {
+			return bad("--anonymous-read-prefixes: %v", err)
+		}
 	}
 	if s.Cluster.Name == "" {
 		return nil
@@ -472,4 +507,20 @@ func ZeroMeansNever[T ~int64](v T) T {
 		return -1
 	}
 	return v
+}
+
+// commaList is a flag holding a comma-separated list (empty items
+// dropped).
+type commaList []string
+
+func (l *commaList) String() string { return strings.Join(*l, ",") }
+
+func (l *commaList) Set(v string) error {
+	*l = nil
+	for _, item := range strings.Split(v, ",") {
+		if item = strings.TrimSpace(item); item != "" {
+			*l = append(*l, item)
+		}
+	}
+	return nil
 }

@@ -28,6 +28,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/picomq/picomq/broker/auth"
 	"github.com/picomq/picomq/broker/cluster"
 	"github.com/picomq/picomq/broker/core"
 	"github.com/picomq/picomq/broker/diskspace"
@@ -216,6 +217,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	api := httpapi.New(b, reg, apiOpts)
 	ds := dsapi.New(b, dsapi.Options{Options: front})
 	api.Handle(dsapi.Prefix, ds) // the Durable Streams protocol
+	api.Handle(auth.SignPath, sec.signer(logger))
 	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "picomq_stream_reads_waiting", Help: "Durable Streams long-polls and SSE responses waiting for records now.",
 	}, func() float64 { return float64(ds.Waiting()) }))

@@ -13,6 +13,9 @@ import (
 
 	"github.com/picomq/picomq/broker/auth"
 	"github.com/picomq/picomq/broker/certreload"
+	"github.com/picomq/picomq/broker/cors"
+	"github.com/picomq/picomq/broker/dsapi"
+	"github.com/picomq/picomq/broker/routing"
 	"github.com/picomq/picomq/broker/framing"
 	"github.com/picomq/picomq/broker/settings"
 )
@@ -23,7 +26,9 @@ type security struct {
 	cert   *certreload.Reloader
 	ca     *x509.CertPool // nil: the system's roots, and no client certificates asked
 	tokens *auth.Tokens
+	keys   *auth.SigningKeys // signed read URLs; nil: none
 	mw     auth.Middleware
+	cors   *cors.Policy
 }
 
 // tokenReloadInterval is how often the tokens directory is looked at.
@@ -54,8 +59,24 @@ func loadSecurity(cfg settings.Settings, logger *slog.Logger) (*security, error)
 		if s.tokens.Len() == 0 {
 			logger.Warn("the auth tokens directory holds no valid token: every request but the probes is refused until one is added", "dir", cfg.AuthTokensDir)
 		}
-		s.mw = auth.Middleware{Tokens: s.tokens, MetricsOpen: cfg.MetricsAuth == "open", Log: logger}
+		if d := cfg.Access.URLSigningKeysDir; d != "" {
+			if s.keys, err = auth.LoadSigningKeys(d, logger); err != nil {
+				return nil, fmt.Errorf("--url-signing-keys-dir: %w", err)
+			}
+			if s.keys.Len() == 0 {
+				logger.Warn("the url signing keys directory holds no valid key: no URL is signed or verified until one is added", "dir", d)
+			}
+		}
+		s.mw = auth.Middleware{Tokens: s.tokens, MetricsOpen: cfg.MetricsAuth == "open", AnonymousRead: cfg.Access.AnonymousReadPrefixes,
+			Keys: s.keys, MaxBodyBytes: cfg.MaxBodyBytes, Log: logger}
 	}
+	if s.cors, err = cors.New(cfg.Access.CORSAllowedOrigins, s.tokens != nil); err != nil {
+		return nil, fmt.Errorf("--cors-allowed-origins: %w", err)
+	}
+	// A request another broker routed here answers its client's origin
+	// there: headers set here too would reach the page twice.
+	s.cors.Skip = func(r *http.Request) bool { return r.Header.Get(routing.RouteHeader) != "" }
+	s.cors.Log = logger
 	return s, nil
 }
 
@@ -64,16 +85,27 @@ func (s *security) run(ctx context.Context) {
 	if s.tokens != nil {
 		go s.tokens.Run(ctx, tokenReloadInterval)
 	}
+	if s.keys != nil {
+		go s.keys.Run(ctx, tokenReloadInterval)
+	}
 }
 
 // wrap puts the token check in front of h (the whole client port: the
 // router too, so a request is authenticated by the broker it reaches
 // before it is proxied anywhere).
+//
+// The origin check (CORS) goes outside it: a preflight carries no token,
+// and a page must be able to read a 401 or 403 to tell its user why.
 func (s *security) wrap(h http.Handler) http.Handler {
-	if s.tokens == nil {
-		return h
+	if s.tokens != nil {
+		h = s.mw.Wrap(h)
 	}
-	return s.mw.Wrap(h)
+	return s.cors.Wrap(h)
+}
+
+// signer is the handler of POST /v1/sign.
+func (s *security) signer(logger *slog.Logger) http.Handler {
+	return auth.SignHandler{Keys: s.keys, Log: logger, DSPrefix: dsapi.Prefix}
 }
 
 // serverTLS is the client port's TLS (nil: plain HTTP).

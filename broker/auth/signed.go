@@ -1,0 +1,222 @@
+package auth
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/picomq/picomq/broker/errs"
+	"github.com/picomq/picomq/broker/frontend"
+)
+
+// Signed read URLs. A holder of a write or admin token asks a broker to
+// sign a read of one stream (or of the names under a prefix) until an
+// expiry (POST /v1/sign); the answer is the stream's URL with four query
+// parameters, which a browser can then read and live-tail with no token:
+//
+//	picomq-scope  the stream name, or a prefix ending in '/'
+//	picomq-exp    the expiry, Unix seconds
+//	picomq-key    the id of the key that signed (a file's name)
+//	picomq-sig    base64url(HMAC-SHA256(key, "picomq-read-v1\n" + scope + "\n" + exp))
+//
+// Every broker holds the same keys (a Secret mounted on each), so any one
+// verifies what another signed. Rotation: add the new key (every key in
+// the directory verifies; the last by name signs), wait out the longest
+// expiry, remove the old one.
+const (
+	ParamScope = "picomq-scope"
+	ParamExp   = "picomq-exp"
+	ParamKey   = "picomq-key"
+	ParamSig   = frontend.SignatureParam
+	// SignPath is the route that mints a signed URL.
+	SignPath = "/v1/sign"
+	// MaxSignedFor bounds how far ahead a URL may expire: a URL cannot be
+	// revoked but by removing its key.
+	MaxSignedFor = 7 * 24 * time.Hour
+	// MinKeyBytes is the shortest signing key accepted.
+	MinKeyBytes = 32
+)
+
+// The refusals of signed URLs.
+var (
+	SignedURLExpired = errs.Static(0x00_10_09_04, "SIGNED_URL_EXPIRED",
+		"The signed URL has expired",
+		"A signed read URL is valid until its picomq-exp (Unix seconds); ask for a new one (POST /v1/sign, picomq sign). Fields expiredAt and now say when.",
+		401, 77)
+	SignedURLInvalid = errs.Static(0x00_10_09_05, "SIGNED_URL_INVALID",
+		"The signed URL does not verify",
+		"Its signature does not match its scope and expiry under the key it names, the key is not (or no longer) among the brokers' --url-signing-keys-dir, a parameter is missing, or the URL is used for something other than reading the streams its scope covers. Field reason says which.",
+		401, 77)
+)
+
+type signingKey struct {
+	id     string
+	secret []byte
+}
+
+// SigningKeys are the keys of a directory, re-read as it changes.
+type SigningKeys struct {
+	dir  string
+	log  *slog.Logger
+	set  atomic.Pointer[[]signingKey] // sorted by id
+	seen atomic.Pointer[string]
+}
+
+// LoadSigningKeys reads dir's keys; a file that is not a key is skipped
+// and logged by name.
+func LoadSigningKeys(dir string, log *slog.Logger) (*SigningKeys, error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	k := &SigningKeys{dir: dir, log: log}
+	if _, err := k.Reload(); err != nil {
+		return nil, err
+	}
+	return k, nil
+}
+
+// Len is how many keys are in force.
+func (k *SigningKeys) Len() int { return len(*k.set.Load()) }
+
+// Reload reads the directory again if it changed.
+func (k *SigningKeys) Reload() (bool, error) {
+	fp, files, err := fingerprint(k.dir)
+	if err != nil {
+		return false, err
+	}
+	if last := k.seen.Load(); last != nil && *last == fp {
+		return false, nil
+	}
+	var set []signingKey
+	for _, f := range files { // sorted by name
+		if !validKeyID(f) {
+			k.log.Warn("url signing key file skipped", "file", f, "reason", "its name is not a key id (letters, digits, '.', '_', '-')")
+			continue
+		}
+		secret, err := readKey(filepath.Join(k.dir, f))
+		if err != nil {
+			k.log.Warn("url signing key file skipped", "file", f, "reason", err.Error())
+			continue
+		}
+		set = append(set, signingKey{id: f, secret: secret})
+	}
+	k.set.Store(&set)
+	k.seen.Store(&fp)
+	k.log.Info("url signing keys loaded", "dir", k.dir, "keys", len(set))
+	return true, nil
+}
+
+// Run re-reads the directory every interval until ctx ends.
+func (k *SigningKeys) Run(ctx context.Context, interval time.Duration) {
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		if _, err := k.Reload(); err != nil {
+			k.log.Warn("cannot re-read the url signing keys directory: keeping the keys in force", "dir", k.dir, "err", err)
+		}
+	}
+}
+
+func readKey(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("cannot open: %w", err)
+	}
+	defer f.Close()
+	buf, err := io.ReadAll(io.LimitReader(f, maxTokenFileBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("cannot read: %w", err)
+	}
+	buf = []byte(strings.TrimRight(string(buf), "\r\n"))
+	if len(buf) < MinKeyBytes || len(buf) > maxTokenFileBytes {
+		return nil, fmt.Errorf("a key holds %d to %d bytes", MinKeyBytes, maxTokenFileBytes)
+	}
+	return buf, nil
+}
+
+func validKeyID(id string) bool {
+	if id == "" || len(id) > 64 {
+		return false
+	}
+	for _, c := range []byte(id) {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+func mac(secret []byte, scope string, exp int64) string {
+	m := hmac.New(sha256.New, secret)
+	fmt.Fprintf(m, "picomq-read-v1\n%s\n%d", scope, exp)
+	return base64.RawURLEncoding.EncodeToString(m.Sum(nil))
+}
+
+// Sign returns the query parameters that let a bearer read what scope
+// covers (a stream name, or a prefix ending in '/') until exp, signed with
+// the last key by id. ok is false when there is no key.
+func (k *SigningKeys) Sign(scope string, exp time.Time) (url.Values, bool) {
+	set := *k.set.Load()
+	if len(set) == 0 {
+		return nil, false
+	}
+	key := set[len(set)-1]
+	e := exp.Unix()
+	return url.Values{ParamScope: {scope}, ParamExp: {strconv.FormatInt(e, 10)}, ParamKey: {key.id}, ParamSig: {mac(key.secret, scope, e)}}, true
+}
+
+// HasSignature reports whether a query carries a signed URL's signature.
+func HasSignature(q url.Values) bool { return q.Has(ParamSig) }
+
+// Verify checks a signed URL's parameters at now and returns the scope
+// they grant reading.
+func (k *SigningKeys) Verify(q url.Values, now time.Time) (string, *errs.Error) {
+	scope, expS, id, sig := q.Get(ParamScope), q.Get(ParamExp), q.Get(ParamKey), q.Get(ParamSig)
+	if scope == "" || expS == "" || id == "" || sig == "" {
+		return "", SignedURLInvalid.With("reason", "picomq-scope, picomq-exp, picomq-key and picomq-sig all needed")
+	}
+	for _, p := range []string{ParamScope, ParamExp, ParamKey, ParamSig} {
+		if len(q[p]) != 1 {
+			return "", SignedURLInvalid.With("reason", p+" given more than once")
+		}
+	}
+	exp, err := strconv.ParseInt(expS, 10, 64)
+	if err != nil {
+		return "", SignedURLInvalid.With("reason", "picomq-exp is not Unix seconds")
+	}
+	var key *signingKey
+	for _, c := range *k.set.Load() {
+		if c.id == id {
+			key = &c
+			break
+		}
+	}
+	if key == nil {
+		return "", SignedURLInvalid.With("reason", "unknown key", "key", id)
+	}
+	if !hmac.Equal([]byte(mac(key.secret, scope, exp)), []byte(sig)) {
+		return "", SignedURLInvalid.With("reason", "signature does not match", "key", id)
+	}
+	// Checked after the signature: an expiry is told only to a URL the
+	// brokers signed.
+	if now.Unix() >= exp {
+		return "", SignedURLExpired.With("expiredAt", time.Unix(exp, 0).UTC().Format(time.RFC3339), "now", now.UTC().Format(time.RFC3339))
+	}
+	return scope, nil
+}
