@@ -305,7 +305,7 @@ func TestSignHandler(t *testing.T) {
 	}
 	shop, _ := ParseGrants("read:shop/,write:shop/")
 	rec := sign(shop, `{"stream":"shop/orders","expiresIn":"10m"}`)
-	var out SignResponse
+	var out wire.SignResponse
 	if err := json.Unmarshal(rec.Body.Bytes(), &out); rec.Code != 200 || err != nil {
 		t.Fatalf("sign: %d %s", rec.Code, rec.Body)
 	}

@@ -13,26 +13,6 @@ import (
 	"github.com/picomq/picomq/broker/strictjson"
 )
 
-// SignRequest is POST /v1/sign's body: one of Stream and Prefix, and when
-// the URL expires (ExpiresIn, a Go duration, or ExpiresAt; default 1h, at
-// most MaxSignedFor ahead).
-type SignRequest struct {
-	Stream    string     `json:"stream,omitempty"`
-	Prefix    string     `json:"prefix,omitempty"`
-	ExpiresIn string     `json:"expiresIn,omitempty"`
-	ExpiresAt *time.Time `json:"expiresAt,omitempty"`
-}
-
-// SignResponse is its answer: the stream's URL (for a stream) and the
-// query that signs any URL of the scope.
-type SignResponse struct {
-	URL       string    `json:"url,omitempty"`
-	Query     string    `json:"query"`
-	Scope     string    `json:"scope"`
-	ExpiresAt time.Time `json:"expiresAt"`
-	Key       string    `json:"key"`
-}
-
 // DefaultSignedFor is a signed URL's life when the request names none.
 const DefaultSignedFor = time.Hour
 
@@ -77,7 +57,7 @@ func (h SignHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		bad(err.Error())
 		return
 	}
-	var req SignRequest
+	var req wire.SignRequest
 	if err := json.Unmarshal(body, &req); err != nil {
 		bad(err.Error())
 		return
@@ -123,7 +103,7 @@ func (h SignHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	q, _ := h.Keys.Sign(scope, exp)
-	out := SignResponse{Query: q.Encode(), Scope: scope, ExpiresAt: time.Unix(exp.Unix(), 0).UTC(), Key: q.Get(ParamKey)}
+	out := wire.SignResponse{Query: q.Encode(), Scope: scope, ExpiresAt: time.Unix(exp.Unix(), 0).UTC(), Key: q.Get(ParamKey)}
 	if req.Stream != "" {
 		scheme := "http"
 		if r.TLS != nil {

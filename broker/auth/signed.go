@@ -18,6 +18,7 @@ import (
 
 	"github.com/picomq/picomq/broker/errs"
 	"github.com/picomq/picomq/broker/frontend"
+	"github.com/picomq/picomq/broker/httpapi/wire"
 )
 
 // Signed read URLs. A holder of a write or admin token asks a broker to
@@ -40,7 +41,7 @@ const (
 	ParamKey   = "picomq-key"
 	ParamSig   = frontend.SignatureParam
 	// SignPath is the route that mints a signed URL.
-	SignPath = "/v1/sign"
+	SignPath = wire.SignPath
 	// MaxSignedFor bounds how far ahead a URL may expire: a URL cannot be
 	// revoked but by removing its key.
 	MaxSignedFor = 7 * 24 * time.Hour

@@ -505,3 +505,20 @@ func (c *Client) Open(ctx context.Context, name string, cfg StreamConfig) (*Stre
 	}
 	return c.streamOf(info)
 }
+
+// Sign asks the broker for a signed read URL (POST /v1/sign): a URL that
+// lets whoever holds it read one stream, or the streams under a prefix,
+// until it expires, with no token. The client's token must be a write or
+// admin token covering the scope.
+func (c *Client) Sign(ctx context.Context, req wire.SignRequest) (wire.SignResponse, error) {
+	var out wire.SignResponse
+	body, err := json.Marshal(req)
+	if err != nil {
+		return out, err
+	}
+	resp, err := c.do(ctx, request{op: "sign", method: http.MethodPost, path: wire.SignPath, body: body, contentType: "application/json"})
+	if err != nil {
+		return out, err
+	}
+	return out, decode("sign", resp, &out)
+}

@@ -105,7 +105,7 @@ func (a *app) rootCommand() *cobra.Command {
 	pf.StringVar(&a.caFile, "ca", "", "CA certificate (PEM) to verify an https:// broker with (default $PICOMQ_CA_FILE, else the system's roots)")
 	pf.DurationVar(&a.timeout, "timeout", 30*time.Second, "how long one request to the broker may take (tail's waits excepted)")
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
-	root.AddCommand(a.streamsCommand(), a.appendCommand(), a.readCommand(), a.tailCommand(), a.groupsCommand(), a.clusterCommand(), a.devCommand())
+	root.AddCommand(a.streamsCommand(), a.appendCommand(), a.readCommand(), a.tailCommand(), a.groupsCommand(), a.clusterCommand(), a.signCommand(), a.devCommand())
 	return root
 }
 
