@@ -21,8 +21,8 @@ import (
 
 	"github.com/picomq/picomq/broker/auth"
 	"github.com/picomq/picomq/broker/bytesize"
-	"github.com/picomq/picomq/broker/cors"
 	"github.com/picomq/picomq/broker/core"
+	"github.com/picomq/picomq/broker/cors"
 	"github.com/picomq/picomq/broker/diskspace"
 	"github.com/picomq/picomq/broker/httpapi/wire"
 	"github.com/picomq/picomq/broker/membership"

@@ -15,8 +15,8 @@ import (
 	"github.com/picomq/picomq/broker/certreload"
 	"github.com/picomq/picomq/broker/cors"
 	"github.com/picomq/picomq/broker/dsapi"
-	"github.com/picomq/picomq/broker/routing"
 	"github.com/picomq/picomq/broker/framing"
+	"github.com/picomq/picomq/broker/routing"
 	"github.com/picomq/picomq/broker/settings"
 )
 
