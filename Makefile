@@ -81,6 +81,15 @@ conformance: $(CONFORMANCE_DEPS) ## Run the Durable Streams conformance suite ag
 conformance-cluster: $(CONFORMANCE_DEPS) ## Run the conformance suite through a 3-broker cluster, every request proxied (Node 20, envtest).
 	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" $(CONFORMANCE_DIR)/run.sh --cluster 3
 
+# The browser test (test/browser): headless Chromium runs the npm Durable
+# Streams client (installed from the conformance suite's lock file) in a
+# page of another origin, against a broker with TLS, HTTP/2 and tokens.
+# make test runs it with go test ./...; it skips without Chromium unless
+# CI=true or PICOMQ_REQUIRE_BROWSER=1, where it fails.
+.PHONY: browser-test
+browser-test: $(CONFORMANCE_DEPS) ## Run the browser test alone (headless Chromium, the npm client, a TLS broker).
+	go test -count=1 -v ./test/browser
+
 # The SQL engine's PostgreSQL tests run against a throwaway server
 # hack/postgres.sh starts around `go test` (installing postgresql with
 # apt-get when missing) and stops after; PICOMQ_TEST_POSTGRES_URL, when set,
