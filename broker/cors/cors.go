@@ -117,12 +117,16 @@ func (p *Policy) Wrap(next http.Handler) http.Handler {
 		switch {
 		case p.any:
 			h.Set("Access-Control-Allow-Origin", "*")
+			// A page may read the timings of its requests (and their
+			// protocol, Resource Timing's nextHopProtocol).
+			h.Set("Timing-Allow-Origin", "*")
 		case origin == "":
 			h.Add("Vary", "Origin") // a cache keeps answers apart by origin
 			next.ServeHTTP(w, r)
 			return
 		case p.origins[strings.ToLower(origin)]:
 			h.Set("Access-Control-Allow-Origin", origin)
+			h.Set("Timing-Allow-Origin", origin)
 			h.Add("Vary", "Origin")
 		default:
 			h.Add("Vary", "Origin")
