@@ -1,5 +1,46 @@
 // Package controllers reconciles StreamCluster and Stream resources.
 //
+// # Streams in other namespaces
+//
+// A Stream names its StreamCluster with spec.clusterRef, in its own
+// namespace or, with clusterRef.namespace, in another: an application keeps
+// its Streams in its namespace while the brokers run in, say,
+// picomq-system. The cluster decides who may: spec.allowedNamespaces.from
+// is Same (the default: its own namespace only), All, or Selector (the
+// namespaces whose labels its selector matches). Its own namespace is
+// always admitted. The rule is read at every reconcile of the Stream, and a
+// Stream is reconciled again when its cluster's rule changes and when its
+// namespace's labels change, so a Stream moves between admitted and not
+// within seconds of either.
+//
+// A Stream whose namespace is not admitted is Ready False, reason
+// NamespaceNotAllowed, with a message naming the cluster and its rule, and
+// the operator asks nothing of the brokers for it: it creates nothing,
+// updates nothing, repairs nothing. A Stream that was kept and stops being
+// admitted (the rule narrowed, a label removed) is treated the same way:
+// its broker stream is left as it is, data and policy — never deleted
+// because a label changed —, and it is not managed until admitted again,
+// when the next reconcile takes it up as if nothing happened (a policy
+// changed in between is applied then). Deleting it while it is not
+// admitted drops the finalizer and leaves the broker stream whatever its
+// deletionPolicy (a Warning event says so): a namespace the cluster does
+// not admit may not delete what the cluster holds.
+//
+// Deletion works across namespaces as beside the cluster: the finalizer
+// deletes or retains the broker stream as deletionPolicy says, and a
+// Stream whose cluster is gone (or going, its brokers silent) is released
+// at once, its broker stream recorded in <cluster>-deleted-streams in the
+// cluster's namespace and deleted when the cluster runs again — unless a
+// Stream of any namespace names it by then. A Stream of another namespace
+// is recorded only if the operator had applied it to the cluster and not
+// found its namespace refused since: any namespace can name a cluster that
+// is gone. Nothing the operator writes carries an owner reference across
+// namespaces (Kubernetes ignores them): a Stream has none, the
+// StreamCluster's children are in its namespace, and the record has no
+// owner.
+//
+// # Permissions
+//
 // The RBAC markers below are the whole permission set of the operator;
 // `make manifests` renders them into config/rbac/role.yaml.
 package controllers
@@ -10,6 +51,8 @@ package controllers
 // +kubebuilder:rbac:groups=apps,resources=statefulsets,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups="",resources=services;configmaps;serviceaccounts,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups="",resources=pods;persistentvolumeclaims,verbs=get;list;watch
+// Namespace labels admit Streams to a cluster of another namespace (spec.allowedNamespaces.selector).
+// +kubebuilder:rbac:groups="",resources=namespaces,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=roles;rolebindings,verbs=get;list;watch;create;update;patch;delete

@@ -21,9 +21,10 @@ import (
 // good — but its broker stream is still on the cluster's claims, which
 // outlive the cluster: re-created with the same name, the cluster would
 // serve it again. So the operator records the stream in a ConfigMap of the
-// namespace, <cluster>-deleted-streams, and deletes it from the brokers
-// once a StreamCluster of that name runs again; a Stream created for the
-// same name in the meantime keeps it.
+// cluster's namespace (which may not be the Stream's),
+// <cluster>-deleted-streams, and deletes it from the brokers once a
+// StreamCluster of that name runs again; a Stream created for the same
+// name in the meantime, in any namespace, keeps it.
 
 // deletedStreamsKey is the ConfigMap key listing the streams, one per
 // line (stream names hold '/', which ConfigMap keys may not).
@@ -94,13 +95,13 @@ func (r *StreamClusterReconciler) deleteRecordedStreams(ctx context.Context, c *
 	case err != nil:
 		return err
 	}
-	var streams streamsv1alpha1.StreamList
-	if err := r.Client.List(ctx, &streams, client.InNamespace(c.Namespace), client.MatchingFields{clusterRefIndex: c.Name}); err != nil {
+	streams, err := streamsNaming(ctx, r.Client, c.Namespace, c.Name)
+	if err != nil {
 		return err
 	}
 	claimed := map[string]bool{}
-	for i := range streams.Items {
-		claimed[streams.Items[i].StreamName()] = true
+	for i := range streams {
+		claimed[streams[i].StreamName()] = true
 	}
 	endpoint := clusterAdminEndpoint(c)
 	admin, err := r.Options.StreamAdmins.For(endpoint, creds)

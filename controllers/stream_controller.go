@@ -4,9 +4,10 @@ import (
 	"context"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
@@ -35,18 +36,25 @@ const (
 	// name), for an operator running outside the cluster network.
 	AnnotationAdminURL = "streams.picomq.io/admin-url"
 
-	// clusterRefIndex indexes Streams by spec.clusterRef.name.
-	clusterRefIndex = "spec.clusterRef.name"
+	// clusterRefIndex indexes Streams by the namespace/name of the
+	// StreamCluster they name, which may be in another namespace.
+	clusterRefIndex = "spec.clusterRef"
+	// crossNamespaceIndex indexes the Streams that name a cluster in
+	// another namespace by their own namespace, whose labels may admit
+	// them.
+	crossNamespaceIndex = "spec.clusterRef.crossNamespace"
 )
 
 // StreamReconciler keeps a Stream's named stream on its cluster: created
 // with its policy, updated as the spec changes, repaired when it drifts or
 // is deleted out of band, deleted (or retained) with the resource.
 //
-// It reconciles on spec changes, on annotation changes (managed, admin-url)
-// and when the Ready condition or endpoint of its cluster changes; an idle
-// Stream is reconciled once per jittered resync period, which is when drift
-// is repaired.
+// It reconciles on spec changes, on annotation changes (managed, admin-url),
+// when the Ready condition, endpoint or allowedNamespaces of its cluster
+// changes (in whatever namespace the cluster is) and, for a Stream that
+// names a cluster in another namespace, when its namespace's labels
+// change; an idle Stream is reconciled once per jittered resync period,
+// which is when drift is repaired.
 type StreamReconciler struct {
 	Client client.Client
 	// APIReader reads the Secrets holding the cluster's credentials (never
@@ -88,11 +96,20 @@ func (r *StreamReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 	}
 
 	var cluster streamsv1alpha1.StreamCluster
-	switch err := r.Client.Get(ctx, types.NamespacedName{Namespace: s.Namespace, Name: s.Spec.ClusterRef.Name}, &cluster); {
+	switch err := r.Client.Get(ctx, clusterKey(&s), &cluster); {
 	case apierrors.IsNotFound(err):
 		return r.finish(ctx, &s, nil, jitter(r.Options.ResyncPeriod), withReady(clusterNotFound(&s)))
+	case outsideCache(err):
+		return r.finish(ctx, &s, nil, jitter(r.Options.ResyncPeriod), withReady(clusterNotWatched(&s)))
 	case err != nil:
 		return ctrl.Result{}, err
+	}
+	// Not admitted: nothing is asked of the brokers, whatever they hold.
+	switch denied, err := r.admission(ctx, &s, &cluster); {
+	case err != nil:
+		return ctrl.Result{}, err
+	case denied != "":
+		return r.finish(ctx, &s, nil, jitter(r.Options.ResyncPeriod), withReady(namespaceNotAllowed(&s, denied)))
 	}
 
 	out := r.sync(ctx, &s, &cluster)
@@ -165,8 +182,8 @@ func (r *StreamReconciler) detach(ctx context.Context, s *streamsv1alpha1.Stream
 	return ctrl.Result{}, nil
 }
 
-// SetupWithManager registers the controller and the index of Streams by
-// cluster.
+// SetupWithManager registers the controller and the indexes of Streams by
+// cluster and by the namespace whose labels admit them.
 func (r *StreamReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) error {
 	r.Options = r.Options.withDefaults()
 	if r.Client == nil {
@@ -182,7 +199,16 @@ func (r *StreamReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manage
 		r.Recorder = mgr.GetEventRecorder(EventSource)
 	}
 	if err := mgr.GetFieldIndexer().IndexField(ctx, &streamsv1alpha1.Stream{}, clusterRefIndex, func(o client.Object) []string {
-		return []string{o.(*streamsv1alpha1.Stream).Spec.ClusterRef.Name}
+		key := clusterKey(o.(*streamsv1alpha1.Stream))
+		return []string{clusterRefIndexValue(key.Namespace, key.Name)}
+	}); err != nil {
+		return err
+	}
+	if err := mgr.GetFieldIndexer().IndexField(ctx, &streamsv1alpha1.Stream{}, crossNamespaceIndex, func(o client.Object) []string {
+		if s := o.(*streamsv1alpha1.Stream); crossNamespace(s) {
+			return []string{s.Namespace}
+		}
+		return nil
 	}); err != nil {
 		return err
 	}
@@ -192,6 +218,10 @@ func (r *StreamReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manage
 			predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}))).
 		Watches(&streamsv1alpha1.StreamCluster{}, handler.EnqueueRequestsFromMapFunc(r.streamsOfCluster),
 			builder.WithPredicates(clusterAvailabilityChanged{})).
+		// Namespaces are cluster-scoped: cached whatever namespaces the
+		// manager is limited to, metadata only (the labels).
+		Watches(&corev1.Namespace{}, handler.EnqueueRequestsFromMapFunc(r.streamsOfNamespace),
+			builder.OnlyMetadata, builder.WithPredicates(namespaceLabelsChanged{})).
 		WithOptions(controller.Options{
 			MaxConcurrentReconciles: r.Options.StreamConcurrency,
 			RateLimiter:             rateLimiter(r.Options),
@@ -200,23 +230,29 @@ func (r *StreamReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manage
 		Complete(r)
 }
 
-// streamsOfCluster maps a StreamCluster to its Streams.
+// streamsOfCluster maps a StreamCluster to its Streams, in every watched
+// namespace.
 func (r *StreamReconciler) streamsOfCluster(ctx context.Context, o client.Object) []ctrl.Request {
-	var list streamsv1alpha1.StreamList
-	if err := r.Client.List(ctx, &list, client.InNamespace(o.GetNamespace()), client.MatchingFields{clusterRefIndex: o.GetName()}); err != nil {
-		ctrl.LoggerFrom(ctx).Error(err, "listing the Streams of a cluster", "cluster", o.GetName())
+	streams, err := streamsNaming(ctx, r.Client, o.GetNamespace(), o.GetName())
+	if err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "listing the Streams of a cluster", "cluster", o.GetNamespace()+"/"+o.GetName())
 		return nil
 	}
-	reqs := make([]ctrl.Request, 0, len(list.Items))
-	for i := range list.Items {
-		reqs = append(reqs, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(&list.Items[i])})
-	}
-	return reqs
+	return requestsOf(streams)
+}
+
+// streamsNaming lists the Streams, of any watched namespace, that name the
+// cluster namespace/name.
+func streamsNaming(ctx context.Context, cl client.Reader, namespace, name string) ([]streamsv1alpha1.Stream, error) {
+	var list streamsv1alpha1.StreamList
+	err := cl.List(ctx, &list, client.MatchingFields{clusterRefIndex: clusterRefIndexValue(namespace, name)})
+	return list.Items, err
 }
 
 // clusterAvailabilityChanged passes a StreamCluster's creation, deletion,
 // and the updates that change whether its Streams can be reconciled: its
-// Ready condition, its endpoint, its admin-url annotation.
+// Ready condition, its endpoint, its admin-url annotation, the namespaces
+// it admits.
 type clusterAvailabilityChanged struct{ predicate.Funcs }
 
 func (clusterAvailabilityChanged) Create(crevent.CreateEvent) bool   { return true }
@@ -231,5 +267,6 @@ func (clusterAvailabilityChanged) Update(e crevent.UpdateEvent) bool {
 	return meta.IsStatusConditionTrue(oldC.Status.Conditions, streamsv1alpha1.ConditionReady) !=
 		meta.IsStatusConditionTrue(newC.Status.Conditions, streamsv1alpha1.ConditionReady) ||
 		oldC.Status.Endpoint != newC.Status.Endpoint ||
-		oldC.Annotations[AnnotationAdminURL] != newC.Annotations[AnnotationAdminURL]
+		oldC.Annotations[AnnotationAdminURL] != newC.Annotations[AnnotationAdminURL] ||
+		!equality.Semantic.DeepEqual(oldC.Spec.AllowedNamespaces, newC.Spec.AllowedNamespaces)
 }

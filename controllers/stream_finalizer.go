@@ -6,7 +6,6 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
@@ -18,8 +17,15 @@ import (
 // drops the finalizer. It never blocks for good: a detached Stream, a
 // Retain policy, a cluster that is gone (or going, with brokers that no
 // longer answer) drop the finalizer without a broker call — the last two
-// recording the stream for deletion when the cluster returns; a broker
-// that fails is retried with backoff, and the status says how to detach.
+// recording the stream for deletion when the cluster returns; so do a
+// cluster that no longer admits the Stream's namespace and one in a
+// namespace the operator does not watch, which leave the stream on the
+// brokers. A broker that fails is retried with backoff, and the status
+// says how to detach.
+//
+// The cluster may be in another namespace: it is found, admits the
+// Stream, and records the stream to delete in its own namespace, as for a
+// Stream beside it.
 func (r *StreamReconciler) finalize(ctx context.Context, s *streamsv1alpha1.Stream) (ctrl.Result, error) {
 	if !controllerutil.ContainsFinalizer(s, StreamFinalizer) {
 		return ctrl.Result{}, nil
@@ -41,9 +47,16 @@ func (r *StreamReconciler) finalize(ctx context.Context, s *streamsv1alpha1.Stre
 
 	// The cluster gone (or going, its brokers silent): the broker stream
 	// stays on the claims, which outlive the cluster, so it is recorded
-	// and deleted if the cluster runs again (orphans.go).
+	// (in the cluster's namespace) and deleted if the cluster runs again
+	// (orphans.go).
+	key := clusterKey(s)
 	gone := func(why string) (ctrl.Result, error) {
-		if err := r.recordDeletedStream(ctx, s.Namespace, s.Spec.ClusterRef.Name, name); err != nil {
+		if crossNamespace(s) && !admittedBefore(s) {
+			return drop(eventNormal, "ClusterGone",
+				"%s and never kept this Stream (its namespace was not admitted, or the stream not yet created): stream %s is not recorded for deletion",
+				why, name)
+		}
+		if err := r.recordDeletedStream(ctx, key.Namespace, key.Name, name); err != nil {
 			if apierrors.IsAlreadyExists(err) {
 				// Created by another Stream's finalizer since the cache
 				// was read: add to it on the next try.
@@ -53,14 +66,26 @@ func (r *StreamReconciler) finalize(ctx context.Context, s *streamsv1alpha1.Stre
 		}
 		return drop(eventWarning, "ClusterGone",
 			"%s: stream %s was not deleted from its brokers and stays on their claims; recorded in ConfigMap %s, it is deleted when a StreamCluster %s runs again (unless a Stream names it by then)",
-			why, name, deletedStreamsName(s.Spec.ClusterRef.Name), s.Spec.ClusterRef.Name)
+			why, name, deletedStreamsName(key.Name), clusterRefString(s))
 	}
 	var c streamsv1alpha1.StreamCluster
-	switch err := r.Client.Get(ctx, types.NamespacedName{Namespace: s.Namespace, Name: s.Spec.ClusterRef.Name}, &c); {
+	switch err := r.Client.Get(ctx, key, &c); {
 	case apierrors.IsNotFound(err):
-		return gone(fmt.Sprintf("StreamCluster %s is gone", s.Spec.ClusterRef.Name))
+		return gone(fmt.Sprintf("StreamCluster %s is gone", clusterRefString(s)))
+	case outsideCache(err):
+		return drop(eventWarning, "ClusterNotWatched",
+			"the operator does not watch namespace %s: stream %s was left on StreamCluster %s", key.Namespace, name, clusterRefString(s))
 	case err != nil:
 		return ctrl.Result{}, err
+	}
+	// A namespace the cluster does not admit deletes nothing on it: not a
+	// stream another namespace keeps there, nor one this Stream kept
+	// before the cluster's rule or the namespace's labels changed.
+	switch denied, err := r.admission(ctx, s, &c); {
+	case err != nil:
+		return ctrl.Result{}, err
+	case denied != "":
+		return drop(eventWarning, streamsv1alpha1.ReasonNamespaceNotAllowed, "%s: stream %s was left on the brokers", denied, name)
 	}
 	endpoint := adminEndpoint(s, &c)
 	admin, err := r.streamAdmin(ctx, endpoint, &c)

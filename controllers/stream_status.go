@@ -109,7 +109,23 @@ func streamReady(s *streamsv1alpha1.Stream, c *streamsv1alpha1.StreamCluster, in
 
 func clusterNotFound(s *streamsv1alpha1.Stream) metav1.Condition {
 	return metav1.Condition{Status: metav1.ConditionFalse, Reason: streamsv1alpha1.ReasonClusterNotFound, Message: fmt.Sprintf(
-		"StreamCluster %s does not exist in namespace %s", s.Spec.ClusterRef.Name, s.Namespace)}
+		"StreamCluster %s does not exist in namespace %s", s.Spec.ClusterRef.Name, s.ClusterNamespace())}
+}
+
+// clusterNotWatched: the cluster's namespace is not one the operator
+// watches (its --namespaces), so it cannot see the cluster.
+func clusterNotWatched(s *streamsv1alpha1.Stream) metav1.Condition {
+	return metav1.Condition{Status: metav1.ConditionFalse, Reason: streamsv1alpha1.ReasonClusterNotFound, Message: fmt.Sprintf(
+		"the operator does not watch namespace %s, so it cannot see StreamCluster %s: add the namespace to the operator's --namespaces",
+		s.ClusterNamespace(), clusterRefString(s))}
+}
+
+// namespaceNotAllowed: the cluster does not admit the Stream's namespace
+// (denied says which cluster and rule); the broker's stream is left alone.
+func namespaceNotAllowed(s *streamsv1alpha1.Stream, denied string) metav1.Condition {
+	return metav1.Condition{Status: metav1.ConditionFalse, Reason: streamsv1alpha1.ReasonNamespaceNotAllowed, Message: fmt.Sprintf(
+		"%s: the operator neither creates, updates nor deletes stream %s for this Stream until the cluster's rule or this namespace's labels admit it",
+		denied, s.StreamName())}
 }
 
 func clusterNotReady(c *streamsv1alpha1.StreamCluster, endpoint string, err error) metav1.Condition {

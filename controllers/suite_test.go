@@ -180,7 +180,15 @@ func startManagerWith(t *testing.T, ns string, cfg *rest.Config, opts Options) *
 // startManagerLogging is startManagerWith logging to log.
 func startManagerLogging(t *testing.T, ns string, cfg *rest.Config, opts Options, log logr.Logger) *harness {
 	t.Helper()
-	h := &harness{t: t, ns: ns, events: &captureRecorder{}, counts: &reconcileCounter{}}
+	return startManagerIn(t, []string{ns}, cfg, opts, log)
+}
+
+// startManagerIn runs a manager watching namespaces (the operator's
+// --namespaces), for the tests of Streams whose cluster is in another
+// namespace; the harness's ns is the first.
+func startManagerIn(t *testing.T, namespaces []string, cfg *rest.Config, opts Options, log logr.Logger) *harness {
+	t.Helper()
+	h := &harness{t: t, ns: namespaces[0], events: &captureRecorder{}, counts: &reconcileCounter{}}
 	if opts.BrokerAdmin == nil {
 		h.admin = newFakeAdmin()
 		opts.BrokerAdmin = h.admin
@@ -198,7 +206,7 @@ func startManagerLogging(t *testing.T, ns string, cfg *rest.Config, opts Options
 	opts.observe = h.counts.observe
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                 scheme,
-		Cache:                  CacheOptions([]string{ns}),
+		Cache:                  CacheOptions(namespaces),
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
 		Logger:                 log,
