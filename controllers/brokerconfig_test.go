@@ -143,7 +143,7 @@ func TestBrokerAcceptsWhatTheCRDAccepts(t *testing.T) {
 		"{auth: {secretName: demo-tokens}}",
 		"{auth: {secretName: demo-tokens, metrics: Token}, tls: {secretName: demo-tls}}",
 		// Browser origins: every form the CRD admits.
-		`{cors: {allowedOrigins: ["https://app.example.com", "http://localhost:3000", "http://[::1]:8080", "capacitor://localhost"]}}`,
+		`{cors: {allowedOrigins: ["https://app.example.com", "http://localhost:3000", "http://[::1]:8080", "https://10.0.0.7"]}}`,
 		`{auth: {secretName: demo-tokens}, cors: {allowedOrigins: ["*"]}}`,
 	} {
 		c, err := admitCluster(t, ns, spec)
@@ -183,6 +183,12 @@ func TestBrokerAcceptsWhatTheCRDAccepts(t *testing.T) {
 		{"{broker: {defaultStreamPolicy: {maxRecordBytes: 4096, maxBytes: 4095}}}", map[string]string{"PICOMQ_DEFAULT_STREAM_POLICY": `{"partitions":1,"maxRecordBytes":4096,"maxBytes":4095}`}},
 		{"{broker: {defaultStreamPolicy: {retainFor: 2562048h}}}", map[string]string{"PICOMQ_DEFAULT_STREAM_POLICY": `{"partitions":1,"retainFor":"2562048h"}`}},
 		{"{auth: {secretName: demo-tokens, metrics: open}}", nil}, // the CRD takes Open and Token only
+		{`{cors: {allowedOrigins: ["capacitor://localhost"]}}`, map[string]string{"PICOMQ_CORS_ALLOWED_ORIGINS": "capacitor://localhost"}},
+		{`{cors: {allowedOrigins: ["https://app.example.com/ui"]}}`, map[string]string{"PICOMQ_CORS_ALLOWED_ORIGINS": "https://app.example.com/ui"}},
+		{`{cors: {allowedOrigins: ["*", "https://app.example.com"]}}`, map[string]string{"PICOMQ_CORS_ALLOWED_ORIGINS": "*,https://app.example.com"}},
+		// An origin as no page sends it, which the broker would normalize.
+		{`{cors: {allowedOrigins: ["https://App.example.com"]}}`, nil},
+		{`{cors: {allowedOrigins: ["https://app.example.com/"]}}`, nil},
 	}
 	for _, tc := range invalid {
 		if _, err := admitCluster(t, ns, tc.spec); err == nil {

@@ -195,7 +195,7 @@ func TestCrossNamespaceAndCORSAccepted(t *testing.T) {
 		"  allowedNamespaces: {from: Same}\n",
 		"  allowedNamespaces: {from: Selector, selector: {matchLabels: {team: shop}}}\n",
 		"  allowedNamespaces: {from: Selector, selector: {matchExpressions: [{key: team, operator: In, values: [shop]}, {key: tier, operator: Exists}]}}\n",
-		"  cors: {allowedOrigins: [\"https://app.example.com\", \"http://localhost:3000\", \"http://[::1]:8080\", \"capacitor://localhost\"]}\n",
+		"  cors: {allowedOrigins: [\"https://app.example.com\", \"http://localhost:3000\", \"http://[::1]:8080\", \"https://10.0.0.7\"]}\n",
 	} {
 		u := object(t, clusterHead+spec)
 		u.SetName(fmt.Sprintf("admits-%d", i))
@@ -330,12 +330,13 @@ func TestInvalidManifestsAreRefused(t *testing.T) {
 		{"selector operator", clusterHead + "  allowedNamespaces: {from: Selector, selector: {matchExpressions: [{key: team, operator: Near}]}}\n", "operator is In, NotIn, Exists or DoesNotExist"},
 		{"In without values", clusterHead + "  allowedNamespaces: {from: Selector, selector: {matchExpressions: [{key: team, operator: In}]}}\n", "In and NotIn need values"},
 		{"Exists with values", clusterHead + "  allowedNamespaces: {from: Selector, selector: {matchExpressions: [{key: team, operator: Exists, values: [a]}]}}\n", "In and NotIn need values"},
-		{"origin with a path", clusterHead + "  cors: {allowedOrigins: [\"https://app.example.com/ui\"]}\n", "an origin is scheme://host[:port]"},
-		{"origin with a trailing slash", clusterHead + "  cors: {allowedOrigins: [\"https://app.example.com/\"]}\n", "an origin is scheme://host[:port]"},
-		{"origin without a scheme", clusterHead + "  cors: {allowedOrigins: [app.example.com]}\n", "an origin is scheme://host[:port]"},
-		{"origin in capitals", clusterHead + "  cors: {allowedOrigins: [\"https://App.example.com\"]}\n", "an origin is scheme://host[:port]"},
-		{"wildcard subdomain", clusterHead + "  cors: {allowedOrigins: [\"https://*.example.com\"]}\n", "an origin is scheme://host[:port]"},
-		{"two origins in one", clusterHead + "  cors: {allowedOrigins: [\"https://a.example.com,https://b.example.com\"]}\n", "an origin is scheme://host[:port]"},
+		{"origin with a path", clusterHead + "  cors: {allowedOrigins: [\"https://app.example.com/ui\"]}\n", "an origin is http(s)://host[:port]"},
+		{"origin with a trailing slash", clusterHead + "  cors: {allowedOrigins: [\"https://app.example.com/\"]}\n", "an origin is http(s)://host[:port]"},
+		{"origin without a scheme", clusterHead + "  cors: {allowedOrigins: [app.example.com]}\n", "an origin is http(s)://host[:port]"},
+		{"origin of another scheme", clusterHead + "  cors: {allowedOrigins: [\"capacitor://localhost\"]}\n", "an origin is http(s)://host[:port]"},
+		{"origin in capitals", clusterHead + "  cors: {allowedOrigins: [\"https://App.example.com\"]}\n", "an origin is http(s)://host[:port]"},
+		{"wildcard subdomain", clusterHead + "  cors: {allowedOrigins: [\"https://*.example.com\"]}\n", "an origin is http(s)://host[:port]"},
+		{"two origins in one", clusterHead + "  cors: {allowedOrigins: [\"https://a.example.com,https://b.example.com\"]}\n", "an origin is http(s)://host[:port]"},
 		{"star among others", clusterHead + "  cors: {allowedOrigins: [\"*\", \"https://app.example.com\"]}\n", "it must be the only entry"},
 		{"origin twice", clusterHead + "  cors: {allowedOrigins: [\"https://app.example.com\", \"https://app.example.com\"]}\n", "Duplicate value"},
 		{"clusterRef namespace not a name", streamHead + "  clusterRef: {name: demo, namespace: Picomq_System}\n", "spec.clusterRef.namespace in body should match"},

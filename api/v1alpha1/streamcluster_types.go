@@ -319,14 +319,14 @@ type AllowedNamespaces struct {
 // CORSSpec is the brokers' cross-origin policy.
 type CORSSpec struct {
 	// AllowedOrigins are the origins allowed to call the brokers from a
-	// browser: each scheme://host[:port], lowercase as browsers send it,
+	// browser: each http(s)://host[:port], lowercase as browsers send it,
 	// with no path (https://app.example.com), or the single value "*" for
-	// any origin. Empty: the broker's default; with spec.auth set, it
-	// refuses cross-origin requests. The brokers read the list at start,
-	// so changing it rolls them.
+	// any origin. Others are refused (403 ORIGIN_NOT_ALLOWED). Empty: every
+	// origin while the brokers check no token, none with spec.auth set.
+	// The brokers read the list at start, so changing it rolls them.
 	// +kubebuilder:validation:MaxItems=64
 	// +kubebuilder:validation:items:MaxLength=300
-	// +kubebuilder:validation:items:XValidation:rule="self == '*' || self.matches('^[a-z][a-z0-9+.-]*://([a-z0-9]([a-z0-9-]*[a-z0-9])?([.][a-z0-9]([a-z0-9-]*[a-z0-9])?)*|[[][0-9a-f:.]+[]])(:[0-9]{1,5})?$')",message="an origin is scheme://host[:port], lowercase, with no path, query or trailing slash (https://app.example.com), or '*'"
+	// +kubebuilder:validation:items:XValidation:rule="self == '*' || self.matches('^https?://([a-z0-9]([a-z0-9-]*[a-z0-9])?([.][a-z0-9]([a-z0-9-]*[a-z0-9])?)*|[[][0-9a-f:.]+[]])(:[0-9]{1,5})?$')",message="an origin is http(s)://host[:port], lowercase, with no path, query or trailing slash (https://app.example.com), or '*'"
 	// +kubebuilder:validation:XValidation:rule="!self.exists(o, o == '*') || size(self) == 1",message="'*' admits every origin: it must be the only entry"
 	// +listType=set
 	// +optional
