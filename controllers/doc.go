@@ -26,6 +26,15 @@
 // deletionPolicy (a Warning event says so): a namespace the cluster does
 // not admit may not delete what the cluster holds.
 //
+// A broker stream is kept by one Stream. A name on the broker defaults to
+// metadata.name, unique in a namespace only, so Streams "orders" of two
+// namespaces name the same broker stream: the one that applied its spec
+// to it first (else the oldest) keeps it, and the others are Ready False,
+// reason Conflict, asking nothing of the brokers and deleting nothing
+// when deleted, until the keeper goes (stream_keeper.go). Give Streams of
+// other namespaces a spec.name under a prefix of their own
+// (shop/orders): tokens can then be limited to it too.
+//
 // Deletion works across namespaces as beside the cluster: the finalizer
 // deletes or retains the broker stream as deletionPolicy says, and a
 // Stream whose cluster is gone (or going, its brokers silent) is released

@@ -111,6 +111,13 @@ func (r *StreamReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 	case denied != "":
 		return r.finish(ctx, &s, nil, jitter(r.Options.ResyncPeriod), withReady(namespaceNotAllowed(&s, denied)))
 	}
+	// Another Stream keeps this broker stream (stream_keeper.go).
+	switch k, err := r.keeper(ctx, &s, &cluster); {
+	case err != nil:
+		return ctrl.Result{}, err
+	case keptByAnother(&s, k):
+		return r.finish(ctx, &s, nil, jitter(r.Options.ResyncPeriod), withReady(conflict(nameTaken(&s, k))))
+	}
 
 	out := r.sync(ctx, &s, &cluster)
 	r.actionEvents(&s, out)
@@ -183,7 +190,7 @@ func (r *StreamReconciler) detach(ctx context.Context, s *streamsv1alpha1.Stream
 }
 
 // SetupWithManager registers the controller and the indexes of Streams by
-// cluster and by the namespace whose labels admit them.
+// cluster, by broker stream and by the namespace whose labels admit them.
 func (r *StreamReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) error {
 	r.Options = r.Options.withDefaults()
 	if r.Client == nil {
@@ -204,6 +211,11 @@ func (r *StreamReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manage
 	}); err != nil {
 		return err
 	}
+	if err := mgr.GetFieldIndexer().IndexField(ctx, &streamsv1alpha1.Stream{}, brokerNameIndex, func(o client.Object) []string {
+		return []string{brokerNameIndexValue(o.(*streamsv1alpha1.Stream))}
+	}); err != nil {
+		return err
+	}
 	if err := mgr.GetFieldIndexer().IndexField(ctx, &streamsv1alpha1.Stream{}, crossNamespaceIndex, func(o client.Object) []string {
 		if s := o.(*streamsv1alpha1.Stream); crossNamespace(s) {
 			return []string{s.Namespace}
@@ -216,6 +228,10 @@ func (r *StreamReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manage
 		Named("stream").
 		For(&streamsv1alpha1.Stream{}, builder.WithPredicates(predicate.Or(
 			predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}))).
+		// A Stream that stops keeping its broker stream hands it to the
+		// next Stream naming it.
+		Watches(&streamsv1alpha1.Stream{}, handler.EnqueueRequestsFromMapFunc(r.streamsOfBrokerName),
+			builder.WithPredicates(keeperMayChange{})).
 		Watches(&streamsv1alpha1.StreamCluster{}, handler.EnqueueRequestsFromMapFunc(r.streamsOfCluster),
 			builder.WithPredicates(clusterAvailabilityChanged{})).
 		// Namespaces are cluster-scoped: cached whatever namespaces the

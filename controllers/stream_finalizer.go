@@ -87,6 +87,13 @@ func (r *StreamReconciler) finalize(ctx context.Context, s *streamsv1alpha1.Stre
 	case denied != "":
 		return drop(eventWarning, streamsv1alpha1.ReasonNamespaceNotAllowed, "%s: stream %s was left on the brokers", denied, name)
 	}
+	// Nor does a Stream whose broker stream another one keeps.
+	switch k, err := r.keeper(ctx, s, &c); {
+	case err != nil:
+		return ctrl.Result{}, err
+	case keptByAnother(s, k):
+		return drop(eventNormal, "Retained", "stream %s is kept by Stream %s/%s: left on cluster %s", name, k.Namespace, k.Name, clusterRefString(s))
+	}
 	endpoint := adminEndpoint(s, &c)
 	admin, err := r.streamAdmin(ctx, endpoint, &c)
 	if err == nil {

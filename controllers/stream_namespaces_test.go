@@ -347,3 +347,60 @@ func TestStreamClusterInAnUnwatchedNamespace(t *testing.T) {
 	waitGone(t, app, "lost")
 	h.expectEvents("lost", "ClusterNotWatched", eventWarning, 1)
 }
+
+// metadata.name is unique in a namespace only: Streams "orders" of two
+// namespaces name one broker stream. The first keeps it; the second is a
+// Conflict that asks nothing of the broker and deletes nothing; once the
+// first is deleted, the second takes it over.
+func TestStreamOneBrokerStreamOneStream(t *testing.T) {
+	needsEnvtest(t)
+	b := shared(t)
+	home, shop, billing := newNamespace(t), newNamespace(t), newNamespace(t)
+	h := startManagerOver(t, Options{}, home, shop, billing)
+	newCluster(t, home, "demo", admitting(streamsv1alpha1.NamespacesFromAll, nil))
+	name := "orders-" + home // the default broker name: unique to this test
+	defaultName := func(retainBytes int64) func(*streamsv1alpha1.Stream) {
+		return func(s *streamsv1alpha1.Stream) {
+			inCluster(home)(s)
+			s.Spec.Name = ""
+			s.Spec.RetainBytes = retainBytes
+		}
+	}
+	newStream(t, shop, name, b.URL, defaultName(1<<30))
+	waitReady(t, shop, name, metav1.ConditionTrue, streamsv1alpha1.ReasonCreated)
+	newStream(t, billing, name, b.URL, defaultName(1<<20))
+	s := waitReady(t, billing, name, metav1.ConditionFalse, streamsv1alpha1.ReasonConflict)
+	if msg := readyMessage(s); !containsAll(msg, "kept by Stream "+shop+"/"+name) {
+		t.Errorf("Conflict message = %q: it must name the Stream that keeps the broker stream", msg)
+	}
+	bc := brokerClient(t, b.URL)
+	consistently(t, time.Second, func() error {
+		info, err := bc.GetStream(context.Background(), name)
+		if err != nil || info.Policy.RetainBytes != 1<<30 {
+			return fmt.Errorf("the second Stream reached the broker stream: %+v, %v", info.Policy, err)
+		}
+		return nil
+	})
+
+	// Deleting the second (deletionPolicy Delete) deletes nothing.
+	if err := k8s.Delete(context.Background(), getStream(t, billing, name)); err != nil {
+		t.Fatal(err)
+	}
+	waitGone(t, billing, name)
+	if !onBroker(t, b.URL, name) {
+		t.Fatalf("deleting a Stream that did not keep the broker stream deleted it")
+	}
+	h.expectEvents(name, "Retained", eventNormal, 1)
+
+	// Deleting the first deletes it, and a second waiting takes it over.
+	newStream(t, billing, name, b.URL, defaultName(1<<20))
+	waitReady(t, billing, name, metav1.ConditionFalse, streamsv1alpha1.ReasonConflict)
+	if err := k8s.Delete(context.Background(), getStream(t, shop, name)); err != nil {
+		t.Fatal(err)
+	}
+	waitGone(t, shop, name)
+	waitReady(t, billing, name, metav1.ConditionTrue, streamsv1alpha1.ReasonCreated)
+	if info, err := bc.GetStream(context.Background(), name); err != nil || info.Policy.RetainBytes != 1<<20 {
+		t.Errorf("taken over: broker stream %+v, %v, want the second Stream's policy", info.Policy, err)
+	}
+}

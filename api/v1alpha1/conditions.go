@@ -272,8 +272,11 @@ const (
 	ReasonBrokerError = "BrokerError"
 	// ReasonConflict (Ready=False): the broker's stream cannot become what
 	// the spec asks without losing data (another content type, fewer
-	// partitions, another lifetime). Not retried until something changes.
-	// Degraded.
+	// partitions, another lifetime), or another Stream (in this namespace
+	// or another: the one that kept it first, else the oldest) keeps the
+	// same broker stream on the cluster: the operator then asks nothing of
+	// the brokers for this one, and deleting it deletes nothing. Not
+	// retried until something changes. Degraded.
 	ReasonConflict = "Conflict"
 	// ReasonUnmanaged (Ready=Unknown): the streams.picomq.io/managed
 	// annotation is "false"; the operator leaves the broker's stream alone.
