@@ -18,7 +18,11 @@ import (
 // owns and for the broker pods, to the objects it labelled, so that the
 // manager does not cache every ConfigMap, Service, Role or Pod of the
 // cluster. Secrets are not cached at all: the controller watches their
-// metadata only and reads the few it needs from the apiserver.
+// metadata only and reads the few it needs from the apiserver. Namespaces
+// are cluster-scoped, so the namespace list does not limit them: their
+// metadata is cached whole, for the labels that admit Streams to a
+// cluster of another namespace. A Stream and its cluster in two namespaces
+// need both in the list.
 func CacheOptions(namespaces []string) cache.Options {
 	owned := cache.ByObject{Label: labels.SelectorFromSet(labels.Set{resources.LabelManagedBy: resources.ManagedByValue})}
 	opts := cache.Options{ByObject: map[client.Object]cache.ByObject{
