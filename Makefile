@@ -88,6 +88,7 @@ conformance-cluster: $(CONFORMANCE_DEPS) ## Run the conformance suite through a 
 # CI=true or PICOMQ_REQUIRE_BROWSER=1, where it fails.
 .PHONY: browser-test
 browser-test: $(CONFORMANCE_DEPS) ## Run the browser test alone (headless Chromium, the npm client, a TLS broker).
+	hack/chromium.sh install
 	go test -count=1 -v ./test/browser
 
 # The SQL engine's PostgreSQL tests run against a throwaway server
@@ -107,6 +108,7 @@ fuzz: ## Run each fuzz target for FUZZTIME (default 1m).
 
 .PHONY: test
 test: manifests generate verify-fmt vet fuzz-brief conformance conformance-cluster ## Run every test (the README's test command).
+	hack/chromium.sh install
 	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" PICOMQ_CONTROLPLANE_ASSETS="$(CONTROLPLANE_ASSETS)" hack/postgres.sh run -- go test $(GO_TEST_FLAGS) ./...
 	$(MAKE) e2e
 
