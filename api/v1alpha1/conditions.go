@@ -20,7 +20,8 @@ package v1alpha1
 //   - Degraded: Degraded=True. The operator cannot do what the spec asks
 //     without a person: the reason says why (ClusterIDMismatch,
 //     MemberRemoved, InvalidSpec, TLSSecretNotFound, TLSSecretInvalid,
-//     AuthSecretNotFound, ReservedTokenName, ApplyFailed, BrokersFailing,
+//     AuthSecretNotFound, ReservedTokenName, URLSigningSecretNotFound,
+//     URLSigningSecretInvalid, ApplyFailed, BrokersFailing,
 //     ScaleDownBlocked, StorageChangeNotApplied) and the message what to
 //     do.
 //   - Unknown: Ready=Unknown with reason BrokerUnreachable: the pods are
@@ -71,6 +72,19 @@ package v1alpha1
 //     broker's stream changes.
 //   - Unknown (or Suspended): Ready=Unknown with reason Unmanaged (the
 //     streams.picomq.io/managed: "false" annotation).
+//
+// # StreamAccess
+//
+// A StreamAccess has one condition, Ready.
+//
+//   - Healthy: Ready=True, reason Accepted: the token is in the cluster's
+//     access Secret (the brokers accept it once their volume syncs) and
+//     the StreamAccess's Secret is written.
+//   - Degraded: Ready=False with reason ClusterNotFound,
+//     NamespaceNotAllowed, AuthNotEnabled, TokenSecretNotFound,
+//     TokenInvalid, SecretConflict or InvalidSpec: the brokers hold no
+//     token for it (one they held is removed) until the spec, the
+//     cluster, the namespace's labels or the Secret named changes.
 
 // Condition types.
 const (
@@ -227,6 +241,17 @@ const (
 	// operator's token replaces it in the brokers' token directory, so
 	// that token does not work. Degraded until the key is renamed.
 	ReasonReservedTokenName = "ReservedTokenName"
+	// ReasonURLSigningSecretNotFound (Degraded=True): spec.auth.urlSigning
+	// names a Secret that does not exist; the broker pods cannot start
+	// (their volume waits for it). Degraded until it exists.
+	ReasonURLSigningSecretNotFound = "URLSigningSecretNotFound"
+	// ReasonURLSigningSecretInvalid (Degraded=True): the spec.auth.urlSigning
+	// Secret holds no key, a key whose name is not a key id (letters,
+	// digits, '.', '_', '-', 64 at most, not starting with '.') or a value
+	// shorter than 32 bytes: the brokers skip such a key, so URLs it would
+	// sign or verify fail. The message names the Secret and the key.
+	// Degraded until it is fixed.
+	ReasonURLSigningSecretInvalid = "URLSigningSecretInvalid"
 	// ReasonApplyFailed (Degraded=True): applying a child object failed
 	// (refused by the apiserver or an admission webhook); retried with
 	// backoff. Degraded.
@@ -298,4 +323,32 @@ const (
 	// broker deleted it; not recreated until the spec changes. Degraded (or
 	// expected: delete the resource).
 	ReasonExpired = "Expired"
+)
+
+// Reasons of a StreamAccess's Ready condition (with ClusterNotFound,
+// NamespaceNotAllowed and InvalidSpec above).
+const (
+	// ReasonAccepted (Ready=True): the cluster admits the StreamAccess's
+	// namespace and its token is in the cluster's access Secret
+	// (<cluster>-access-tokens), which the brokers' token directory
+	// projects. Healthy.
+	ReasonAccepted = "Accepted"
+	// ReasonAuthNotEnabled (Ready=False): the cluster has no spec.auth,
+	// so its brokers check no token (every request is allowed). No token
+	// is granted until spec.auth is set. Degraded.
+	ReasonAuthNotEnabled = "AuthNotEnabled"
+	// ReasonTokenSecretNotFound (Ready=False): spec.tokenFrom names a
+	// Secret that does not exist; the brokers hold no token for this
+	// StreamAccess until it does. Degraded.
+	ReasonTokenSecretNotFound = "TokenSecretNotFound"
+	// ReasonTokenInvalid (Ready=False): the spec.tokenFrom Secret lacks the
+	// key, or its value is not a token the brokers accept (16 to 4096
+	// bytes, no white space, ':' or ','). The message never quotes it.
+	// Degraded until it is fixed.
+	ReasonTokenInvalid = "TokenInvalid"
+	// ReasonSecretConflict (Ready=False): the Secret the StreamAccess
+	// would write (spec.secretName) exists and is not one the operator
+	// wrote for it. The operator leaves it alone and grants nothing until
+	// it is renamed or deleted. Degraded.
+	ReasonSecretConflict = "SecretConflict"
 )

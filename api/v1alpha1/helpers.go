@@ -223,3 +223,36 @@ func (a *AuthSpec) EffectiveMetrics() MetricsAuth {
 	}
 	return a.Metrics
 }
+
+// ClusterNamespace is the namespace of the StreamAccess's StreamCluster:
+// spec.clusterRef.namespace, or its own when that is empty.
+func (a *StreamAccess) ClusterNamespace() string {
+	if a.Spec.ClusterRef.Namespace != "" {
+		return a.Spec.ClusterRef.Namespace
+	}
+	return a.Namespace
+}
+
+// EffectiveSecretName is spec.secretName, or metadata.name when that is
+// empty.
+func (a *StreamAccess) EffectiveSecretName() string {
+	if a.Spec.SecretName != "" {
+		return a.Spec.SecretName
+	}
+	return a.Name
+}
+
+// ValidatePrefix reports why p cannot be a token's or an anonymous read
+// prefix, or nil: the CRD's rule (and the broker's auth.CheckPrefix),
+// repeated for objects that did not come through the apiserver. A stream
+// name, with or without a trailing '/'.
+func ValidatePrefix(p string) error {
+	name := strings.TrimSuffix(p, "/")
+	if name == "" {
+		return fmt.Errorf("prefix %q: want a stream name, or one ending in '/' for the names under it", p)
+	}
+	if err := ValidateStreamName(name); err != nil {
+		return fmt.Errorf("prefix %q: %w", p, err)
+	}
+	return nil
+}

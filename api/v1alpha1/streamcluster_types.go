@@ -258,6 +258,40 @@ type AuthSpec struct {
 	// +kubebuilder:default=Open
 	// +optional
 	Metrics MetricsAuth `json:"metrics,omitempty"`
+
+	// AnonymousReadPrefixes are streams anyone may read (GET and HEAD,
+	// live tails included) without a token: public fan-out through a CDN.
+	// Each is a stream name ending in '/' (the names under it) or not
+	// (that one stream). Writes and everything else still need a token.
+	// The brokers read the list at start, so changing it rolls them.
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:items:MinLength=1
+	// +kubebuilder:validation:items:MaxLength=256
+	// +kubebuilder:validation:items:Pattern=`^[a-zA-Z0-9._-]+(/[a-zA-Z0-9._-]+)*/?$`
+	// +kubebuilder:validation:items:XValidation:rule="!self.split('/').exists(s, s == '.' || s == '..')",message="prefix segments '.' and '..' are not allowed"
+	// +kubebuilder:validation:items:XValidation:rule="self.endsWith('/') || size(self) <= 255",message="a prefix names a stream: 255 characters at most, before its trailing '/'"
+	// +listType=set
+	// +optional
+	AnonymousReadPrefixes []string `json:"anonymousReadPrefixes,omitempty"`
+
+	// URLSigning gives the brokers the keys that sign and verify read
+	// URLs (POST /v1/sign, picomq sign).
+	// +optional
+	URLSigning *URLSigningSpec `json:"urlSigning,omitempty"`
+}
+
+// URLSigningSpec names the keys of signed read URLs.
+type URLSigningSpec struct {
+	// SecretName is a Secret in the cluster's namespace with one key per
+	// signing key: the Secret key is the key's id (letters, digits, '.',
+	// '_', '-'; 64 at most; not starting with '.'), the value the key, 32
+	// bytes or more. Every key verifies; the last by id signs. Mounted on
+	// every broker and re-read as it changes: rotate by adding a key whose
+	// id sorts last, then removing the old one once the URLs it signed
+	// have expired.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	SecretName string `json:"secretName"`
 }
 
 // NetworkPolicySpec selects who may reach the brokers.
