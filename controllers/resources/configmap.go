@@ -44,6 +44,11 @@ const (
 	EnvAuthTokensDir       = "PICOMQ_AUTH_TOKENS_DIR"
 	EnvMetricsAuth         = "PICOMQ_METRICS_AUTH"         // open or token
 	EnvCORSAllowedOrigins  = "PICOMQ_CORS_ALLOWED_ORIGINS" // comma-separated origins, or *
+	// EnvAnonymousReadPrefixes: comma-separated prefixes readable without a
+	// token (spec.auth.anonymousReadPrefixes).
+	EnvAnonymousReadPrefixes = "PICOMQ_ANONYMOUS_READ_PREFIXES"
+	// EnvURLSigningKeysDir: the mounted spec.auth.urlSigning Secret.
+	EnvURLSigningKeysDir = "PICOMQ_URL_SIGNING_KEYS_DIR"
 )
 
 // ConfigMap renders the broker configuration of c. Only what changes the
@@ -111,6 +116,17 @@ func ConfigMap(c *streamsv1alpha1.StreamCluster) (*corev1.ConfigMap, error) {
 		data[EnvMetricsAuth] = "open"
 		if s.Auth.EffectiveMetrics() == streamsv1alpha1.MetricsAuthToken {
 			data[EnvMetricsAuth] = "token"
+		}
+		for _, p := range s.Auth.AnonymousReadPrefixes {
+			if err := streamsv1alpha1.ValidatePrefix(p); err != nil {
+				return nil, fmt.Errorf("auth.anonymousReadPrefixes: %w", err)
+			}
+		}
+		if prefixes := anonymousReadPrefixes(s.Auth); prefixes != "" {
+			data[EnvAnonymousReadPrefixes] = prefixes
+		}
+		if s.Auth.URLSigning != nil {
+			data[EnvURLSigningKeysDir] = URLSigningMountPath
 		}
 	}
 	if origins := corsAllowedOrigins(s.CORS); origins != "" {

@@ -794,12 +794,16 @@ func TestStatefulSetTLSAndAuth(t *testing.T) {
 	}
 	// One projected volume: the user's tokens whole (tokens added later
 	// reach the brokers without a restart), then the operator's token
-	// alone, last so that it wins a clash of names.
+	// alone and the StreamAccesses' tokens whole and optional, after the
+	// user's so that they win a clash of names.
 	auth := vols[AuthVolumeName].Projected
-	if auth == nil || len(auth.Sources) != 2 {
-		t.Fatalf("auth volume %+v: want one projected volume of two Secrets", vols[AuthVolumeName])
+	if auth == nil || len(auth.Sources) != 3 {
+		t.Fatalf("auth volume %+v: want one projected volume of three Secrets", vols[AuthVolumeName])
 	}
-	user, op := auth.Sources[0].Secret, auth.Sources[1].Secret
+	user, op, acc := auth.Sources[0].Secret, auth.Sources[1].Secret, auth.Sources[2].Secret
+	if acc == nil || acc.Name != "demo-access-tokens" || len(acc.Items) != 0 || !ptr.Deref(acc.Optional, false) {
+		t.Errorf("access source %+v: want the whole access Secret, optional (an absent one must not block a pod)", acc)
+	}
 	if user == nil || user.Name != "tokens" || len(user.Items) != 0 || ptr.Deref(user.Optional, false) {
 		t.Errorf("user source %+v: want the whole Secret, required", user)
 	}

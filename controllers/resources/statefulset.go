@@ -233,6 +233,9 @@ func container(c *streamsv1alpha1.StreamCluster, p StatefulSetParams) corev1.Con
 	}
 	if c.Spec.Auth != nil {
 		mounts = append(mounts, corev1.VolumeMount{Name: AuthVolumeName, MountPath: AuthMountPath, ReadOnly: true})
+		if c.Spec.Auth.URLSigning != nil {
+			mounts = append(mounts, corev1.VolumeMount{Name: URLSigningVolumeName, MountPath: URLSigningMountPath, ReadOnly: true})
+		}
 	}
 	ctr := corev1.Container{
 		Name:    ContainerName,
@@ -304,6 +307,15 @@ func volumes(c *streamsv1alpha1.StreamCluster) []corev1.Volume {
 	}
 	if c.Spec.Auth != nil {
 		vs = append(vs, authVolume(c))
+		if u := c.Spec.Auth.URLSigning; u != nil {
+			// Whole and required: the brokers re-read the directory as
+			// keys are added and removed (rotation), and a missing Secret
+			// is reported (URLSigningSecretNotFound) rather than started
+			// without keys.
+			vs = append(vs, corev1.Volume{Name: URLSigningVolumeName, VolumeSource: corev1.VolumeSource{
+				Secret: &corev1.SecretVolumeSource{SecretName: u.SecretName, DefaultMode: ptr.To[int32](0o440)},
+			}})
+		}
 	}
 	return vs
 }

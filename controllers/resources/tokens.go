@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/utils/ptr"
 
 	streamsv1alpha1 "github.com/picomq/picomq/api/v1alpha1"
 )
@@ -88,12 +89,16 @@ func ReservedTokenNames(c *streamsv1alpha1.StreamCluster) []string {
 	return []string{OperatorTokenKey}
 }
 
-// authVolume is the brokers' token directory: the user's auth Secret and
-// the operator's token files in one projected volume. The operator's
-// Secret comes last: where both have a key, the kubelet writes the later
-// one, so the operator's token is the one the brokers hold (and the user's
-// is reported, ReservedTokenName). The user's Secret is projected whole,
-// so that tokens added to it reach the brokers without a restart.
+// authVolume is the brokers' token directory: the user's auth Secret, the
+// operator's token files and the cluster's access Secret (the
+// StreamAccesses' tokens) in one projected volume. The user's Secret comes
+// first: where two have a key, the kubelet writes the later one, so the
+// operator's token and a StreamAccess's are the ones the brokers hold (and
+// the user's is reported, ReservedTokenName). The user's Secret and the
+// access Secret are projected whole, so that tokens added to them reach
+// the brokers without a restart. The access Secret is optional: it exists
+// once a StreamAccess is accepted, and its absence must never keep a pod
+// from starting.
 func authVolume(c *streamsv1alpha1.StreamCluster) corev1.Volume {
 	items := []corev1.KeyToPath{{Key: OperatorTokenKey, Path: OperatorTokenKey}}
 	if MetricsTokenProjected(c) {
@@ -105,6 +110,7 @@ func authVolume(c *streamsv1alpha1.StreamCluster) corev1.Volume {
 		Sources: []corev1.VolumeProjection{
 			{Secret: &corev1.SecretProjection{LocalObjectReference: corev1.LocalObjectReference{Name: c.Spec.Auth.SecretName}}},
 			{Secret: &corev1.SecretProjection{LocalObjectReference: corev1.LocalObjectReference{Name: OperatorTokenSecretName(c)}, Items: items}},
+			{Secret: &corev1.SecretProjection{LocalObjectReference: corev1.LocalObjectReference{Name: AccessTokensSecretName(c)}, Optional: ptr.To(true)}},
 		},
 	}}}
 }
