@@ -47,29 +47,36 @@ func clusterRefString(s *streamsv1alpha1.Stream) string {
 // not one c's allowedNamespaces admits. The namespace's labels are read
 // (from the cache, metadata only) only when the rule is a selector.
 func (r *StreamReconciler) admission(ctx context.Context, s *streamsv1alpha1.Stream, c *streamsv1alpha1.StreamCluster) (string, error) {
+	return admissionOf(ctx, r.Client, "Streams", s.Namespace, c)
+}
+
+// admissionOf says why c does not admit objects of kind (plural, for the
+// message) from namespace ns ("" when it does), as admission does for a
+// Stream; a StreamAccess is admitted by the same rule.
+func admissionOf(ctx context.Context, cl client.Reader, kind, ns string, c *streamsv1alpha1.StreamCluster) (string, error) {
 	rule := &c.Spec.AllowedNamespaces
 	var nsLabels map[string]string
-	if crossNamespace(s) && rule.EffectiveFrom() == streamsv1alpha1.NamespacesFromSelector {
+	if ns != c.Namespace && rule.EffectiveFrom() == streamsv1alpha1.NamespacesFromSelector {
 		var err error
-		if nsLabels, err = r.namespaceLabels(ctx, s.Namespace); err != nil {
+		if nsLabels, err = namespaceLabels(ctx, cl, ns); err != nil {
 			return "", err
 		}
 	}
-	ok, err := rule.Admits(c.Namespace, s.Namespace, nsLabels)
+	ok, err := rule.Admits(c.Namespace, ns, nsLabels)
 	switch {
 	case ok:
 		return "", nil
 	case err != nil:
 		return fmt.Sprintf("StreamCluster %s/%s admits no other namespace: %v", c.Namespace, c.Name, err), nil
 	}
-	return fmt.Sprintf("StreamCluster %s/%s does not admit Streams from namespace %s (spec.allowedNamespaces %s)",
-		c.Namespace, c.Name, s.Namespace, rule), nil
+	return fmt.Sprintf("StreamCluster %s/%s does not admit %s from namespace %s (spec.allowedNamespaces %s)",
+		c.Namespace, c.Name, kind, ns, rule), nil
 }
 
 // namespaceLabels reads a namespace's labels; a namespace gone has none.
-func (r *StreamReconciler) namespaceLabels(ctx context.Context, name string) (map[string]string, error) {
+func namespaceLabels(ctx context.Context, cl client.Reader, name string) (map[string]string, error) {
 	ns := namespaceMetadata()
-	if err := r.Client.Get(ctx, client.ObjectKey{Name: name}, ns); err != nil {
+	if err := cl.Get(ctx, client.ObjectKey{Name: name}, ns); err != nil {
 		return nil, client.IgnoreNotFound(err)
 	}
 	return ns.Labels, nil

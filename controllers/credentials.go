@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -74,6 +75,26 @@ func checkSecrets(ctx context.Context, rd client.Reader, c *streamsv1alpha1.Stre
 				}
 			}
 		}
+		if s != nil && problem == nil {
+			problem, err = accessTokenClash(ctx, rd, c, s)
+			if err != nil {
+				return creds, nil, err
+			}
+		}
+		if u := a.URLSigning; u != nil && problem == nil {
+			ks, err := getSecret(ctx, rd, c.Namespace, u.SecretName)
+			switch {
+			case err != nil:
+				return creds, nil, err
+			case ks == nil:
+				problem = &secretProblem{streamsv1alpha1.ReasonURLSigningSecretNotFound, fmt.Sprintf(
+					"spec.auth.urlSigning.secretName: Secret %s/%s does not exist: the broker pods cannot start until it does (one key per signing key: the key's id, its value 32 bytes or more)", c.Namespace, u.SecretName)}
+			default:
+				if err := resources.ValidateURLSigningKeys(ks.Data); err != nil {
+					problem = &secretProblem{streamsv1alpha1.ReasonURLSigningSecretInvalid, fmt.Sprintf("spec.auth.urlSigning.secretName: Secret %s/%s: %v", c.Namespace, u.SecretName, err)}
+				}
+			}
+		}
 		op, err := getSecret(ctx, rd, c.Namespace, resources.OperatorTokenSecretName(c))
 		if err != nil {
 			return creds, nil, err
@@ -85,6 +106,25 @@ func checkSecrets(ctx context.Context, rd client.Reader, c *streamsv1alpha1.Stre
 		}
 	}
 	return creds, problem, nil
+}
+
+// accessTokenClash reports a key of the user's auth Secret that a
+// StreamAccess's token also has in the cluster's access Secret: the
+// access Secret is projected after it, so the user's token of that name
+// does not work.
+func accessTokenClash(ctx context.Context, rd client.Reader, c *streamsv1alpha1.StreamCluster, user *corev1.Secret) (*secretProblem, error) {
+	acc, err := getSecret(ctx, rd, c.Namespace, resources.AccessTokensSecretName(c))
+	if err != nil || acc == nil {
+		return nil, err
+	}
+	for _, k := range slices.Sorted(maps.Keys(user.Data)) {
+		if _, ok := acc.Data[k]; ok {
+			return &secretProblem{streamsv1alpha1.ReasonReservedTokenName, fmt.Sprintf(
+				"spec.auth.secretName: Secret %s/%s has a key %s, the name of a StreamAccess's token (Secret %s): the brokers hold that StreamAccess's token under that name, not this one; rename the key",
+				c.Namespace, c.Spec.Auth.SecretName, k, resources.AccessTokensSecretName(c))}, nil
+		}
+	}
+	return nil, nil
 }
 
 // getSecret reads a Secret, nil when it does not exist.
@@ -201,7 +241,8 @@ func newToken() (string, error) {
 }
 
 // clustersOfSecret maps a Secret to the clusters of its namespace that name
-// it (spec.tls, spec.auth) or own it (the operator's token).
+// it (spec.tls, spec.auth, spec.auth.urlSigning) or own it (the operator's
+// token, the access Secret).
 func clustersOfSecret(cl client.Reader) func(context.Context, client.Object) []reconcile.Request {
 	return func(ctx context.Context, o client.Object) []reconcile.Request {
 		var list streamsv1alpha1.StreamClusterList
@@ -215,8 +256,11 @@ func clustersOfSecret(cl client.Reader) func(context.Context, client.Object) []r
 			if c.Spec.TLS != nil {
 				names = append(names, c.Spec.TLS.SecretName)
 			}
-			if c.Spec.Auth != nil {
-				names = append(names, c.Spec.Auth.SecretName)
+			if a := c.Spec.Auth; a != nil {
+				names = append(names, a.SecretName, resources.AccessTokensSecretName(c))
+				if a.URLSigning != nil {
+					names = append(names, a.URLSigning.SecretName)
+				}
 			}
 			if slices.Contains(names, o.GetName()) {
 				out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(c)})

@@ -1,4 +1,5 @@
-// Package controllers reconciles StreamCluster and Stream resources.
+// Package controllers reconciles StreamCluster, Stream and StreamAccess
+// resources.
 //
 // # Streams in other namespaces
 //
@@ -48,15 +49,63 @@
 // StreamCluster's children are in its namespace, and the record has no
 // owner.
 //
+// # Access as a resource
+//
+// A StreamAccess, in the application's namespace, asks a StreamCluster
+// (spec.clusterRef, admitted by its allowedNamespaces as a Stream is) for
+// a bearer token limited to spec.scopes (read, write; never admin) on the
+// streams under spec.prefixes: every scope on every prefix, rendered as a
+// token file's scope items ("read:shop/,write:shop/"). The cluster must
+// have spec.auth (otherwise Ready False, AuthNotEnabled: its brokers
+// check no token).
+//
+// Two Secrets hold the token (streamaccess_controller.go):
+//
+//   - <cluster>-access-tokens, in the cluster's namespace, owned by the
+//     StreamCluster: one key per StreamAccess, access.<namespace>.<name>,
+//     whose value is "<items>:<token>". The brokers' token directory
+//     projects it whole (optional, so that its absence never keeps a pod
+//     from starting): adding the projection rolled the brokers once, and
+//     keys added or removed since reach them with the kubelet's Secret
+//     sync (a minute or so), then the brokers' one-second re-read. Each
+//     StreamAccess writes its own key with a merge patch of that key
+//     alone. It goes with the cluster.
+//   - spec.secretName (default metadata.name), in the StreamAccess's
+//     namespace, owned by it: token, scopes, url and, with TLS, ca.crt. A
+//     Secret of that name that is not the StreamAccess's is left alone
+//     (Ready False, SecretConflict).
+//
+// The token is minted once (32 random bytes, hex) and kept: the
+// application's Secret holds it, and the access Secret's key brings it
+// back if that Secret is deleted by hand. The annotation
+// streams.picomq.io/rotate-token, set to a value other than
+// status.rotateToken, mints a new one: the Secret is written first, then
+// the key, so the old token is refused once the brokers' volume syncs.
+// With spec.tokenFrom the token is the value of a Secret the user
+// manages (16 to 4096 bytes, no white space, ':' or ','): the operator
+// copies it into the access Secret whenever it changes and writes the
+// application's Secret without a token key; a missing Secret or a bad
+// value is Ready False (TokenSecretNotFound, TokenInvalid) and revokes
+// the token, as does every other refusal (NamespaceNotAllowed,
+// AuthNotEnabled, InvalidSpec): no token stays in force for a
+// StreamAccess that is not Ready.
+//
+// Deleting a StreamAccess removes its key (a finalizer) and, through the
+// owner reference, its Secret. Deleting the StreamCluster deletes the
+// access Secret with it; its StreamAccesses become Ready False,
+// ClusterNotFound, keep their Secrets (the token comes back if a cluster
+// of that name returns with spec.auth), and their finalizers never wait
+// on a cluster that is gone or going.
+//
 // # Permissions
 //
 // The RBAC markers below are the whole permission set of the operator;
 // `make manifests` renders them into config/rbac/role.yaml.
 package controllers
 
-// +kubebuilder:rbac:groups=streams.picomq.io,resources=streamclusters;streams,verbs=get;list;watch;update;patch
-// +kubebuilder:rbac:groups=streams.picomq.io,resources=streamclusters/status;streams/status,verbs=get;update;patch
-// +kubebuilder:rbac:groups=streams.picomq.io,resources=streamclusters/finalizers;streams/finalizers,verbs=update
+// +kubebuilder:rbac:groups=streams.picomq.io,resources=streamclusters;streams;streamaccesses,verbs=get;list;watch;update;patch
+// +kubebuilder:rbac:groups=streams.picomq.io,resources=streamclusters/status;streams/status;streamaccesses/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=streams.picomq.io,resources=streamclusters/finalizers;streams/finalizers;streamaccesses/finalizers,verbs=update
 // +kubebuilder:rbac:groups=apps,resources=statefulsets,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups="",resources=services;configmaps;serviceaccounts,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups="",resources=pods;persistentvolumeclaims,verbs=get;list;watch

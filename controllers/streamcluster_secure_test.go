@@ -95,8 +95,9 @@ func TestStreamClusterSecure(t *testing.T) {
 			auth = v.Projected
 		}
 	}
-	if auth == nil || len(auth.Sources) != 2 || auth.Sources[0].Secret.Name != "secure-tokens" || auth.Sources[1].Secret.Name != "secure-operator-token" {
-		t.Fatalf("auth volume %+v: want the user's tokens and the operator's, projected", auth)
+	if auth == nil || len(auth.Sources) != 3 || auth.Sources[0].Secret.Name != "secure-tokens" || auth.Sources[1].Secret.Name != "secure-operator-token" ||
+		auth.Sources[2].Secret.Name != "secure-access-tokens" {
+		t.Fatalf("auth volume %+v: want the user's tokens, the operator's and the StreamAccesses', projected", auth)
 	}
 	var cm corev1.ConfigMap
 	if err := get(t, ns, "secure-config", &cm); err != nil {
