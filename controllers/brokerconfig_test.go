@@ -145,6 +145,8 @@ func TestBrokerAcceptsWhatTheCRDAccepts(t *testing.T) {
 		// Browser origins: every form the CRD admits.
 		`{cors: {allowedOrigins: ["https://app.example.com", "http://localhost:3000", "http://[::1]:8080", "https://10.0.0.7"]}}`,
 		`{auth: {secretName: demo-tokens}, cors: {allowedOrigins: ["*"]}}`,
+		// Anonymous prefixes and URL signing: every prefix form.
+		`{auth: {secretName: demo-tokens, anonymousReadPrefixes: ["public/", "shop/feed", "a.b_c-d/e/", "x"], urlSigning: {secretName: demo-url-keys}}}`,
 	} {
 		c, err := admitCluster(t, ns, spec)
 		if err != nil {
@@ -189,6 +191,11 @@ func TestBrokerAcceptsWhatTheCRDAccepts(t *testing.T) {
 		// An origin as no page sends it, which the broker would normalize.
 		{`{cors: {allowedOrigins: ["https://App.example.com"]}}`, nil},
 		{`{cors: {allowedOrigins: ["https://app.example.com/"]}}`, nil},
+		// A prefix that is not a stream name.
+		{`{auth: {secretName: t, anonymousReadPrefixes: ["shop/../billing/"]}}`, map[string]string{"PICOMQ_AUTH_TOKENS_DIR": "/etc/picomq/auth", "PICOMQ_ANONYMOUS_READ_PREFIXES": "shop/../billing/"}},
+		{`{auth: {secretName: t, anonymousReadPrefixes: ["/"]}}`, map[string]string{"PICOMQ_AUTH_TOKENS_DIR": "/etc/picomq/auth", "PICOMQ_ANONYMOUS_READ_PREFIXES": "/"}},
+		{`{auth: {secretName: t, anonymousReadPrefixes: ["shop//x"]}}`, map[string]string{"PICOMQ_AUTH_TOKENS_DIR": "/etc/picomq/auth", "PICOMQ_ANONYMOUS_READ_PREFIXES": "shop//x"}},
+		{`{auth: {secretName: t, anonymousReadPrefixes: ["shop,billing/"]}}`, nil}, // the broker would read two prefixes
 	}
 	for _, tc := range invalid {
 		if _, err := admitCluster(t, ns, tc.spec); err == nil {
@@ -241,6 +248,19 @@ func TestBrokerAcceptsWhatTheCRDAccepts(t *testing.T) {
 			}
 			if _, err := desiredConfig(s); err != nil {
 				t.Errorf("sample %s: the broker would refuse its configuration: %v", filepath.Base(f), err)
+			}
+		case "StreamAccess":
+			a := &streamsv1alpha1.StreamAccess{}
+			if err := yaml.Unmarshal(raw, a); err != nil {
+				t.Fatal(err)
+			}
+			a.Namespace = ns
+			if err := k8s.Create(context.Background(), a, client.DryRunAll); err != nil {
+				t.Errorf("sample %s refused: %v", filepath.Base(f), err)
+				continue
+			}
+			if _, err := resources.AccessItems(a.Spec.Scopes, a.Spec.Prefixes); err != nil {
+				t.Errorf("sample %s: its scope items do not render: %v", filepath.Base(f), err)
 			}
 		default:
 			t.Errorf("sample %s: unexpected kind %s", filepath.Base(f), u.GetKind())

@@ -29,7 +29,7 @@ func printerColumns(t *testing.T, plural string) []apiextensionsv1.CustomResourc
 // that name prints a second NAME header.
 func TestPrinterColumnsHaveDistinctHeaders(t *testing.T) {
 	t.Parallel()
-	for _, plural := range []string{"streamclusters", "streams"} {
+	for _, plural := range []string{"streamclusters", "streams", "streamaccesses"} {
 		seen := map[string]bool{"NAME": true}
 		for _, c := range printerColumns(t, plural) {
 			h := strings.ToUpper(c.Name)
@@ -74,6 +74,25 @@ func TestStreamClusterWideColumnsShowTheCluster(t *testing.T) {
 	} {
 		if c := cols[name]; c.JSONPath != path || c.Priority != 1 {
 			t.Errorf("column %q = %q priority %d, want %s in -o wide", name, c.JSONPath, c.Priority, path)
+		}
+	}
+}
+
+// kubectl get streamaccess: the cluster, the scopes, the prefixes, Ready.
+func TestStreamAccessColumns(t *testing.T) {
+	t.Parallel()
+	paths := map[string]string{}
+	for _, c := range printerColumns(t, "streamaccesses") {
+		paths[c.Name] = c.JSONPath
+	}
+	for name, path := range map[string]string{
+		"Cluster":  ".spec.clusterRef.name",
+		"Scopes":   ".spec.scopes",
+		"Prefixes": ".spec.prefixes",
+		"Ready":    `.status.conditions[?(@.type=="Ready")].status`,
+	} {
+		if paths[name] != path {
+			t.Errorf("column %q = %q, want %s (columns %v)", name, paths[name], path, paths)
 		}
 	}
 }
