@@ -91,7 +91,9 @@
 // StreamAccess that is not Ready.
 //
 // Deleting a StreamAccess removes its key (a finalizer) and, through the
-// owner reference, its Secret. Deleting the StreamCluster deletes the
+// owner reference, its Secret. A key no StreamAccess naming the cluster
+// has (its finalizer removed by hand) is pruned at the cluster's next
+// reconcile, which a StreamAccess's deletion triggers. Deleting the StreamCluster deletes the
 // access Secret with it; its StreamAccesses become Ready False,
 // ClusterNotFound, keep their Secrets (the token comes back if a cluster
 // of that name returns with spec.auth), and their finalizers never wait

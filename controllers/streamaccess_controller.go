@@ -563,3 +563,65 @@ func (deletedOnly) Create(crevent.CreateEvent) bool   { return false }
 func (deletedOnly) Delete(crevent.DeleteEvent) bool   { return true }
 func (deletedOnly) Update(crevent.UpdateEvent) bool   { return false }
 func (deletedOnly) Generic(crevent.GenericEvent) bool { return false }
+
+// pruneAccessTokens removes from c's access Secret the keys of
+// StreamAccesses that no longer exist or name another cluster: one whose
+// finalizer was removed by hand, or that was deleted while no operator
+// ran its finalizer, must not leave a token in force. A key is kept when
+// the cache knows a StreamAccess naming c by that name; otherwise the
+// apiserver is asked (a StreamAccess created since the cache was filled
+// keeps its key), so steady state costs no request. The StreamCluster
+// controller calls it at every reconcile of a cluster with spec.auth (a
+// change of the access Secret is one).
+func pruneAccessTokens(ctx context.Context, cl client.Client, rd client.Reader, c *streamsv1alpha1.StreamCluster) (removed []string, err error) {
+	s, err := getSecret(ctx, rd, c.Namespace, resources.AccessTokensSecretName(c))
+	if err != nil || s == nil || !metav1.IsControlledBy(s, c) || len(s.Data) == 0 {
+		return nil, err
+	}
+	var list streamsv1alpha1.StreamAccessList
+	if err := cl.List(ctx, &list, client.MatchingFields{accessClusterIndex: clusterRefIndexValue(c.Namespace, c.Name)}); err != nil {
+		// No index (the StreamAccess controller is not set up): nothing
+		// is pruned rather than everything.
+		return nil, nil
+	}
+	known := make(map[string]bool, len(list.Items))
+	for i := range list.Items {
+		known[resources.AccessTokenName(list.Items[i].Namespace, list.Items[i].Name)] = true
+	}
+	for key := range s.Data {
+		if known[key] {
+			continue
+		}
+		ns, name, ok := strings.Cut(strings.TrimPrefix(key, resources.AccessTokenPrefix), ".")
+		if !ok || !strings.HasPrefix(key, resources.AccessTokenPrefix) {
+			continue // not a StreamAccess's key: left alone
+		}
+		var a streamsv1alpha1.StreamAccess
+		switch err := rd.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &a); {
+		case apierrors.IsNotFound(err):
+		case err != nil:
+			return removed, err
+		case accessClusterKey(&a) != client.ObjectKeyFromObject(c):
+		default:
+			continue
+		}
+		body, err := json.Marshal(map[string]any{"data": map[string]any{key: nil}})
+		if err != nil {
+			return removed, err
+		}
+		if err := cl.Patch(ctx, s, client.RawPatch(types.MergePatchType, body)); err != nil {
+			return removed, client.IgnoreNotFound(err)
+		}
+		removed = append(removed, key)
+	}
+	return removed, nil
+}
+
+// clusterOfAccess maps a StreamAccess to the StreamCluster it names.
+func clusterOfAccess(_ context.Context, o client.Object) []ctrl.Request {
+	a, ok := o.(*streamsv1alpha1.StreamAccess)
+	if !ok {
+		return nil
+	}
+	return []ctrl.Request{{NamespacedName: accessClusterKey(a)}}
+}

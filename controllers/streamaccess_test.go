@@ -456,3 +456,36 @@ func TestStreamClusterURLSigningSecret(t *testing.T) {
 		return nil
 	})
 }
+
+// A StreamAccess deleted without its finalizer (removed by hand) leaves
+// no token: the cluster's reconcile prunes keys no StreamAccess has, and
+// leaves the others.
+func TestStreamAccessTokenOfAGoneStreamAccessIsPruned(t *testing.T) {
+	needsEnvtest(t)
+	home, app := newNamespace(t), newNamespace(t)
+	startManagerOver(t, Options{}, home, app)
+	newCluster(t, home, "demo", authCluster)
+	newAccess(t, app, "kept", home, nil)
+	newAccess(t, app, "forced", home, nil)
+	waitAccess(t, app, "kept", metav1.ConditionTrue, streamsv1alpha1.ReasonAccepted)
+	waitAccess(t, app, "forced", metav1.ConditionTrue, streamsv1alpha1.ReasonAccepted)
+	kept, forced := resources.AccessTokenName(app, "kept"), resources.AccessTokenName(app, "forced")
+	testwait.NoError(t, 15*time.Second, "", func() error {
+		if _, ok := accessKey(t, home, forced); !ok {
+			return fmt.Errorf("no key yet")
+		}
+		return nil
+	})
+	keptValue, _ := accessKey(t, home, kept)
+
+	// Stop the StreamAccess controller from seeing the deletion's
+	// finalizer: remove it by hand, then delete.
+	updateAccess(t, app, "forced", func(a *streamsv1alpha1.StreamAccess) { a.Finalizers = nil })
+	if err := k8s.Delete(context.Background(), getAccess(t, app, "forced")); err != nil {
+		t.Fatal(err)
+	}
+	waitAccessKey(t, home, forced, "")
+	if got, _ := accessKey(t, home, kept); got != keptValue {
+		t.Errorf("the pruning touched another StreamAccess's token")
+	}
+}

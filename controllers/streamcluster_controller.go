@@ -177,6 +177,18 @@ func (r *StreamClusterReconciler) Reconcile(ctx context.Context, req ctrl.Reques
 	if o.applyErr != nil {
 		return ctrl.Result{}, o.applyErr
 	}
+	// Tokens of StreamAccesses that are gone (a finalizer removed by
+	// hand): out of the brokers' token directory.
+	if !o.paused && c.Spec.Auth != nil {
+		removed, err := pruneAccessTokens(ctx, r.Client, r.APIReader, &c)
+		if err != nil {
+			return requeueOnConflict(err)
+		}
+		for _, key := range removed {
+			event(r.Recorder, &c, eventWarning, "TokenRevoked", "Prune",
+				"token %s removed from Secret %s: no StreamAccess naming this cluster has that name (deleted without its finalizer?)", key, resources.AccessTokensSecretName(&c))
+		}
+	}
 	// Streams deleted while a cluster of this name was gone: once a broker
 	// serves, they go (orphans.go).
 	if !o.paused && o.sts != nil && o.sts.Status.ReadyReplicas > 0 {
@@ -258,6 +270,9 @@ func (r *StreamClusterReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		// their metadata is watched: the manager holds no Secret's data.
 		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(clustersOfSecret(r.Client)), builder.OnlyMetadata).
 		Owns(&networkingv1.NetworkPolicy{}).
+		// A StreamAccess gone: its token must be too, whether or not its
+		// finalizer ran (pruneAccessTokens).
+		Watches(&streamsv1alpha1.StreamAccess{}, handler.EnqueueRequestsFromMapFunc(clusterOfAccess), builder.WithPredicates(deletedOnly{})).
 		WithOptions(controller.Options{
 			MaxConcurrentReconciles: r.Options.StreamClusterConcurrency,
 			RateLimiter:             rateLimiter(r.Options),
