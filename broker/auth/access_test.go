@@ -27,9 +27,11 @@ func TestTokenFileForms(t *testing.T) {
 		{"read:shop/:tok-0123456789abcdef", "read:shop/", "tok-0123456789abcdef"},
 		{"read:shop/,write:shop/orders:tok-0123456789abcdef", "read:shop/,write:shop/orders", "tok-0123456789abcdef"},
 		{"admin,read:shop/:tok-0123456789abcdef", "admin,read:shop/", "tok-0123456789abcdef"},
-		{"write:a/b/c/,read:tok-0123456789abcdef", "write:a/b/c/,read", "tok-0123456789abcdef"},
 	} {
 		gs, tok, err := splitTokenFile(c.content)
+		if err == nil {
+			err = checkMixed(gs)
+		}
 		if err != nil || gs.String() != c.grants || tok != c.token {
 			t.Errorf("%q: %q %q %v, want %q %q", c.content, gs.String(), tok, err, c.grants, c.token)
 		}
@@ -41,10 +43,17 @@ func TestTokenFileForms(t *testing.T) {
 		"read:shop//:tok-0123456789abcdef",        // empty segment
 		"read:shop/,bogus:tok-0123456789abcdef",   // unknown scope
 		"tok-0123456789abcdef:read",               // the wrong way round
+		"read,write:shop/:tok-0123456789abcdef",   // read everywhere beside a limited write
+		"read:shop/,write:tok-0123456789abcdef",   // write everywhere beside a limited read
+		"write:a/b/c/,read:tok-0123456789abcdef",  // read everywhere beside a limited write
 		"read:sh op/:tok-0123456789abcdef",        // space in a prefix
 		"read:shop/,write:shop/x,tok-0123456789a", // no token after the last item
 	} {
-		if gs, tok, err := splitTokenFile(bad); err == nil && len(tok) >= MinTokenBytes {
+		gs, tok, err := splitTokenFile(bad)
+		if err == nil {
+			err = checkMixed(gs)
+		}
+		if err == nil && len(tok) >= MinTokenBytes {
 			t.Errorf("%q accepted: %q %q", bad, gs, tok)
 		} else if err != nil && strings.Contains(err.Error(), "tok-") {
 			t.Errorf("%q: the error quotes the file: %v", bad, err)
@@ -121,6 +130,28 @@ func TestPrefixLimitedTokens(t *testing.T) {
 	h, _, served := accessHandler(t, &now)
 	appends := wire.AppendItemTo(wire.AppendItemTo(nil, "shop/a", -1, []byte("x")), "shop/b", -1, []byte("y"))
 	mixed := wire.AppendItemTo(wire.AppendItemTo(nil, "shop/a", -1, []byte("x")), "billing/x", -1, []byte("y"))
+	// A fork copies its source: forking a stream the token cannot read
+	// into one it can is refused, whatever form the source is named in.
+	for _, c := range []struct {
+		src  string
+		want int
+	}{
+		{"/v1/stream/billing/secret", 403},
+		{"https://elsewhere.example/v1/stream/billing/secret", 403},
+		{"/v1/stream/billing%2Fsecret", 403},
+		{"/v1/stream/shop/../billing/secret", 403},
+		{"/v1/stream/shop/a", 418},
+	} {
+		*served = nil
+		req := httptest.NewRequest("PUT", "/v1/stream/shop/fork", nil)
+		req.Header.Set("Authorization", "Bearer "+shopTok)
+		req.Header.Set(wire.ForkedFromHeader, c.src)
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		if rec.Code != c.want || (c.want == 403) != (len(*served) == 0) {
+			t.Errorf("fork of %s into shop/fork: %d (served %d), want %d", c.src, rec.Code, len(*served), c.want)
+		}
+	}
 	for _, c := range []struct {
 		method, path, token string
 		body                []byte

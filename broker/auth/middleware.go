@@ -81,6 +81,13 @@ func (m Middleware) Wrap(next http.Handler) http.Handler {
 			refuse(w, r, log, Forbidden.With("token", tname, "scopes", grants.String(), "need", need.String(), "stream", name), http.StatusForbidden)
 			return
 		}
+		// A fork copies its source's records into the new stream: the
+		// token must be able to read the source, or forking would read
+		// any stream into one it may read (and tell which names exist).
+		if src, ok := wire.ForkSource(r.Header.Get(wire.ForkedFromHeader)); ok && strings.HasPrefix(r.URL.Path, dsPrefix) && !grants.Allows(NeedRead, src, false) {
+			refuse(w, r, log, Forbidden.With("token", tname, "scopes", grants.String(), "need", NeedRead.String(), "stream", src, "reason", "the fork's source"), http.StatusForbidden)
+			return
+		}
 		if limited(grants, need) {
 			if r.URL.Path == wire.AppendsPath {
 				if !m.checkAppends(w, r, log, tname, grants) {

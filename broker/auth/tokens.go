@@ -115,6 +115,7 @@ func (t *Tokens) Reload() (bool, error) {
 			t.log.Warn("auth token file skipped", "file", f, "reason", err.Error())
 			continue
 		}
+		t.log.Info("auth token loaded", "file", f, "scopes", e.grants.String())
 		set = append(set, e)
 	}
 	t.set.Store(&set)
@@ -170,6 +171,9 @@ func readToken(path, name string) (entry, error) {
 	if err != nil {
 		return entry{}, err
 	}
+	if err := checkMixed(grants); err != nil {
+		return entry{}, err
+	}
 	if len(token) < MinTokenBytes {
 		return entry{}, fmt.Errorf("token shorter than %d bytes", MinTokenBytes)
 	}
@@ -215,6 +219,27 @@ func splitTokenFile(content string) (Grants, string, error) {
 		}
 		rest = after2
 	}
+}
+
+// checkMixed refuses read or write over every stream beside items limited
+// to prefixes: "read,write:shop/" reads as "read and write under shop/"
+// but would grant read everywhere. Limited tokens spell each item out
+// ("read:shop/,write:shop/"). Admin, cluster-wide by nature, may stand
+// beside them.
+func checkMixed(gs Grants) error {
+	var bare, limited bool
+	for _, g := range gs {
+		switch {
+		case g.Prefix != "":
+			limited = true
+		case g.Scope&(Read|Write) != 0:
+			bare = true
+		}
+	}
+	if bare && limited {
+		return fmt.Errorf("read or write over every stream beside items limited to prefixes: write each item with its prefix (read:shop/,write:shop/)")
+	}
+	return nil
 }
 
 // cutAny cuts s at its first ',' or ':', returning the delimiter (0: none).

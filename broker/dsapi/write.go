@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/picomq/picomq/broker/errs"
+	"github.com/picomq/picomq/broker/httpapi/wire"
 	"github.com/picomq/picomq/broker/node"
 	"github.com/picomq/picomq/broker/stream"
 )
@@ -98,16 +99,14 @@ func (h *Handler) parseCreate(r *http.Request) (*createRequest, error) {
 // sourceName reads Stream-Forked-From: a stream's path on this server
 // (an absolute URL's path is taken too).
 func sourceName(v string) (string, error) {
-	p := v
 	if !strings.HasPrefix(v, "/") {
 		u, err := url.Parse(v)
 		if err != nil || u.Path == "" {
 			return "", BadRequest.With("header", hForkedFrom, "reason", "not a stream path")
 		}
-		p = u.Path
 	}
-	name, ok := strings.CutPrefix(p, Prefix)
-	if !ok || name == "" {
+	name, ok := wire.ForkSource(v)
+	if !ok {
 		return "", node.StreamNotFound.With("header", hForkedFrom, "reason", "not a stream of this server")
 	}
 	if err := node.ValidateName(name); err != nil {

@@ -6,8 +6,11 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 )
 
 // TestHTTP2PassesThrough: over TLS, ALPN h2 hands net/http the TLS
@@ -73,5 +76,59 @@ func TestPrefaceSniffing(t *testing.T) {
 				t.Fatalf("step %d: an ambiguous head passed: %q", step, got)
 			}
 		}
+	}
+}
+
+// flakyListener fails its first Accept with EMFILE, as a listener does
+// when a client holds every file descriptor.
+type flakyListener struct {
+	net.Listener
+	failed bool
+}
+
+func (f *flakyListener) Accept() (net.Conn, error) {
+	if !f.failed {
+		f.failed = true
+		return nil, &net.OpError{Op: "accept", Net: "tcp", Err: os.NewSyscallError("accept4", syscall.EMFILE)}
+	}
+	return f.Listener.Accept()
+}
+
+// TestTLSListenerOutlivesAcceptErrors: an accept error that is not the
+// listener's close (EMFILE) is waited out, not the end of serving.
+func TestTLSListenerOutlivesAcceptErrors(t *testing.T) {
+	cfg := selfSigned(t)
+	addr, served := serve(t, func(ln net.Listener) net.Listener {
+		return ListenTLS(&flakyListener{Listener: ln}, cfg, Limits{}, 0)
+	})
+	hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
+	defer hc.CloseIdleConnections()
+	resp, err := hc.Get("https://" + addr + "/after")
+	if err != nil {
+		t.Fatalf("after an EMFILE: %v", err)
+	}
+	resp.Body.Close()
+	if served.Load() != 1 {
+		t.Fatalf("served %d", served.Load())
+	}
+}
+
+// TestTLSHTTP1RefusesAPreface: on a TLS connection that chose HTTP/1.1,
+// HTTP/2's preface is a head like any other (refused), never a way past
+// the head checks.
+func TestTLSHTTP1RefusesAPreface(t *testing.T) {
+	cfg := selfSigned(t)
+	cfg.NextProtos = []string{"h2", "http/1.1"}
+	addr, served := serve(t, func(ln net.Listener) net.Listener { return ListenTLS(ln, cfg, Limits{}, 0) })
+	c, err := tls.Dial("tcp", addr, &tls.Config{InsecureSkipVerify: true, NextProtos: []string{"http/1.1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	_, _ = c.Write(append(bytes.Clone(h2Preface), "GET /x HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n"...))
+	_, _ = io.ReadAll(c)
+	if served.Load() != 0 {
+		t.Fatalf("the handler served %d requests after a preface on HTTP/1.1", served.Load())
 	}
 }

@@ -47,9 +47,10 @@ func (l *tlsListener) acceptLoop() {
 	for {
 		c, err := l.Listener.Accept()
 		if err != nil {
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				// As net/http does with a temporary error: back off and go on.
+			if !errors.Is(err, net.ErrClosed) && l.ctx.Err() == nil {
+				// As net/http does with a temporary error (EMFILE when
+				// a client holds every descriptor, say): back off and go
+				// on, never stop serving for it.
 				delay = min(max(2*delay, 5*time.Millisecond), time.Second)
 				select {
 				case <-time.After(delay):
@@ -79,7 +80,9 @@ func (l *tlsListener) handshake(c net.Conn) {
 	}
 	var out net.Conn = tc
 	if tc.ConnectionState().NegotiatedProtocol != "h2" {
-		out = &tlsGuarded{conn: newConn(tc, l.lim), tc: tc}
+		g := newConn(tc, l.lim)
+		g.fresh = false // HTTP/2 is ALPN's to choose here, never a preface's
+		out = &tlsGuarded{conn: g, tc: tc}
 	}
 	select {
 	case l.ready <- out:
@@ -91,6 +94,11 @@ func (l *tlsListener) handshake(c net.Conn) {
 func (l *tlsListener) Accept() (net.Conn, error) {
 	select {
 	case c := <-l.ready:
+		if l.ctx.Err() != nil {
+			// Closed as this one was handed over: nobody would close it.
+			_ = c.Close()
+			return nil, net.ErrClosed
+		}
 		return c, nil
 	case <-l.ctx.Done():
 		l.mu.Lock()

@@ -3,9 +3,9 @@ package routing
 import (
 	"errors"
 	"net/http"
-	"net/url"
 	"strings"
 
+	"github.com/picomq/picomq/broker/httpapi/wire"
 	"github.com/picomq/picomq/broker/node"
 )
 
@@ -19,7 +19,7 @@ func (rt *Router) serveStream(w http.ResponseWriter, r *http.Request) {
 	case http.MethodGet, http.MethodHead, http.MethodPost:
 	case http.MethodPut, http.MethodDelete:
 		about := name
-		if src, ok := forkSource(r.Header.Get("Stream-Forked-From")); ok && r.Method == http.MethodPut {
+		if src, ok := wire.ForkSource(r.Header.Get(wire.ForkedFromHeader)); ok && r.Method == http.MethodPut {
 			about = src
 		}
 		rt.serveMeta(w, r, about, true)
@@ -88,22 +88,4 @@ func (rt *Router) serveMeta(w http.ResponseWriter, r *http.Request, about string
 	default:
 		rt.forward(w, r, e.Partitions[0], nil)
 	}
-}
-
-// forkSource is the stream name a Stream-Forked-From header names (a path
-// under the protocol's prefix, or a URL whose path is), if any.
-func forkSource(v string) (string, bool) {
-	if v == "" {
-		return "", false
-	}
-	p := v
-	if !strings.HasPrefix(v, "/") {
-		u, err := url.Parse(v)
-		if err != nil {
-			return "", false
-		}
-		p = u.Path
-	}
-	name, ok := strings.CutPrefix(p, streamPrefix)
-	return name, ok && name != ""
 }

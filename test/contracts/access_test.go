@@ -129,6 +129,20 @@ func checkAccess(t *testing.T, c *clusterharness.Cluster, n int, conf *tls.Confi
 	resp, body = req(0, "POST", "/v1/stream/public/feed", adminTok, "", "Stream-Closed", "true")
 	expect("admin closes public/feed", resp, body, 204, "")
 
+	// Forking a stream the token cannot read into its prefix is refused,
+	// and makes nothing; forking one it can read works.
+	for i := range n {
+		fork := fmt.Sprintf("/v1/stream/shop/fork-%d", i)
+		resp, body = req(i, "PUT", fork, shopTok, "", "Stream-Forked-From", "/v1/stream/billing/ledger")
+		expect("a fork of billing/ledger by a shop/ token", resp, body, 403, "FORBIDDEN")
+		resp, _ = admin(i, "HEAD", fork, "")
+		if resp.StatusCode != 404 {
+			t.Fatalf("a refused fork made %s: %s", fork, resp.Status)
+		}
+		resp, body = req(i, "PUT", fork, shopTok, "", "Stream-Forked-From", "/v1/stream/shop/orders-0")
+		expect("a fork of shop/orders-0 by a shop/ token", resp, body, 201, "")
+	}
+
 	// The Go client with the limited token: its appends (one request for
 	// several streams) within the prefix go, one outside is refused.
 	var tconf *tls.Config
@@ -161,8 +175,8 @@ func checkAccess(t *testing.T, c *clusterharness.Cluster, n int, conf *tls.Confi
 				t.Fatalf("a shop/ token's listing shows %s", e.Name)
 			}
 		}
-		if len(list) != n {
-			t.Fatalf("a shop/ token's listing shows %d streams, want %d", len(list), n)
+		if len(list) != 2*n { // the orders and their forks
+			t.Fatalf("a shop/ token's listing shows %d streams, want %d", len(list), 2*n)
 		}
 	}
 
