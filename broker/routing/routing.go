@@ -208,7 +208,11 @@ func (rt *Router) acceptRouted(w http.ResponseWriter, r *http.Request, route str
 	slot, err := strconv.Atoi(slotText)
 	// Slot -1 routes a group of appends of several slots to their owner:
 	// its core refuses, per append, an open of a slot it does not hold.
-	if err != nil || member != rt.cfg.Self || (slot != -1 && !rt.cfg.Serving(slot)) {
+	// Nothing else is ever routed so: a client sending it on another
+	// route (member ids are in /v1/admin/node) would otherwise have a
+	// broker serve a stream's metadata change it does not own.
+	groupOfAppends := slot == -1 && r.URL.Path == wire.AppendsPath && r.Method == http.MethodPost
+	if err != nil || member != rt.cfg.Self || (slot < 0 && !groupOfAppends) || (slot >= 0 && !rt.cfg.Serving(slot)) {
 		owner, _ := rt.cfg.Owner(slot)
 		rt.fail(w, r, NotSlotOwner.With("slot", slot, "routed_to", member, "self", rt.cfg.Self, "owner", owner))
 		return false

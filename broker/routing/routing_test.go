@@ -225,6 +225,21 @@ func TestRouterRetriesWhenTheOwnerMoved(t *testing.T) {
 	if resp.StatusCode != http.StatusMisdirectedRequest {
 		t.Fatalf("a routed request for a slot not served: %d, want 421", resp.StatusCode)
 	}
+	// Slot -1 is a group of appends' alone: on any other route (a client
+	// that read member ids from the node status, say) it is refused, never
+	// served here as if routed.
+	for _, m := range []string{"GET", "PUT", "DELETE"} {
+		req, _ = http.NewRequest(m, w.servers["b"].URL+"/v1/stream/one", nil)
+		req.Header.Set(RouteHeader, "b;-1")
+		resp, err = http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusMisdirectedRequest {
+			t.Fatalf("%s routed with slot -1: %d, want 421", m, resp.StatusCode)
+		}
+	}
 }
 
 // TestRouterWaitsForTheNextOwner: a read that arrives while its slot is
