@@ -166,8 +166,8 @@ func (m Middleware) checkAppends(w http.ResponseWriter, r *http.Request, log *sl
 		return true // refused whole by the handler, which reads it the same way
 	}
 	for _, it := range items {
-		if !grants.Allows(NeedWrite, string(it.Name), false) {
-			refuse(w, r, log, Forbidden.With("token", tname, "scopes", grants.String(), "need", NeedWrite.String(), "stream", string(it.Name)), http.StatusForbidden)
+		if !grants.Allows(NeedWrite, it.Name, false) {
+			refuse(w, r, log, Forbidden.With("token", tname, "scopes", grants.String(), "need", NeedWrite.String(), "stream", it.Name), http.StatusForbidden)
 			return false
 		}
 	}

@@ -2,7 +2,7 @@
 // which origins may call the brokers from a page, the preflights, and the
 // headers a page's script may send and read.
 //
-// The rule (README "Browsers"):
+// The rule (README "Browsers, CDNs and tenants"):
 //   - an origin list given (--cors-allowed-origins): a request whose Origin
 //     is listed is answered with that origin in Access-Control-Allow-Origin
 //     (and Vary: Origin); one whose Origin is not is refused 403
