@@ -8,6 +8,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -18,18 +19,21 @@ import (
 
 	"github.com/go-logr/logr"
 	"go.uber.org/zap/zapcore"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	streamsv1alpha1 "github.com/picomq/picomq/api/v1alpha1"
 	"github.com/picomq/picomq/controllers"
+	"github.com/picomq/picomq/controllers/crdapply"
 	"github.com/picomq/picomq/controllers/resources"
 )
 
@@ -44,6 +48,7 @@ type config struct {
 	StreamWorkers           int
 	ResyncPeriod            time.Duration
 	BrokerImage             string
+	ManageCRDs              bool
 	Kubeconfig              string
 	Zap                     zap.Options
 }
@@ -68,6 +73,7 @@ func parseFlags(args []string, getenv func(string) string, out io.Writer) (confi
 		defImage = v
 	}
 	fs.StringVar(&c.BrokerImage, "broker-image", defImage, "broker image of StreamClusters that name none [PICOMQ_BROKER_IMAGE]")
+	fs.BoolVar(&c.ManageCRDs, "manage-crds", true, "apply the operator's own CRDs (server-side apply, field manager "+crdapply.FieldManager+") at start, so that upgrading the operator upgrades them; turn off when something else (GitOps) manages the CRDs")
 	c.Zap.BindFlags(fs)
 	// controller-runtime's own --kubeconfig lives on the standard library's
 	// flag.CommandLine, in a package variable that its RegisterFlags
@@ -113,6 +119,26 @@ func newScheme() *runtime.Scheme {
 	return scheme
 }
 
+// applyCRDs applies the CRDs embedded in this binary before the
+// controllers start, so that they watch the schema of this version: Helm
+// never upgrades a chart's CRDs, and kustomize users may update the image
+// alone (controllers/crdapply says more).
+func applyCRDs(restCfg *rest.Config) error {
+	scheme := runtime.NewScheme()
+	utilruntime.Must(apiextensionsv1.AddToScheme(scheme))
+	c, err := client.New(restCfg, client.Options{Scheme: scheme})
+	if err != nil {
+		return err
+	}
+	crds, err := crdapply.Load()
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	return crdapply.Apply(ctx, c, crds, time.Minute)
+}
+
 // restConfig is the API server's address and credentials: --kubeconfig
 // when given, else controller-runtime's usual search.
 func (c config) restConfig() (*rest.Config, error) {
@@ -140,6 +166,13 @@ func main() {
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "manager: no API server to talk to:", err)
 		os.Exit(1)
+	}
+	if cfg.ManageCRDs {
+		if err := applyCRDs(restCfg); err != nil {
+			log.Error(err, "cannot apply the operator's CRDs (--manage-crds=false leaves them to you)")
+			os.Exit(1)
+		}
+		log.Info("CRDs applied", "names", crdapply.Names(), "fieldManager", crdapply.FieldManager)
 	}
 	mgr, err := ctrl.NewManager(restCfg, ctrl.Options{
 		Scheme:                        newScheme(),

@@ -24,7 +24,7 @@ func TestParseFlagsDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.MetricsAddr != ":8080" || c.ProbeAddr != ":8081" || c.LeaderElect || len(c.Namespaces) != 0 {
+	if c.MetricsAddr != ":8080" || c.ProbeAddr != ":8081" || c.LeaderElect || len(c.Namespaces) != 0 || !c.ManageCRDs {
 		t.Errorf("defaults %+v", c)
 	}
 	if c.ResyncPeriod != controllers.DefaultResyncPeriod || c.StreamClusterWorkers != 1 || c.StreamWorkers != 4 || c.BrokerImage != resources.DefaultImage {
@@ -54,6 +54,9 @@ func TestParseFlags(t *testing.T) {
 	}
 	if c.BrokerImage != "reg.local/picomq:env" {
 		t.Errorf("broker image %q, want PICOMQ_BROKER_IMAGE's", c.BrokerImage)
+	}
+	if c, _ := parseFlags([]string{"--manage-crds=false"}, env, io.Discard); c.ManageCRDs {
+		t.Error("--manage-crds=false left ManageCRDs on")
 	}
 	if c, _ := parseFlags([]string{"--broker-image=cli:1"}, env, io.Discard); c.BrokerImage != "cli:1" {
 		t.Errorf("the flag must win over the variable: %q", c.BrokerImage)
