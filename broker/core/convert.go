@@ -1,6 +1,7 @@
 package core
 
 import (
+	"maps"
 	"slices"
 	"time"
 
@@ -48,6 +49,7 @@ func partitionStateOf(in *meta.Internal) node.PartitionState {
 	return node.PartitionState{
 		ID: in.ID, Partition: in.Partition, Epoch: in.Epoch, Owner: in.Owner, Open: in.Open,
 		Start: in.Start, End: in.End, Bytes: in.Bytes(), Ranges: len(in.Ranges),
+		Groups: maps.Clone(in.Groups),
 	}
 }
 

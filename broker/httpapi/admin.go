@@ -225,7 +225,7 @@ func (s *Server) info(e *node.Entry, detail bool) wire.StreamInfo {
 			pi := wire.PartitionInfo{Partition: i, ID: id, Epoch: -1}
 			if in, ok := s.b.Partition(id); ok {
 				pi.Epoch, pi.Owner, pi.Open = in.Epoch, in.Owner, in.Open
-				pi.Start, pi.End, pi.Bytes, pi.Ranges = in.Start, in.End, in.Bytes, in.Ranges
+				pi.Start, pi.End, pi.Bytes, pi.Ranges, pi.Groups = in.Start, in.End, in.Bytes, in.Ranges, in.Groups
 			}
 			out.Partitions = append(out.Partitions, pi)
 		}

@@ -159,6 +159,9 @@ type PartitionState struct {
 	// runs of records.
 	Bytes  int64
 	Ranges int
+	// Groups maps each consumer group that committed in the partition to
+	// the offset it reads next.
+	Groups map[string]uint64
 }
 
 // Tail is a stream's entry and one partition's bounds, read together.

@@ -72,6 +72,9 @@ type Settings struct {
 	// MetricsAuth is "open" (/metrics needs no token) or "token" (a token
 	// of any scope).
 	MetricsAuth string
+	// GroupLagMaxSeries bounds the consumer-group positions a broker
+	// exports as metrics (two series each).
+	GroupLagMaxSeries int
 	// Access holds the browser and tenancy settings: CORS origins,
 	// anonymous read prefixes, the keys of signed read URLs.
 	Access Access
@@ -216,16 +219,17 @@ func Parse(args []string, getenv func(string) string, out io.Writer) (Settings, 
 		host = "broker-0"
 	}
 	s := Settings{
-		Listen:          ":4437",
-		NodeID:          host,
-		MaxBatchBytes:   8 << 20,
-		InlineBytes:     core.DefaultInlineBytes,
-		PageCacheBytes:  core.DefaultPageCacheBytes,
-		SyncLinger:      core.DefaultSyncLinger,
-		LongPollTimeout: time.Second,
-		MaxBodyBytes:    16 << 20,
-		MaxBatchRecords: 100_000,
-		ShutdownTimeout: 20 * time.Second,
+		Listen:            ":4437",
+		NodeID:            host,
+		MaxBatchBytes:     8 << 20,
+		InlineBytes:       core.DefaultInlineBytes,
+		PageCacheBytes:    core.DefaultPageCacheBytes,
+		SyncLinger:        core.DefaultSyncLinger,
+		LongPollTimeout:   time.Second,
+		MaxBodyBytes:      16 << 20,
+		MaxBatchRecords:   100_000,
+		GroupLagMaxSeries: core.DefaultGroupLagMaxSeries,
+		ShutdownTimeout:   20 * time.Second,
 		Limits: Limits{
 			MaxHeaderBytes: DefaultMaxHeaderBytes, MaxHeaders: DefaultMaxHeaders, MaxURLBytes: DefaultMaxURLBytes,
 			ReadHeaderTimeout: DefaultReadHeaderTimeout, BodyReadTimeout: DefaultBodyReadTimeout,
@@ -304,6 +308,7 @@ func Parse(args []string, getenv func(string) string, out io.Writer) (Settings, 
 	fs.StringVar(&s.TLS.KeyFile, "tls-key-file", "", "private key (PEM) of --tls-cert-file")
 	fs.StringVar(&s.TLS.CAFile, "tls-ca-file", "", "CA bundle (PEM) peers' certificates chain to: the peer port requires client certificates it signed (mutual TLS), and brokers verify each other against it (unset: the system's roots)")
 	fs.StringVar(&s.AuthTokensDir, "auth-tokens-dir", "", `directory of bearer tokens, one file per token named after it, holding "<scopes>:<token>" (scopes: a comma list of read, write, admin); every request but /healthz and /readyz then needs one; files added or removed take effect within seconds`)
+	fs.IntVar(&s.GroupLagMaxSeries, "group-lag-max-series", s.GroupLagMaxSeries, "most consumer-group positions (group × partition) this broker exports as picomq_consumer_group_lag and _committed_offset; the rest are counted in picomq_consumer_group_lag_series_dropped_total")
 	fs.Var((*commaList)(&s.Access.CORSAllowedOrigins), "cors-allowed-origins", "origins whose pages may call the brokers, a comma list of scheme://host[:port], or * for every one; others are refused 403 ORIGIN_NOT_ALLOWED. Unset: every origin without --auth-tokens-dir, none with it")
 	fs.Var((*commaList)(&s.Access.AnonymousReadPrefixes), "anonymous-read-prefixes", "stream-name prefixes anyone may read without a token (with --auth-tokens-dir), a comma list: shop/public/ covers the names under it, shop/feed that one name")
 	fs.StringVar(&s.Access.URLSigningKeysDir, "url-signing-keys-dir", "", "directory of the keys that sign read URLs (POST /v1/sign, picomq sign): one file per key, named after its id, holding at least 32 bytes; every key in it verifies, the last by name signs; re-read as it changes")
@@ -372,6 +377,8 @@ func (s Settings) check() error {
 		return bad("--max-header-bytes %d: want 1KiB to 1MiB", s.Limits.MaxHeaderBytes)
 	case s.MaxBatchRecords <= 0:
 		return bad("--max-batch-records %d: must be positive", s.MaxBatchRecords)
+	case s.GroupLagMaxSeries < 0:
+		return bad("--group-lag-max-series %d: must not be negative (0: the default)", s.GroupLagMaxSeries)
 	case s.Limits.MaxConcurrentStreams < 1 || s.Limits.MaxConcurrentStreams > 10000:
 		return bad("--max-concurrent-streams %d: want 1 to 10000", s.Limits.MaxConcurrentStreams)
 	case s.Limits.MaxHeaders < 8:

@@ -32,7 +32,7 @@ func TestParseConfig(t *testing.T) {
 	defLimits := Limits{MaxHeaderBytes: 64 << 10, MaxHeaders: 100, MaxURLBytes: 8 << 10, ReadHeaderTimeout: 10 * time.Second,
 		BodyReadTimeout: 20 * time.Second, WriteTimeout: 2 * time.Minute, IdleTimeout: 2 * time.Minute, MaxConcurrentStreams: 250}
 	want := Settings{DataDir: "/d", Listen: ":4437", NodeID: host, MaxBatchBytes: 8 << 20, InlineBytes: core.DefaultInlineBytes, PageCacheBytes: core.DefaultPageCacheBytes, SyncLinger: core.DefaultSyncLinger, LongPollTimeout: time.Second,
-		MaxBodyBytes: 16 << 20, MaxBatchRecords: 100_000, ShutdownTimeout: 20 * time.Second, LogLevel: slog.LevelInfo, LogFormat: "json", MetricsAuth: "open", Cluster: defCluster, Limits: defLimits}
+		MaxBodyBytes: 16 << 20, MaxBatchRecords: 100_000, GroupLagMaxSeries: core.DefaultGroupLagMaxSeries, ShutdownTimeout: 20 * time.Second, LogLevel: slog.LevelInfo, LogFormat: "json", MetricsAuth: "open", Cluster: defCluster, Limits: defLimits}
 	if !reflect.DeepEqual(c, want) {
 		t.Fatalf("defaults = %+v, want %+v", c, want)
 	}
@@ -55,7 +55,7 @@ func TestParseConfig(t *testing.T) {
 		PageCacheBytes: 64 << 20, LongPollTimeout: 30 * time.Second, MaxBodyBytes: 1024, MaxBatchRecords: 500, ShutdownTimeout: 20 * time.Second, LogLevel: slog.LevelDebug, LogFormat: "text", Cluster: defCluster,
 		Limits:        Limits{MaxHeaderBytes: 32 << 10, MaxHeaders: 50, MaxURLBytes: 4 << 10, ReadHeaderTimeout: 5 * time.Second, BodyReadTimeout: 30 * time.Second, IdleTimeout: time.Minute, MaxConcurrentStreams: 250},
 		TLS:           TLS{CertFile: "/etc/picomq/tls/tls.crt", KeyFile: "/etc/picomq/tls/tls.key", CAFile: "/etc/picomq/tls/ca.crt"},
-		AuthTokensDir: "/etc/picomq/auth", MetricsAuth: "token"}
+		AuthTokensDir: "/etc/picomq/auth", MetricsAuth: "token", GroupLagMaxSeries: core.DefaultGroupLagMaxSeries}
 	if !reflect.DeepEqual(c, want) {
 		t.Fatalf("from env = %+v, want %+v", c, want)
 	}

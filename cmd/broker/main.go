@@ -215,6 +215,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		apiOpts.Cluster, apiOpts.Drain = cl.NodeInfo, cl
 	}
 	api := httpapi.New(b, reg, apiOpts)
+	reg.MustRegister(core.NewGroupLagCollector(b, cfg.GroupLagMaxSeries))
 	ds := dsapi.New(b, dsapi.Options{Options: front})
 	api.Handle(dsapi.Prefix, ds) // the Durable Streams protocol
 	api.Handle(auth.SignPath, sec.signer(logger))

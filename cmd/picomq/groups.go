@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -17,7 +18,7 @@ func (a *app) groupsCommand() *cobra.Command {
 		Aliases: []string{"group"},
 		Short:   "consumer groups' committed offsets",
 	}
-	cmd.AddCommand(a.groupsCommit(), a.groupsGet())
+	cmd.AddCommand(a.groupsCommit(), a.groupsGet(), a.groupsLag())
 	return cmd
 }
 
@@ -116,5 +117,72 @@ func (a *app) groupsGet() *cobra.Command {
 		},
 	}
 	cmd.Flags().VarP(&part, "partition", "p", "only this partition (default: all)")
+	return cmd
+}
+
+// lagView is a group's position in one partition and how far it is
+// behind the partition's end.
+type lagView struct {
+	Group     string `json:"group"`
+	Partition int    `json:"partition"`
+	Next      uint64 `json:"next"`
+	End       uint64 `json:"end"`
+	Lag       uint64 `json:"lag"`
+}
+
+func (a *app) groupsLag() *cobra.Command {
+	var group string
+	cmd := &cobra.Command{
+		Use:   "lag NAME",
+		Short: "show each consumer group's lag: the records between its committed offset and each partition's end",
+		Args:  exactArgs(1, "a stream name"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := a.client()
+			if err != nil {
+				return err
+			}
+			ctx, cancel := a.call(cmd.Context())
+			defer cancel()
+			info, err := c.GetStream(ctx, args[0])
+			if err != nil {
+				return err
+			}
+			var views []lagView
+			for _, p := range info.Partitions {
+				for g, next := range p.Groups {
+					if group != "" && g != group {
+						continue
+					}
+					v := lagView{Group: g, Partition: p.Partition, Next: next, End: p.End}
+					if p.End > next {
+						v.Lag = p.End - next
+					}
+					views = append(views, v)
+				}
+			}
+			if len(views) == 0 && group != "" {
+				return stream.NoCommit(group, 0)
+			}
+			slices.SortFunc(views, func(x, y lagView) int {
+				if x.Group != y.Group {
+					return strings.Compare(x.Group, y.Group)
+				}
+				return x.Partition - y.Partition
+			})
+			if a.output == "json" {
+				if views == nil {
+					views = []lagView{}
+				}
+				return a.json(views)
+			}
+			rows := make([][]string, 0, len(views))
+			for _, v := range views {
+				rows = append(rows, []string{v.Group, strconv.Itoa(v.Partition), strconv.FormatUint(v.Next, 10),
+					strconv.FormatUint(v.End, 10), strconv.FormatUint(v.Lag, 10)})
+			}
+			return a.table([]string{"GROUP", "PARTITION", "COMMITTED", "END", "LAG"}, rows)
+		},
+	}
+	cmd.Flags().StringVar(&group, "group", "", "only this group")
 	return cmd
 }

@@ -185,6 +185,9 @@ type PartitionInfo struct {
 	End       uint64 `json:"end"`
 	Bytes     int64  `json:"bytes"`
 	Ranges    int    `json:"ranges"`
+	// Groups maps each consumer group that committed in the partition to
+	// the offset it reads next (its lag is End minus it).
+	Groups map[string]uint64 `json:"groups,omitempty"`
 }
 
 // StreamList is the answer of GET /v1/admin/streams.
