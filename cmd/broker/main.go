@@ -116,6 +116,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	sec.register(reg)
 	var testClock *httpapi.ManualClock
 	clock := time.Now
 	if cfg.TestClock {

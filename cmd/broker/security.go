@@ -11,6 +11,8 @@ import (
 	"os"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/picomq/picomq/broker/auth"
 	"github.com/picomq/picomq/broker/certreload"
 	"github.com/picomq/picomq/broker/cors"
@@ -78,6 +80,25 @@ func loadSecurity(cfg settings.Settings, logger *slog.Logger) (*security, error)
 	s.cors.Skip = func(r *http.Request) bool { return r.Header.Get(routing.RouteHeader) != "" }
 	s.cors.Log = logger
 	return s, nil
+}
+
+// register exports what an operator alerts on: when the certificate in
+// force expires (it is re-read as cert-manager renews it, so the gauge
+// moves on by itself; an alert fires when it comes within 14 days).
+func (s *security) register(reg prometheus.Registerer) {
+	if s.cert == nil {
+		return
+	}
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "picomq_tls_certificate_expiry_timestamp_seconds",
+		Help: "When the broker's TLS certificate in force expires (its NotAfter), in Unix seconds.",
+	}, func() float64 {
+		c := s.cert.Certificate()
+		if c == nil || c.Leaf == nil {
+			return 0
+		}
+		return float64(c.Leaf.NotAfter.Unix())
+	}))
 }
 
 // run keeps the tokens in step with their directory until ctx ends.

@@ -4,7 +4,10 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
+	"crypto/x509"
+	"encoding/pem"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -152,6 +155,19 @@ func TestTLSAndTokens(t *testing.T) {
 				t.Fatalf("%s %s: problem %v (%v), want %v", s.method, s.path, got, err, s.code)
 			}
 		}
+	}
+	// The certificate's expiry is exported, as its NotAfter.
+	status, metrics := call("GET", "/metrics", readTok, nil)
+	leaf, err := x509.ParseCertificate(func() []byte {
+		pemBytes, _ := os.ReadFile(files.Cert)
+		block, _ := pem.Decode(pemBytes)
+		return block.Bytes
+	}())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := fmt.Sprintf("picomq_tls_certificate_expiry_timestamp_seconds %g", float64(leaf.NotAfter.Unix())); status != 200 || !bytes.Contains(metrics, []byte(want)) {
+		t.Fatalf("metrics lack %q", want)
 	}
 	// Only the one append was written.
 	if status, body := call("GET", "/v1/log/s:bounds", readTok, nil); status != 200 || !bytes.Contains(body, []byte(`"next":1`)) {
