@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -54,24 +55,36 @@ type app struct {
 	timeout time.Duration
 	token   string
 	caFile  string
+
+	// The kubectl plugin (kube.go): plugin is set when the binary runs as
+	// kubectl-picomq; kf are kubectl's flags and --cluster; kubeResolved
+	// is the StreamCluster once resolved.
+	ctx          context.Context
+	errOut       io.Writer
+	plugin       bool
+	kf           kubeFlags
+	kubeResolved *kube
 }
 
 // run executes the command line args and returns the exit status.
 func run(ctx context.Context, args []string, getenv func(string) string, in io.Reader, out, errOut io.Writer) int {
-	a := &app{getenv: getenv, in: in, out: out}
+	a := &app{getenv: getenv, in: in, out: out, ctx: ctx, errOut: errOut, plugin: pluginMode(os.Args[0])}
 	root := a.rootCommand()
 	root.SetArgs(args)
 	root.SetIn(in)
 	root.SetOut(out)
 	root.SetErr(errOut)
 	err := root.ExecuteContext(ctx)
+	if a.kubeResolved != nil {
+		a.kubeResolved.close()
+	}
 	if err == nil {
 		return 0
 	}
 	fmt.Fprintln(errOut, "picomq:", err)
 	var u usageError
 	if errors.As(err, &u) {
-		fmt.Fprintln(errOut, "run 'picomq --help' for usage")
+		fmt.Fprintf(errOut, "run '%s --help' for usage\n", a.name())
 		return exitUsage
 	}
 	var e exitError
@@ -98,6 +111,9 @@ func (a *app) rootCommand() *cobra.Command {
 		SilenceErrors: true,
 		SilenceUsage:  true,
 	}
+	if a.plugin {
+		root.Annotations = map[string]string{cobra.CommandDisplayNameAnnotation: a.name()}
+	}
 	pf := root.PersistentFlags()
 	pf.StringVar(&a.server, "server", "", "the broker's URL (default $PICOMQ_URL, else "+DefaultServer+")")
 	pf.StringVarP(&a.output, "output", "o", "table", "output format: table or json (read also takes raw)")
@@ -106,6 +122,7 @@ func (a *app) rootCommand() *cobra.Command {
 	pf.DurationVar(&a.timeout, "timeout", 30*time.Second, "how long one request to the broker may take (tail's waits excepted)")
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	root.AddCommand(a.streamsCommand(), a.appendCommand(), a.readCommand(), a.tailCommand(), a.groupsCommand(), a.clusterCommand(), a.signCommand(), a.devCommand())
+	a.addPluginCommands(root)
 	return root
 }
 
@@ -117,6 +134,9 @@ func (a *app) client() (*client.Client, error) {
 	}
 	if a.timeout <= 0 {
 		return nil, usagef("--timeout must be positive, not %s", a.timeout)
+	}
+	if a.usesKube() && a.server == "" {
+		return a.kubeClient()
 	}
 	server := a.server
 	if server == "" {
