@@ -13,6 +13,12 @@ ENVTEST_ASSETS = $(shell hack/envtest-assets.sh)
 # The same folder with kube-controller-manager and kube-scheduler too, for
 # the local stack's tests (devstack/...).
 CONTROLPLANE_ASSETS = $(shell hack/controlplane-assets.sh)
+# helm, for the chart (charts/picomq): built from its Go module once per
+# machine and cached (hack/helm.sh prints the binary).
+HELM = $(shell hack/helm.sh)
+# make chart CHART_VERSION=1.2.3 packages the chart (and sets its
+# appVersion, the operator image's default tag) as that version.
+CHART_VERSION ?=
 # -count=1: several suites run binaries they build themselves (the broker),
 # which the test cache cannot see change. -timeout: the cluster's fault
 # trials (test/cluster) run 24 three-broker trials, beyond go test's 10
@@ -32,6 +38,8 @@ help: ## Show this help.
 manifests: ## Generate the CRDs and the operator's ClusterRole.
 	$(CONTROLLER_GEN) rbac:roleName=manager-role crd paths="./api/..." paths="./controllers/..." \
 		output:crd:artifacts:config=config/crd/bases output:rbac:artifacts:config=config/rbac
+	cp config/crd/bases/*.yaml charts/picomq/crds/
+	cp config/rbac/role.yaml charts/picomq/files/manager-role.yaml
 
 .PHONY: generate
 generate: ## Generate DeepCopy methods.
@@ -47,8 +55,8 @@ vet: ## Run go vet.
 
 .PHONY: verify-generated
 verify-generated: manifests generate ## Fail when generated files are not committed.
-	@git diff --exit-code -- api config || { echo "generated files are stale: run 'make manifests generate' and commit"; exit 1; }
-	@test -z "$$(git status --porcelain -- api config)" || { git status --porcelain -- api config; echo "untracked generated files: commit them"; exit 1; }
+	@git diff --exit-code -- api config charts || { echo "generated files are stale: run 'make manifests generate' and commit"; exit 1; }
+	@test -z "$$(git status --porcelain -- api config charts)" || { git status --porcelain -- api config charts; echo "untracked generated files: commit them"; exit 1; }
 
 .PHONY: verify-fmt
 verify-fmt: ## Fail when a Go file is not gofmt-ed.
@@ -109,7 +117,7 @@ fuzz: ## Run each fuzz target for FUZZTIME (default 1m).
 .PHONY: test
 test: manifests generate verify-fmt vet fuzz-brief conformance conformance-cluster ## Run every test (the README's test command).
 	hack/chromium.sh install
-	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" PICOMQ_CONTROLPLANE_ASSETS="$(CONTROLPLANE_ASSETS)" hack/postgres.sh run -- go test $(GO_TEST_FLAGS) ./...
+	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" PICOMQ_CONTROLPLANE_ASSETS="$(CONTROLPLANE_ASSETS)" PICOMQ_HELM="$(HELM)" hack/postgres.sh run -- go test $(GO_TEST_FLAGS) ./...
 	$(MAKE) e2e
 
 # The end-to-end suite on the local stack (picomq dev: needs root and
@@ -117,7 +125,7 @@ test: manifests generate verify-fmt vet fuzz-brief conformance conformance-clust
 # trials if it ran beside them.
 .PHONY: e2e
 e2e: ## Run the end-to-end suite on a local stack it starts (picomq dev).
-	PICOMQ_E2E=1 PICOMQ_CONTROLPLANE_ASSETS="$(CONTROLPLANE_ASSETS)" go test $(GO_TEST_FLAGS) ./test/e2e
+	PICOMQ_E2E=1 PICOMQ_CONTROLPLANE_ASSETS="$(CONTROLPLANE_ASSETS)" PICOMQ_HELM="$(HELM)" go test $(GO_TEST_FLAGS) ./test/e2e
 
 # The unit tier: -short skips, each saying which tier runs it, every test
 # that needs a control plane (envtest), PostgreSQL, Node or a broker binary
@@ -132,9 +140,24 @@ test-unit: ## Run the unit tier (go test -short): no control plane, PostgreSQL, 
 build: ## Build the operator into bin/.
 	go build -o bin/manager ./cmd/manager
 
+# make install-plugin: the CLI as the kubectl plugin (kubectl picomq),
+# into PLUGIN_DIR, which must be on $PATH.
+PLUGIN_DIR ?= $(HOME)/bin
+
+.PHONY: install-plugin
+install-plugin: ## Install the CLI as kubectl-picomq (kubectl picomq) into PLUGIN_DIR (default ~/bin).
+	@mkdir -p $(PLUGIN_DIR)
+	go build -o $(PLUGIN_DIR)/kubectl-picomq ./cmd/picomq
+
 .PHONY: run
 run: manifests generate ## Run the operator against the current kubeconfig.
 	go run ./cmd/manager
+
+.PHONY: chart
+chart: manifests ## Package the Helm chart (charts/picomq) into dist/, ready for helm push oci://... (CHART_VERSION=x.y.z sets its version).
+	$(HELM) lint --strict charts/picomq
+	@mkdir -p dist
+	$(HELM) package charts/picomq --destination dist $(if $(CHART_VERSION),--version $(CHART_VERSION) --app-version $(CHART_VERSION))
 
 .PHONY: docker-build
 docker-build: ## Build the container image (needs a Docker engine).
