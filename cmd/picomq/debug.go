@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/url"
 	"os"
@@ -78,6 +79,16 @@ type bundle struct {
 	root  string
 	now   time.Time
 	notes []string
+	// how says where each kind of thing came from (the broker
+	// connections, the logs), for notes.txt.
+	how map[string]bool
+}
+
+func (b *bundle) source(format string, args ...any) {
+	if b.how == nil {
+		b.how = map[string]bool{}
+	}
+	b.how[fmt.Sprintf(format, args...)] = true
 }
 
 func (b *bundle) file(name string, data []byte) error {
@@ -226,6 +237,9 @@ func (a *app) writeBundle(ctx context.Context, k *kube, w io.Writer, devState st
 		return err
 	}
 	notes := "kubectl picomq debug bundle of StreamCluster " + k.sc.Namespace + "/" + k.sc.Name + " at " + b.now.UTC().Format(time.RFC3339) + "\n"
+	if len(b.how) > 0 {
+		notes += "collected:\n- " + strings.Join(slices.Sorted(maps.Keys(b.how)), "\n- ") + "\n"
+	}
 	if len(b.notes) == 0 {
 		notes += "everything was collected\n"
 	} else {
@@ -246,6 +260,7 @@ func (a *app) collect(ctx context.Context, k *kube, b *bundle, devState string, 
 	if err := k.c.Get(ctx, ctrlclient.ObjectKeyFromObject(sc), sc); err != nil {
 		b.note("the StreamCluster afresh: %v", err)
 	}
+	sc.APIVersion, sc.Kind = streamsv1alpha1.GroupVersion.String(), "StreamCluster"
 	if err := b.file("cluster/streamcluster.yaml", yamlOf(sc)); err != nil {
 		return err
 	}
@@ -264,6 +279,7 @@ func (a *app) collect(ctx context.Context, k *kube, b *bundle, devState string, 
 		}
 		if s.Spec.ClusterRef.Name == sc.Name && cns == ns {
 			s.SetManagedFields(nil)
+			s.APIVersion, s.Kind = streamsv1alpha1.GroupVersion.String(), "Stream"
 			mine = append(mine, s)
 		}
 	}
@@ -318,6 +334,7 @@ func (a *app) collect(ctx context.Context, k *kube, b *bundle, devState string, 
 		if err != nil {
 			b.note("broker %s: %v", p.Name, err)
 		} else {
+			b.source("brokers: %s", e.Via)
 			if err := a.snapshot(ctx, b, e, dir+"node.json", wire.NodePath); err != nil {
 				return err
 			}
@@ -393,7 +410,7 @@ func (a *app) operatorMetrics(ctx context.Context, k *kube, b *bundle, p *corev1
 	var base string
 	addr := p.Status.PodIP + ":" + strconv.Itoa(port)
 	switch {
-	case p.Status.PodIP != "" && reachable(ctx, addr):
+	case !k.forward && p.Status.PodIP != "" && reachable(ctx, addr):
 		base = "http://" + addr
 	default:
 		local, stop, err := k.portForward(ctx, p.Namespace, p.Name, port)
@@ -453,6 +470,7 @@ func (l *logSource) pod(ctx context.Context, b *bundle, p *corev1.Pod, dir strin
 		name := dir + "log-" + c.Name + ".txt"
 		data, apiErr := l.fromAPI(ctx, p, c.Name)
 		if apiErr == nil {
+			b.source("pod logs through the API server")
 			if err := b.file(name, data); err != nil {
 				return err
 			}
@@ -460,6 +478,7 @@ func (l *logSource) pod(ctx context.Context, b *bundle, p *corev1.Pod, dir strin
 		}
 		data, devErr := l.fromDev(p, c.Name)
 		if devErr == nil {
+			b.source("pod logs from the dev stack's files: the API server's pod log endpoint failed (the dev stack's node agent serves none)")
 			if err := b.file(name, data); err != nil {
 				return err
 			}
@@ -498,3 +517,4 @@ func (l *logSource) fromDev(p *corev1.Pod, container string) ([]byte, error) {
 	}
 	return io.ReadAll(f)
 }
+

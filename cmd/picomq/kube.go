@@ -52,6 +52,7 @@ func pluginMode(argv0 string) bool {
 type kubeFlags struct {
 	kubeconfig, context, namespace string
 	cluster                        string
+	forward                        bool
 }
 
 // kube is a StreamCluster resolved through the kubeconfig: its API
@@ -64,6 +65,8 @@ type kube struct {
 	token  string      // bearer token to send ("" for none)
 	tls    *tls.Config // nil: plain http
 	errOut io.Writer
+	// forward: reach brokers through port-forwards only (--port-forward).
+	forward bool
 
 	mu      sync.Mutex
 	closers []func()
@@ -130,7 +133,7 @@ func resolveKube(ctx context.Context, f kubeFlags, userToken string, errOut io.W
 	if err != nil {
 		return nil, err
 	}
-	kc := &kube{rest: cfg, k: k, c: c, sc: sc, token: userToken, errOut: errOut}
+	kc := &kube{rest: cfg, k: k, c: c, sc: sc, token: userToken, errOut: errOut, forward: f.forward}
 	if sc.Spec.TLS != nil {
 		s, err := k.CoreV1().Secrets(ns).Get(ctx, sc.Spec.TLS.SecretName, metav1.GetOptions{})
 		if err != nil {
@@ -301,7 +304,7 @@ func (k *kube) scheme() string {
 func (k *kube) service(ctx context.Context) (endpoint, error) {
 	name := resources.ClientServiceName(k.sc) + "." + k.sc.Namespace + ".svc"
 	svc, err := k.k.CoreV1().Services(k.sc.Namespace).Get(ctx, resources.ClientServiceName(k.sc), metav1.GetOptions{})
-	if err == nil && svc.Spec.ClusterIP != "" && svc.Spec.ClusterIP != corev1.ClusterIPNone {
+	if err == nil && !k.forward && svc.Spec.ClusterIP != "" && svc.Spec.ClusterIP != corev1.ClusterIPNone {
 		port := streamsv1alpha1.DefaultClientPort
 		for _, p := range svc.Spec.Ports {
 			if p.Name == resources.ClientPortName {
@@ -370,7 +373,7 @@ func (k *kube) brokerPod(ctx context.Context, name string) (endpoint, error) {
 func (k *kube) pod(ctx context.Context, p *corev1.Pod) (endpoint, error) {
 	name := p.Name + "." + resources.HeadlessServiceName(k.sc) + "." + k.sc.Namespace + ".svc"
 	port := int(resources.ClientPort)
-	if p.Status.PodIP != "" {
+	if p.Status.PodIP != "" && !k.forward {
 		addr := net.JoinHostPort(p.Status.PodIP, strconv.Itoa(port))
 		if reachable(ctx, addr) {
 			return endpoint{URL: k.scheme() + "://" + addr, Name: name, Via: "direct", tls: k.tls, token: k.token}, nil

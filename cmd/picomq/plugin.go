@@ -37,6 +37,7 @@ func (a *app) addPluginCommands(root *cobra.Command) {
 	pf.StringVar(&a.kf.kubeconfig, "kubeconfig", "", "with --cluster: the kubeconfig (default $KUBECONFIG, else ~/.kube/config)")
 	pf.StringVar(&a.kf.context, "context", "", "with --cluster: the kubeconfig context (default its current one)")
 	pf.StringVarP(&a.kf.namespace, "namespace", "n", "", "with --cluster: the StreamCluster's namespace (default the context's)")
+	pf.BoolVar(&a.kf.forward, "port-forward", false, "with --cluster: reach the brokers only through port-forwards by the API server, even where their addresses are reachable")
 	root.AddCommand(a.drainCommand(), a.undrainCommand(), a.recoverCommand(), a.debugCommand())
 }
 
