@@ -517,4 +517,3 @@ func (l *logSource) fromDev(p *corev1.Pod, container string) ([]byte, error) {
 	}
 	return io.ReadAll(f)
 }
-
