@@ -149,15 +149,6 @@ install-plugin: ## Install the CLI as kubectl-picomq (kubectl picomq) into PLUGI
 	@mkdir -p $(PLUGIN_DIR)
 	go build -o $(PLUGIN_DIR)/kubectl-picomq ./cmd/picomq
 
-# make install-plugin: the CLI as the kubectl plugin (kubectl picomq),
-# into PLUGIN_DIR, which must be on $PATH.
-PLUGIN_DIR ?= $(HOME)/bin
-
-.PHONY: install-plugin
-install-plugin: ## Install the CLI as kubectl-picomq (kubectl picomq) into PLUGIN_DIR (default ~/bin).
-	@mkdir -p $(PLUGIN_DIR)
-	go build -o $(PLUGIN_DIR)/kubectl-picomq ./cmd/picomq
-
 .PHONY: run
 run: manifests generate ## Run the operator against the current kubeconfig.
 	go run ./cmd/manager
