@@ -66,6 +66,13 @@ verify-fmt: ## Fail when a Go file is not gofmt-ed.
 envtest: ## Print the folder holding kube-apiserver and etcd for envtest (builds them once).
 	@hack/envtest-assets.sh
 
+# prometheus and promtool, for the alert rules' tests (test/monitoring) and
+# the e2e alert test: built from the Prometheus Go module once per machine;
+# the tests call hack/prometheus.sh themselves.
+.PHONY: prometheus
+prometheus: ## Print the folder holding prometheus and promtool (builds them once).
+	@hack/prometheus.sh
+
 # The Durable Streams conformance suite: Node packages pinned by
 # test/conformance/package-lock.json, installed with npm ci.
 CONFORMANCE_DIR := test/conformance
