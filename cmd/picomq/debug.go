@@ -214,10 +214,19 @@ func (k *kube) redactor(ctx context.Context) (*redactor, error) {
 		}
 	}
 	for _, sa := range access.Items {
-		if sa.Status.SecretName == "" {
+		cns := sa.Spec.ClusterRef.Namespace
+		if cns == "" {
+			cns = sa.Namespace
+		}
+		if sa.Status.SecretName == "" || sa.Spec.ClusterRef.Name != k.sc.Name || cns != ns {
 			continue
 		}
 		vals, err := k.secretValues(ctx, sa.Namespace, sa.Status.SecretName, resources.AccessTokenKey)
+		if apierrors.IsForbidden(err) {
+			// The cluster's access Secret, read above, holds every
+			// StreamAccess token of the cluster too.
+			continue
+		}
 		if err != nil {
 			return nil, fmt.Errorf("reading Secret %s/%s to redact its token: %w", sa.Namespace, sa.Status.SecretName, err)
 		}

@@ -4,7 +4,11 @@ import (
 	"archive/tar"
 	"bytes"
 	"compress/gzip"
+	"crypto/tls"
+	"crypto/x509"
 	"io"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -195,5 +199,39 @@ func TestPluginVerbsNeedACluster(t *testing.T) {
 		if code != exitUsage || !strings.Contains(errOut.String(), "--cluster") {
 			t.Errorf("%v: exit %d, %s", args, code, errOut.String())
 		}
+	}
+}
+
+// An endpoint reached at an address verifies the broker's certificate
+// for the DNS name it stands for (the pod's or the Service's), with the
+// cluster's CA, and sends the token.
+func TestEndpointVerifiesTheNameItStandsFor(t *testing.T) {
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") != "Bearer "+adminToken {
+			w.WriteHeader(http.StatusUnauthorized)
+			return
+		}
+		io.WriteString(w, `{"nodeId":"demo-0"}`)
+	}))
+	defer srv.Close()
+	pool := x509.NewCertPool()
+	pool.AddCert(srv.Certificate()) // httptest's certificate covers example.com
+	conf := &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+
+	e := endpoint{URL: srv.URL, Name: "example.com", tls: conf, token: adminToken}
+	status, body, err := e.do(t.Context(), http.MethodGet, wire.NodePath, nil)
+	if err != nil || status != http.StatusOK || !strings.Contains(string(body), "demo-0") {
+		t.Fatalf("the right name: %d %s %v", status, body, err)
+	}
+	e.Name = "demo-0.demo-headless.ns.svc"
+	if _, _, err := e.do(t.Context(), http.MethodGet, wire.NodePath, nil); err == nil {
+		t.Fatal("a certificate for another name was accepted")
+	}
+	e.Name, e.token = "example.com", ""
+	if status, _, err := e.do(t.Context(), http.MethodGet, wire.NodePath, nil); err != nil || status != http.StatusUnauthorized {
+		t.Fatalf("no token: %d %v", status, err)
+	}
+	if conf.ServerName != "" {
+		t.Error("the cluster's TLS configuration was changed")
 	}
 }

@@ -124,7 +124,17 @@ spec:
 			t.Errorf("cluster status lacks %q:\n%s", want, out)
 		}
 	}
-	if out := mustPlugin("-n", pluginNS, "--cluster", pluginCluster, "streams", "ls"); strings.Contains(out, "UNAUTHENTICATED") {
+	mustPlugin("-n", pluginNS, "--cluster", pluginCluster, "streams", "create", "plugin/e2e")
+	cmd := exec.Command(env.state.Kubectl, "picomq", "-n", pluginNS, "append", "plugin/e2e")
+	cmd.Env = append(os.Environ(), "PATH="+bin+string(os.PathListSeparator)+os.Getenv("PATH"), "KUBECONFIG="+env.state.Kubeconfig, "PICOMQ_URL=", "PICOMQ_TOKEN=")
+	cmd.Stdin = strings.NewReader("one\ntwo\n")
+	if raw, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("kubectl picomq append: %v\n%s", err, raw)
+	}
+	if out := mustPlugin("-n", pluginNS, "read", "plugin/e2e", "-o", "raw"); !strings.Contains(out, "one") || !strings.Contains(out, "two") {
+		t.Errorf("read:\n%s", out)
+	}
+	if out := mustPlugin("-n", pluginNS, "streams", "ls"); !strings.Contains(out, "plugin/e2e") {
 		t.Errorf("streams ls:\n%s", out)
 	}
 
