@@ -104,6 +104,9 @@ func (r *StreamClusterReconciler) applyChildren(ctx context.Context, c *streamsv
 	if err := r.reconcileServiceMonitor(ctx, c, o); err != nil {
 		return sts, err
 	}
+	if err := r.reconcilePrometheusRule(ctx, c, o); err != nil {
+		return sts, err
+	}
 	return sts, nil
 }
 

@@ -406,6 +406,13 @@ type MonitoringSpec struct {
 	// brokers when that CRD is installed.
 	// +optional
 	ServiceMonitor bool `json:"serviceMonitor,omitempty"`
+
+	// PrometheusRule creates a prometheus-operator PrometheusRule with
+	// PicoMQ's broker alerts (config/prometheus/rules, runbooks in
+	// docs/runbooks.md) scoped to this cluster's brokers, as the
+	// ServiceMonitor scrapes them, when that CRD is installed.
+	// +optional
+	PrometheusRule bool `json:"prometheusRule,omitempty"`
 }
 
 // StreamClusterStatus is what the operator observed of the cluster.

@@ -20,8 +20,11 @@ import (
 	"sync"
 	"testing"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
 
+	streamsv1alpha1 "github.com/picomq/picomq/api/v1alpha1"
+	"github.com/picomq/picomq/controllers/resources"
 	"github.com/picomq/picomq/test/clusterharness"
 )
 
@@ -85,6 +88,27 @@ func promtool(t *testing.T, args ...string) {
 func TestAlertRulesPromtool(t *testing.T) {
 	promtool(t, "check", "rules", rulesFile)
 	promtool(t, "test", "rules", rulesTestFile)
+}
+
+// TestOperatorPrometheusRulePromtool: the PrometheusRule the operator
+// renders for a StreamCluster (spec.monitoring.prometheusRule: the broker
+// alerts with every selector scoped to the cluster) is a rule file
+// promtool accepts.
+func TestOperatorPrometheusRulePromtool(t *testing.T) {
+	c := &streamsv1alpha1.StreamCluster{ObjectMeta: metav1.ObjectMeta{Name: "demo", Namespace: "shop", UID: "u"}}
+	pr, err := resources.PrometheusRule(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := yaml.Marshal(pr.Object["spec"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := filepath.Join(t.TempDir(), "demo.rules.yaml")
+	if err := os.WriteFile(f, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	promtool(t, "check", "rules", f)
 }
 
 type ruleFile struct {
