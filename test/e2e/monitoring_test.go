@@ -70,11 +70,22 @@ func TestPrometheusAlertsOnAStoppedBroker(t *testing.T) {
 		brokers = append(brokers, addr)
 		addrOf[p.Name] = addr
 	}
-	ops, err := env.k.CoreV1().Pods("picomq-system").List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/component=operator"})
-	if err != nil || len(ops.Items) == 0 {
-		t.Fatalf("operator pods: %v (%d)", err, len(ops.Items))
-	}
-	operator := net.JoinHostPort(ops.Items[0].Status.PodIP, "8080")
+	// The stack's operator: a ready pod (another test may have scaled it
+	// down and up again, leaving one terminating).
+	var operator string
+	testwait.NoError(t, 2*time.Minute, "a ready operator pod", func() error {
+		ops, err := env.k.CoreV1().Pods("picomq-system").List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/component=operator"})
+		if err != nil {
+			return err
+		}
+		for i := range ops.Items {
+			if p := &ops.Items[i]; p.DeletionTimestamp == nil && p.Status.PodIP != "" && podReady(p) {
+				operator = net.JoinHostPort(p.Status.PodIP, "8080")
+				return nil
+			}
+		}
+		return fmt.Errorf("none of %d", len(ops.Items))
+	})
 
 	// The rules, with every `for` shortened.
 	dir := t.TempDir()
