@@ -307,11 +307,27 @@ func walkPanels(ps []panel, f func(panel)) {
 	}
 }
 
-// TestDashboardsParse: each dashboard is JSON with a title and a uid, and
-// every panel that is not a row has a query.
+// TestDashboardsParse: each dashboard is JSON with a title and a uid, has
+// a ConfigMap in config/grafana's kustomization, and every panel that is
+// not a row has a query.
 func TestDashboardsParse(t *testing.T) {
+	var k struct {
+		ConfigMapGenerator []struct {
+			Files []string `json:"files"`
+		} `json:"configMapGenerator"`
+	}
+	readYAML(t, filepath.Join(dashboardsDir, "..", "kustomization.yaml"), &k)
+	inKustomization := map[string]bool{}
+	for _, g := range k.ConfigMapGenerator {
+		for _, f := range g.Files {
+			inKustomization[filepath.Base(f)] = true
+		}
+	}
 	uids := map[string]string{}
 	for name, d := range dashboards(t) {
+		if !inKustomization[name] {
+			t.Errorf("%s has no ConfigMap in config/grafana/kustomization.yaml", name)
+		}
 		if d.Title == "" || d.UID == "" {
 			t.Errorf("%s: no title or uid", name)
 		}
