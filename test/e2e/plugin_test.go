@@ -34,7 +34,7 @@ const (
 )
 
 // TestKubectlPlugin runs the binary as kubectl-picomq through kubectl:
-// cluster status, a drain and undrain of one broker (checked on the
+// cluster status, stream verbs, recover refused on a healthy cluster, a drain and undrain of one broker (checked on the
 // broker's node status, and its slots back), and a debug bundle holding
 // each broker's node status and metrics and the StreamCluster's status,
 // with no token of the operator's Secret or the auth Secret in it.
@@ -149,6 +149,11 @@ spec:
 		t.Logf("no port-forward on this stack, as the plugin says (%s): %s", took.Round(time.Millisecond), strings.TrimSpace(out))
 	default:
 		t.Errorf("cluster status --port-forward: exit %d\n%s", code, out)
+	}
+
+	// recover refuses while the log has a leader, before asking anyone.
+	if out, code, _ := plugin("-n", pluginNS, "recover", "--voters", "0", "--yes"); code != 75 || !strings.Contains(out, "knows a metadata leader") {
+		t.Errorf("recover on a healthy cluster: exit %d\n%s", code, out)
 	}
 
 	// drain 1 (the ordinal), seen on the broker's own node status.
