@@ -40,6 +40,8 @@ manifests: ## Generate the CRDs and the operator's ClusterRole.
 		output:crd:artifacts:config=config/crd/bases output:rbac:artifacts:config=config/rbac
 	cp config/crd/bases/*.yaml charts/picomq/crds/
 	cp config/rbac/role.yaml charts/picomq/files/manager-role.yaml
+	cp config/prometheus/rules/picomq.rules.yaml charts/picomq/files/picomq.rules.yaml
+	cp config/grafana/dashboards/*.json charts/picomq/files/dashboards/
 
 .PHONY: generate
 generate: ## Generate DeepCopy methods.

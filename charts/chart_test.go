@@ -81,6 +81,47 @@ var cases = []struct {
 			t.Errorf("endpoints %v", eps)
 		}
 	}},
+	{"monitoring", "prometheusRule:\n  enabled: true\n  labels: {release: prom}\ndashboards:\n  enabled: true\n  namespace: monitoring\n", func(t *testing.T, objs map[string]*unstructured.Unstructured) {
+		pr := objs["PrometheusRule/picomq-system/picomq"]
+		if pr == nil {
+			t.Fatalf("no PrometheusRule in %v", keys(objs))
+		}
+		if pr.GetLabels()["release"] != "prom" {
+			t.Errorf("PrometheusRule labels %v", pr.GetLabels())
+		}
+		// The same groups as the rules file promtool tests.
+		raw, err := os.ReadFile(filepath.Join("..", "config", "prometheus", "rules", "picomq.rules.yaml"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var file map[string]any
+		if err := utilyaml.Unmarshal(raw, &file); err != nil {
+			t.Fatal(err)
+		}
+		groups, _, _ := unstructured.NestedSlice(pr.Object, "spec", "groups")
+		if len(groups) == 0 || !reflect.DeepEqual(any(groups), file["groups"]) {
+			t.Errorf("the PrometheusRule's groups differ from the rules file's")
+		}
+		dashboards, _ := filepath.Glob(filepath.Join("..", "config", "grafana", "dashboards", "*.json"))
+		if len(dashboards) == 0 {
+			t.Fatal("no dashboard in config/grafana/dashboards")
+		}
+		for _, d := range dashboards {
+			base := filepath.Base(d)
+			cm := objs["ConfigMap/monitoring/picomq-dashboard-"+strings.TrimPrefix(strings.TrimSuffix(base, ".json"), "picomq-")]
+			if cm == nil {
+				t.Fatalf("no ConfigMap for %s in %v", base, keys(objs))
+			}
+			if cm.GetLabels()["grafana_dashboard"] != "1" {
+				t.Errorf("%s: labels %v", cm.GetName(), cm.GetLabels())
+			}
+			data, _, _ := unstructured.NestedString(cm.Object, "data", base)
+			want, _ := os.ReadFile(d)
+			if !json.Valid([]byte(data)) || strings.TrimSpace(data) != strings.TrimSpace(string(want)) {
+				t.Errorf("%s: its %s is not the dashboard's JSON", cm.GetName(), base)
+			}
+		}
+	}},
 	{"custom", `image: {repository: reg.example/picomq, tag: "1.2.3", pullPolicy: Always}
 brokerImage: reg.example/broker:9
 resources: {requests: {cpu: 1, memory: 1Gi}, limits: {memory: 2Gi}}
@@ -197,7 +238,9 @@ func TestLintAndTemplate(t *testing.T) {
 			out := run(t, h, append([]string{"template", "picomq", chart, "--namespace", "picomq-system"}, vf...)...)
 			objs := decode(t, out)
 			for k, o := range objs {
-				if ns := o.GetNamespace(); ns != "" && ns != "picomq-system" {
+				// Dashboards may go to the namespace Grafana's sidecar
+				// watches (dashboards.namespace); nothing else leaves.
+				if ns := o.GetNamespace(); ns != "" && ns != "picomq-system" && o.GetLabels()["app.kubernetes.io/component"] != "dashboards" {
 					t.Errorf("%s outside the release's namespace", k)
 				}
 			}
@@ -206,15 +249,27 @@ func TestLintAndTemplate(t *testing.T) {
 	}
 }
 
-// TestCopiesAreCurrent: the chart's crds/ and files/manager-role.yaml are
-// what `make manifests` copies from config/.
+// TestCopiesAreCurrent: the chart's crds/, files/manager-role.yaml, its
+// alert rules and dashboards are what `make manifests` copies from
+// config/.
 func TestCopiesAreCurrent(t *testing.T) {
 	bases, _ := filepath.Glob(filepath.Join("..", "config", "crd", "bases", "*.yaml"))
 	copies, _ := filepath.Glob(filepath.Join(chart, "crds", "*.yaml"))
 	if len(bases) == 0 || len(bases) != len(copies) {
 		t.Errorf("config/crd/bases has %d CRDs, the chart's crds/ %d: run make manifests", len(bases), len(copies))
 	}
-	pairs := [][2]string{{filepath.Join("..", "config", "rbac", "role.yaml"), filepath.Join(chart, "files", "manager-role.yaml")}}
+	pairs := [][2]string{
+		{filepath.Join("..", "config", "rbac", "role.yaml"), filepath.Join(chart, "files", "manager-role.yaml")},
+		{filepath.Join("..", "config", "prometheus", "rules", "picomq.rules.yaml"), filepath.Join(chart, "files", "picomq.rules.yaml")},
+	}
+	dashboards, _ := filepath.Glob(filepath.Join("..", "config", "grafana", "dashboards", "*.json"))
+	copied, _ := filepath.Glob(filepath.Join(chart, "files", "dashboards", "*.json"))
+	if len(dashboards) != len(copied) {
+		t.Errorf("config/grafana/dashboards has %d dashboards, the chart's files/dashboards %d: run make manifests", len(dashboards), len(copied))
+	}
+	for _, d := range dashboards {
+		pairs = append(pairs, [2]string{d, filepath.Join(chart, "files", "dashboards", filepath.Base(d))})
+	}
 	for _, b := range bases {
 		pairs = append(pairs, [2]string{b, filepath.Join(chart, "crds", filepath.Base(b))})
 	}
