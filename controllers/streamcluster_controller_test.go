@@ -846,6 +846,35 @@ func TestStreamClusterRevertedScaleDownCancelsDrain(t *testing.T) {
 	}
 }
 
+// TestStreamClusterLeavesACordonAlone: a drain that stays a member (a
+// cordon someone asked for, kubectl picomq drain) on a broker that stays
+// is not cancelled, where a leftover leave-drain is.
+func TestStreamClusterLeavesACordonAlone(t *testing.T) {
+	needsEnvtest(t)
+	ns := newNamespace(t)
+	h := startManager(t, ns, Options{DrainPollInterval: 200 * time.Millisecond})
+	h.admin.set(func(f *fakeAdmin) {
+		f.leader = "demo-0"
+		f.draining["demo-1"] = brokeradmin.DrainStatus{Phase: brokeradmin.DrainInProgress, Stay: true}
+		f.draining["demo-2"] = brokeradmin.DrainStatus{Phase: brokeradmin.DrainInProgress}
+	})
+	newCluster(t, ns, "demo", nil)
+	waitSTS(t, ns, "demo", nil)
+	setSTSStatus(t, ns, "demo", 3)
+	testwait.NoError(t, 10*time.Second, "", func() error {
+		if h.admin.called("CancelDrain demo-2") == 0 {
+			return fmt.Errorf("the leftover drain of demo-2 not cancelled")
+		}
+		return nil
+	})
+	// Another pass or two of the reconcile.
+	updateCluster(t, ns, "demo", func(c *streamsv1alpha1.StreamCluster) { c.Labels = map[string]string{"touched": "1"} })
+	time.Sleep(time.Second)
+	if n := h.admin.called("CancelDrain demo-1"); n != 0 {
+		t.Fatalf("the cordon of demo-1 was cancelled %d times", n)
+	}
+}
+
 func TestStreamClusterDoesNotFightOtherFieldManagers(t *testing.T) {
 	needsEnvtest(t)
 	ns := newNamespace(t)

@@ -125,7 +125,9 @@ func (r *StreamClusterReconciler) planReplicas(ctx context.Context, c *streamsv1
 // completed.
 func (r *StreamClusterReconciler) cancelDrains(ctx context.Context, c *streamsv1alpha1.StreamCluster, creds brokeradmin.Credentials, desired int32, brokers []brokerObservation) {
 	for i, b := range brokers {
-		if int32(i) >= desired || b.err != nil || b.status.Drain.Phase == brokeradmin.DrainNone {
+		// A cordon (a drain that stays a member) is someone's decision
+		// for maintenance, not a scale-down's leftover: only they lift it.
+		if int32(i) >= desired || b.err != nil || b.status.Drain.Phase == brokeradmin.DrainNone || b.status.Drain.Stay {
 			continue
 		}
 		cctx, cancel := context.WithTimeout(ctx, r.Options.BrokerCallTimeout)

@@ -163,6 +163,7 @@ func (c *Cluster) DrainStatus() wire.DrainStatus {
 		return ds
 	}
 	ds.Phase = wire.DrainDraining
+	ds.Stay = !c.leaving.Load()
 	switch {
 	case !c.leaving.Load():
 		ds.Message = fmt.Sprintf("handing off %d slots, %d streams open here; staying a member (a drain with stay: cancel it to serve again)", ds.SlotsHeld, ds.OpenStreams)

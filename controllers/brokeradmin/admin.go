@@ -43,6 +43,9 @@ const (
 // DrainStatus is a broker's progress in draining.
 type DrainStatus struct {
 	Phase DrainPhase `json:"phase"`
+	// Stay: a cordon someone asked for (kubectl picomq drain), not a
+	// scale-down's leave: the broker stays a member until it is cancelled.
+	Stay bool `json:"stay,omitempty"`
 	// SlotsHeld is how many slot Leases the broker still holds.
 	SlotsHeld int32 `json:"slotsHeld"`
 	// OpenStreams is how many internal streams are still open on it.

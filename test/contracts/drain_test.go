@@ -69,8 +69,8 @@ func TestCordonHandsEverySlotOff(t *testing.T) {
 
 	// Drained of its slots: watched all along, it never says Drained.
 	stopWatch := watchNeverDrained(t, c, drained)
-	if ds, err = c.Cordon(ctx, drained); err != nil || ds.Phase != wire.DrainDraining {
-		t.Fatalf("POST drain with stay: %+v, %v", ds, err)
+	if ds, err = c.Cordon(ctx, drained); err != nil || ds.Phase != wire.DrainDraining || !ds.Stay {
+		t.Fatalf("POST drain with stay: %+v, %v (want Draining, stay)", ds, err)
 	}
 	if ds2, err := c.Cordon(ctx, drained); err != nil || ds2.Phase != wire.DrainDraining {
 		t.Fatalf("POST drain with stay again: %+v, %v", ds2, err)

@@ -36,6 +36,10 @@ type DrainOptions struct {
 // decodes.
 type DrainStatus struct {
 	Phase string `json:"phase"`
+	// Stay: the drain is a cordon (DrainOptions.Stay), not a leave: the
+	// broker stays a member until someone cancels it, and the operator
+	// leaves it alone (kubectl picomq drain).
+	Stay bool `json:"stay,omitempty"`
 	// SlotsHeld is how many slot Leases the broker still holds.
 	SlotsHeld int `json:"slotsHeld"`
 	// OpenStreams is how many internal streams the metadata log has open
