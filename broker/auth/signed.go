@@ -1,19 +1,14 @@
 package auth
 
 import (
-	"context"
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/base64"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/url"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/picomq/picomq/broker/errs"
@@ -66,86 +61,41 @@ type signingKey struct {
 	secret []byte
 }
 
-// SigningKeys are the keys of a directory, re-read as it changes.
+// SigningKeys are the keys of a directory, re-read as it changes; sorted
+// by id (file name).
 type SigningKeys struct {
-	dir  string
-	log  *slog.Logger
-	set  atomic.Pointer[[]signingKey] // sorted by id
-	seen atomic.Pointer[string]
+	dirSet[signingKey]
 }
 
 // LoadSigningKeys reads dir's keys; a file that is not a key is skipped
 // and logged by name.
 func LoadSigningKeys(dir string, log *slog.Logger) (*SigningKeys, error) {
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
-	k := &SigningKeys{dir: dir, log: log}
-	if _, err := k.Reload(); err != nil {
+	k := &SigningKeys{}
+	if err := k.init(dir, "url signing key", "keys", log, loadKey); err != nil {
 		return nil, err
 	}
 	return k, nil
 }
 
-// Len is how many keys are in force.
-func (k *SigningKeys) Len() int { return len(*k.set.Load()) }
-
-// Reload reads the directory again if it changed.
-func (k *SigningKeys) Reload() (bool, error) {
-	fp, files, err := fingerprint(k.dir)
+// loadKey reads one key file: its name is the key's id.
+func loadKey(path, name string) (signingKey, error) {
+	if !validKeyID(name) {
+		return signingKey{}, fmt.Errorf("its name is not a key id (letters, digits, '.', '_', '-')")
+	}
+	secret, err := readKey(path)
 	if err != nil {
-		return false, err
+		return signingKey{}, err
 	}
-	if last := k.seen.Load(); last != nil && *last == fp {
-		return false, nil
-	}
-	var set []signingKey
-	for _, f := range files { // sorted by name
-		if !validKeyID(f) {
-			k.log.Warn("url signing key file skipped", "file", f, "reason", "its name is not a key id (letters, digits, '.', '_', '-')")
-			continue
-		}
-		secret, err := readKey(filepath.Join(k.dir, f))
-		if err != nil {
-			k.log.Warn("url signing key file skipped", "file", f, "reason", err.Error())
-			continue
-		}
-		set = append(set, signingKey{id: f, secret: secret})
-	}
-	k.set.Store(&set)
-	k.seen.Store(&fp)
-	k.log.Info("url signing keys loaded", "dir", k.dir, "keys", len(set))
-	return true, nil
-}
-
-// Run re-reads the directory every interval until ctx ends.
-func (k *SigningKeys) Run(ctx context.Context, interval time.Duration) {
-	tick := time.NewTicker(interval)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
-		if _, err := k.Reload(); err != nil {
-			k.log.Warn("cannot re-read the url signing keys directory: keeping the keys in force", "dir", k.dir, "err", err)
-		}
-	}
+	return signingKey{id: name, secret: secret}, nil
 }
 
 func readKey(path string) ([]byte, error) {
-	f, err := os.Open(path)
+	buf, err := readSmall(path)
 	if err != nil {
-		return nil, fmt.Errorf("cannot open: %w", err)
-	}
-	defer f.Close()
-	buf, err := io.ReadAll(io.LimitReader(f, maxTokenFileBytes+1))
-	if err != nil {
-		return nil, fmt.Errorf("cannot read: %w", err)
+		return nil, err
 	}
 	buf = []byte(strings.TrimRight(string(buf), "\r\n"))
-	if len(buf) < MinKeyBytes || len(buf) > maxTokenFileBytes {
+	if len(buf) < MinKeyBytes {
 		return nil, fmt.Errorf("a key holds %d to %d bytes", MinKeyBytes, maxTokenFileBytes)
 	}
 	return buf, nil
@@ -173,7 +123,7 @@ func mac(secret []byte, scope string, exp int64) string {
 // covers (a stream name, or a prefix ending in '/') until exp, signed with
 // the last key by id. ok is false when there is no key.
 func (k *SigningKeys) Sign(scope string, exp time.Time) (url.Values, bool) {
-	set := *k.set.Load()
+	set := k.items()
 	if len(set) == 0 {
 		return nil, false
 	}
@@ -202,7 +152,7 @@ func (k *SigningKeys) Verify(q url.Values, now time.Time) (string, *errs.Error) 
 		return "", SignedURLInvalid.With("reason", "picomq-exp is not Unix seconds")
 	}
 	var key *signingKey
-	for _, c := range *k.set.Load() {
+	for _, c := range k.items() {
 		if c.id == id {
 			key = &c
 			break

@@ -8,18 +8,14 @@
 package auth
 
 import (
-	"context"
 	"crypto/sha256"
 	"crypto/subtle"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"sort"
 	"strings"
-	"sync/atomic"
-	"time"
 )
 
 // MinTokenBytes is the shortest token accepted: shorter ones are skipped.
@@ -40,28 +36,28 @@ type entry struct {
 // Tokens is the set of tokens of a directory. Its methods are safe for
 // concurrent use; Reload and Run replace the set atomically.
 type Tokens struct {
-	dir  string
-	log  *slog.Logger
-	set  atomic.Pointer[[]entry]
-	seen atomic.Pointer[string] // fingerprint of the directory last read
+	dirSet[entry]
 }
 
 // Load reads dir's tokens. A file that is not a valid token is skipped and
 // logged by name; a directory that cannot be read is an error (the broker
 // would otherwise serve with no token and refuse everyone silently).
 func Load(dir string, log *slog.Logger) (*Tokens, error) {
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
-	t := &Tokens{dir: dir, log: log}
-	if _, err := t.Reload(); err != nil {
+	t := &Tokens{}
+	if err := t.init(dir, "auth token", "tokens", log, t.load); err != nil {
 		return nil, err
 	}
 	return t, nil
 }
 
-// Len is how many tokens are in force.
-func (t *Tokens) Len() int { return len(*t.set.Load()) }
+// load reads one token file and logs, by name, the scopes it grants.
+func (t *Tokens) load(path, name string) (entry, error) {
+	e, err := readToken(path, name)
+	if err == nil {
+		t.log.Info("auth token loaded", "file", name, "scopes", e.grants.String())
+	}
+	return e, err
+}
 
 // Lookup finds the token presented. Every token is compared, each in
 // constant time, whatever matched: the time taken says nothing about which
@@ -69,7 +65,7 @@ func (t *Tokens) Len() int { return len(*t.set.Load()) }
 func (t *Tokens) Lookup(token string) (name string, grants Grants, ok bool) {
 	d := sha256.Sum256([]byte(token))
 	match := -1
-	set := *t.set.Load()
+	set := t.items()
 	for i := range set {
 		if subtle.ConstantTimeCompare(d[:], set[i].digest[:]) == 1 {
 			match = i
@@ -79,49 +75,6 @@ func (t *Tokens) Lookup(token string) (name string, grants Grants, ok bool) {
 		return "", nil, false
 	}
 	return set[match].name, set[match].grants, true
-}
-
-// Run re-reads the directory every interval while its fingerprint (names,
-// sizes, modification times) changes, until ctx ends.
-func (t *Tokens) Run(ctx context.Context, interval time.Duration) {
-	tick := time.NewTicker(interval)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
-		if _, err := t.Reload(); err != nil {
-			t.log.Warn("cannot re-read the auth tokens directory: keeping the tokens in force", "dir", t.dir, "err", err)
-		}
-	}
-}
-
-// Reload reads the directory again if its fingerprint changed since the
-// last read, and reports whether it did.
-func (t *Tokens) Reload() (bool, error) {
-	fp, files, err := fingerprint(t.dir)
-	if err != nil {
-		return false, err
-	}
-	if last := t.seen.Load(); last != nil && *last == fp {
-		return false, nil
-	}
-	var set []entry
-	for _, f := range files {
-		e, err := readToken(filepath.Join(t.dir, f), f)
-		if err != nil {
-			t.log.Warn("auth token file skipped", "file", f, "reason", err.Error())
-			continue
-		}
-		t.log.Info("auth token loaded", "file", f, "scopes", e.grants.String())
-		set = append(set, e)
-	}
-	t.set.Store(&set)
-	t.seen.Store(&fp)
-	t.log.Info("auth tokens loaded", "dir", t.dir, "tokens", len(set))
-	return true, nil
 }
 
 // fingerprint lists the directory's token files (hidden ones, such as a
@@ -155,17 +108,9 @@ func fingerprint(dir string) (string, []string, error) {
 // optionally limited to a prefix ("read:shop/,write:shop/orders:<token>").
 // Its errors never hold the file's content.
 func readToken(path, name string) (entry, error) {
-	f, err := os.Open(path)
+	buf, err := readSmall(path)
 	if err != nil {
-		return entry{}, fmt.Errorf("cannot open: %w", err)
-	}
-	defer f.Close()
-	buf, err := io.ReadAll(io.LimitReader(f, maxTokenFileBytes+1))
-	if err != nil {
-		return entry{}, fmt.Errorf("cannot read: %w", err)
-	}
-	if len(buf) > maxTokenFileBytes {
-		return entry{}, fmt.Errorf("larger than %d bytes", maxTokenFileBytes)
+		return entry{}, err
 	}
 	grants, token, err := splitTokenFile(strings.TrimRight(string(buf), "\r\n"))
 	if err != nil {
