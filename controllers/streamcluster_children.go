@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	streamsv1alpha1 "github.com/picomq/picomq/api/v1alpha1"
@@ -159,35 +160,58 @@ func keepClaimTemplates(sts *appsv1.StatefulSet) []corev1.PersistentVolumeClaim 
 // when monitoring no longer asks for it. A missing CRD is reported once per
 // spec generation, not an error.
 func (r *StreamClusterReconciler) reconcileServiceMonitor(ctx context.Context, c *streamsv1alpha1.StreamCluster, o *clusterObservation) error {
-	want := c.Spec.Monitoring.ServiceMonitor
-	if !want && !o.firstLook {
+	return r.reconcileOptionalChild(ctx, c, o, optionalChild{
+		kind: "ServiceMonitor", field: "spec.monitoring.serviceMonitor", want: c.Spec.Monitoring.ServiceMonitor,
+		gvk: resources.ServiceMonitorGVK, name: resources.ServiceMonitorName(c),
+		build: func() (*unstructured.Unstructured, error) { return resources.ServiceMonitor(c), nil },
+	})
+}
+
+// optionalChild is a child of another operator's kind (the
+// prometheus-operator's) that a spec field turns on and off.
+type optionalChild struct {
+	kind, field string // "ServiceMonitor", "spec.monitoring.serviceMonitor"
+	want        bool   // the field's value
+	gvk         schema.GroupVersionKind
+	name        string
+	build       func() (*unstructured.Unstructured, error)
+}
+
+// reconcileOptionalChild applies ch when its field asks for it and its CRD
+// is installed, and deletes the one the cluster controls when the field no
+// longer asks (looked at once per generation). A missing CRD is reported
+// once per spec generation, not an error.
+func (r *StreamClusterReconciler) reconcileOptionalChild(ctx context.Context, c *streamsv1alpha1.StreamCluster, o *clusterObservation, ch optionalChild) error {
+	if !ch.want && !o.firstLook {
 		return nil // deletion is checked once per generation
 	}
-	gvk := resources.ServiceMonitorGVK
-	if _, err := r.RESTMapper.RESTMapping(gvk.GroupKind(), gvk.Version); err != nil {
+	if _, err := r.RESTMapper.RESTMapping(ch.gvk.GroupKind(), ch.gvk.Version); err != nil {
 		if meta.IsNoMatchError(err) {
-			if want && o.firstLook {
+			if ch.want && o.firstLook {
 				o.deferred = append(o.deferred, func() {
-					event(r.Recorder, c, eventWarning, "ServiceMonitorUnavailable", "Apply",
-						"spec.monitoring.serviceMonitor is true but the ServiceMonitor CRD (monitoring.coreos.com/v1) is not installed: no ServiceMonitor created")
+					event(r.Recorder, c, eventWarning, ch.kind+"Unavailable", "Apply",
+						"%s is true but the %s CRD (%s) is not installed: no %s created", ch.field, ch.kind, ch.gvk.GroupVersion(), ch.kind)
 				})
 			}
 			return nil
 		}
 		return err
 	}
-	if want {
-		sm := resources.ServiceMonitor(c)
-		outcome, err := applier{c: r.Client, reader: r.APIReader}.apply(ctx, sm)
+	if ch.want {
+		obj, err := ch.build()
 		if err != nil {
 			return err
 		}
-		r.childEvent(c, sm, outcome)
+		outcome, err := applier{c: r.Client, reader: r.APIReader}.apply(ctx, obj)
+		if err != nil {
+			return err
+		}
+		r.childEvent(c, obj, outcome)
 		return nil
 	}
 	existing := &unstructured.Unstructured{}
-	existing.SetGroupVersionKind(gvk)
-	err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: resources.ServiceMonitorName(c)}, existing)
+	existing.SetGroupVersionKind(ch.gvk)
+	err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: ch.name}, existing)
 	if apierrors.IsNotFound(err) {
 		return nil
 	}
@@ -200,7 +224,7 @@ func (r *StreamClusterReconciler) reconcileServiceMonitor(ctx context.Context, c
 	if err := r.Client.Delete(ctx, existing); client.IgnoreNotFound(err) != nil {
 		return err
 	}
-	eventAbout(r.Recorder, c, existing, eventNormal, "Deleted", "Apply", "deleted ServiceMonitor %s (spec.monitoring.serviceMonitor is false)", existing.GetName())
+	eventAbout(r.Recorder, c, existing, eventNormal, "Deleted", "Apply", "deleted %s %s (%s is false)", ch.kind, existing.GetName(), ch.field)
 	return nil
 }
 
