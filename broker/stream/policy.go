@@ -63,7 +63,26 @@ type PolicyValue struct {
 	// tombstone is kept one more CompactAfter after it became compactable.
 	// Zero never compacts; negative is refused.
 	CompactAfter time.Duration
+	// Tiering says whether the stream's sealed segments move to the
+	// cluster's object storage: [TieringEnabled], [TieringDisabled], or
+	// empty to follow the cluster (on when it has object storage). Any
+	// other value is refused. Engines without object storage ignore it.
+	Tiering string
+	// LocalRetainFor is how long a sealed segment stays on the local disks
+	// after it is uploaded, measured from its newest record; zero follows
+	// the cluster's default. Negative is refused.
+	LocalRetainFor time.Duration
+	// LocalRetainBytes bounds a partition's uploaded bytes kept on the
+	// local disks too: above it the oldest uploaded segments are evicted
+	// first. Zero follows the cluster's default. Negative is refused.
+	LocalRetainBytes int64
 }
+
+// The values of [PolicyValue.Tiering].
+const (
+	TieringEnabled  = "Enabled"
+	TieringDisabled = "Disabled"
+)
 
 // Validate reports whether the policy is one an engine can honour, and
 // refuses it BY FIELD (StreamMisconfigured, the "field" field naming which)
@@ -91,11 +110,16 @@ func (p PolicyValue) Validate() error {
 		{"BlockTimeout", p.BlockTimeout, p.BlockTimeout < 0},
 		{"SegmentBytes", p.SegmentBytes, p.SegmentBytes < 0},
 		{"CompactAfter", p.CompactAfter, p.CompactAfter < 0},
+		{"LocalRetainFor", p.LocalRetainFor, p.LocalRetainFor < 0},
+		{"LocalRetainBytes", p.LocalRetainBytes, p.LocalRetainBytes < 0},
 	}
 	for _, n := range negatives {
 		if n.negative {
 			return StreamMisconfigured.With("field", n.field, "value", n.value)
 		}
+	}
+	if p.Tiering != "" && p.Tiering != TieringEnabled && p.Tiering != TieringDisabled {
+		return StreamMisconfigured.With("field", "Tiering", "value", p.Tiering, "reason", "Enabled, Disabled or empty")
 	}
 	if p.BlockTimeout > 0 && p.MaxBytes == 0 {
 		// A wait with nothing to wait under would always time out: the

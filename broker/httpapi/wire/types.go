@@ -17,6 +17,10 @@ type Policy struct {
 	BlockTimeout   string `json:"blockTimeout,omitempty"`
 	SegmentBytes   int64  `json:"segmentBytes"`
 	CompactAfter   string `json:"compactAfter,omitempty"`
+	// Tiering is "Enabled", "Disabled" or empty (follow the cluster).
+	Tiering          string `json:"tiering,omitempty"`
+	LocalRetainFor   string `json:"localRetainFor,omitempty"`
+	LocalRetainBytes int64  `json:"localRetainBytes,omitempty"`
 }
 
 // PolicyOf writes p for the wire; zero durations are left out.
@@ -25,6 +29,7 @@ func PolicyOf(p stream.PolicyValue) Policy {
 		Partitions: p.Partitions, MaxRecordBytes: p.MaxRecordBytes, RetainFor: durationString(p.RetainFor),
 		RetainBytes: p.RetainBytes, MaxBytes: p.MaxBytes, BlockTimeout: durationString(p.BlockTimeout),
 		SegmentBytes: p.SegmentBytes, CompactAfter: durationString(p.CompactAfter),
+		Tiering: p.Tiering, LocalRetainFor: durationString(p.LocalRetainFor), LocalRetainBytes: p.LocalRetainBytes,
 	}
 }
 
@@ -35,6 +40,7 @@ func (p Policy) Value() (stream.PolicyValue, error) {
 	v := stream.PolicyValue{
 		Partitions: p.Partitions, MaxRecordBytes: p.MaxRecordBytes, RetainBytes: p.RetainBytes,
 		MaxBytes: p.MaxBytes, SegmentBytes: p.SegmentBytes,
+		Tiering: p.Tiering, LocalRetainBytes: p.LocalRetainBytes,
 	}
 	var err error
 	if v.RetainFor, err = ParseDuration("RetainFor", p.RetainFor); err != nil {
@@ -44,6 +50,9 @@ func (p Policy) Value() (stream.PolicyValue, error) {
 		return v, err
 	}
 	if v.CompactAfter, err = ParseDuration("CompactAfter", p.CompactAfter); err != nil {
+		return v, err
+	}
+	if v.LocalRetainFor, err = ParseDuration("LocalRetainFor", p.LocalRetainFor); err != nil {
 		return v, err
 	}
 	return v, nil
@@ -60,6 +69,10 @@ type PolicyPatch struct {
 	BlockTimeout   *string `json:"blockTimeout,omitempty"`
 	SegmentBytes   *int64  `json:"segmentBytes,omitempty"`
 	CompactAfter   *string `json:"compactAfter,omitempty"`
+	// Tiering "" sets "follow the cluster".
+	Tiering          *string `json:"tiering,omitempty"`
+	LocalRetainFor   *string `json:"localRetainFor,omitempty"`
+	LocalRetainBytes *int64  `json:"localRetainBytes,omitempty"`
 }
 
 // PatchOf is the patch that sets every field to p's.
@@ -75,6 +88,7 @@ func PatchOf(p stream.PolicyValue) PolicyPatch {
 		Partitions: &w.Partitions, MaxRecordBytes: &w.MaxRecordBytes, RetainFor: durs(w.RetainFor),
 		RetainBytes: &w.RetainBytes, MaxBytes: &w.MaxBytes, BlockTimeout: durs(w.BlockTimeout),
 		SegmentBytes: &w.SegmentBytes, CompactAfter: durs(w.CompactAfter),
+		Tiering: &w.Tiering, LocalRetainFor: durs(w.LocalRetainFor), LocalRetainBytes: &w.LocalRetainBytes,
 	}
 }
 
@@ -95,6 +109,12 @@ func (pp PolicyPatch) Apply(cur stream.PolicyValue) (stream.PolicyValue, error) 
 	if pp.SegmentBytes != nil {
 		cur.SegmentBytes = *pp.SegmentBytes
 	}
+	if pp.Tiering != nil {
+		cur.Tiering = *pp.Tiering
+	}
+	if pp.LocalRetainBytes != nil {
+		cur.LocalRetainBytes = *pp.LocalRetainBytes
+	}
 	for _, d := range []struct {
 		field string
 		in    *string
@@ -103,6 +123,7 @@ func (pp PolicyPatch) Apply(cur stream.PolicyValue) (stream.PolicyValue, error) 
 		{"RetainFor", pp.RetainFor, &cur.RetainFor},
 		{"BlockTimeout", pp.BlockTimeout, &cur.BlockTimeout},
 		{"CompactAfter", pp.CompactAfter, &cur.CompactAfter},
+		{"LocalRetainFor", pp.LocalRetainFor, &cur.LocalRetainFor},
 	} {
 		if d.in == nil {
 			continue
@@ -185,6 +206,11 @@ type PartitionInfo struct {
 	End       uint64 `json:"end"`
 	Bytes     int64  `json:"bytes"`
 	Ranges    int    `json:"ranges"`
+	// LocalBytes is what the partition's retained objects take on the
+	// brokers' disks (one copy counted), TieredBytes what of them is in
+	// object storage; an uploaded segment kept locally counts in both.
+	LocalBytes  int64 `json:"localBytes"`
+	TieredBytes int64 `json:"tieredBytes"`
 	// Groups maps each consumer group that committed in the partition to
 	// the offset it reads next (its lag is End minus it).
 	Groups map[string]uint64 `json:"groups,omitempty"`
