@@ -75,6 +75,8 @@ type Broker struct {
 	closed bool
 
 	flush *flusher
+	// tiering is the tier loop's state (nil: no object storage).
+	tiering *tiering
 	// journal and tail, set on the journal data path (journal.go): the
 	// broker's journal, and what it acknowledged that the log lacks yet.
 	journal      *journal.Journal
@@ -130,6 +132,11 @@ func Open(cfg Config) (*Broker, error) {
 		inline:      newInlineObjects(objectsDir(cfg.DataDir), cfg.syncObjects),
 		snapshotDue: make(chan struct{}, 1),
 		stop:        make(chan struct{}),
+	}
+	if cfg.Tier != nil {
+		tc := *cfg.Tier
+		tc.defaults()
+		b.tiering = &tiering{cfg: &tc, seen: map[uint64]time.Time{}, keysDeleted: map[uint64]bool{}}
 	}
 	// Set before the log replays: a replayed inline commit writes its object.
 	b.fsm.SetHooks(meta.Hooks{Applied: b.applied, Snapshot: b.snapshotting})
@@ -246,6 +253,10 @@ func Open(cfg Config) (*Broker, error) {
 	if b.tail != nil {
 		b.wg.Add(1)
 		go func() { defer b.wg.Done(); b.checkpointLoop() }()
+	}
+	if b.tiering != nil {
+		b.wg.Add(1)
+		go func() { defer b.wg.Done(); b.tierLoop() }()
 	}
 	cfg.Logger.Info("broker open", "dataDir", cfg.DataDir, "node", cfg.NodeID, "streams", len(b.fsm.State().Names))
 	return b, nil

@@ -187,12 +187,15 @@ type CommittedObject struct {
 
 // ReplicatedObjects lists the committed objects with a replica set, by id,
 // as of now: what a repair or a drain moves. Objects every member holds
-// through the log (their frames rode in their commit) are not listed.
+// through the log (their frames rode in their commit) are not listed, nor
+// are those object storage holds (tier.go): their copy there is the one
+// that counts, so a repair or a drain never copies them — a member that
+// lost or leaves its copy of one costs nothing but a read from the bucket.
 func (b *Broker) ReplicatedObjects() []CommittedObject {
 	var out []CommittedObject
 	b.fsm.View(func(s *meta.State) {
 		for id, o := range s.Objects {
-			if len(o.Replicas) > 0 {
+			if len(o.Replicas) > 0 && o.Tier == nil {
 				out = append(out, CommittedObject{ID: id, Size: o.Size, Replicas: slices.Clone(o.Replicas)})
 			}
 		}

@@ -148,6 +148,9 @@ type Config struct {
 	// Fetcher reads frames of objects this node has no file of (default
 	// none: on one node every committed object is local).
 	Fetcher Fetcher
+	// Tier, when set, moves sealed segments to object storage and reads
+	// them back from it (tier.go).
+	Tier *TierConfig
 	// Cluster, when set, makes this broker a member of a cluster: its
 	// metadata log speaks over the peer network and forwards commands to
 	// the leader (see ClusterConfig). Nil: a lone broker, its own sole

@@ -45,12 +45,22 @@ func (b *Broker) entryOf(e *meta.Entry) *node.Entry {
 }
 
 // partitionStateOf describes an internal stream in the API's terms.
-func partitionStateOf(in *meta.Internal) node.PartitionState {
-	return node.PartitionState{
+func partitionStateOf(s *meta.State, in *meta.Internal) node.PartitionState {
+	ps := node.PartitionState{
 		ID: in.ID, Partition: in.Partition, Epoch: in.Epoch, Owner: in.Owner, Open: in.Open,
 		Start: in.Start, End: in.End, Bytes: in.Bytes(), Ranges: len(in.Ranges),
 		Groups: maps.Clone(in.Groups),
 	}
+	for _, r := range in.Ranges {
+		o := s.Objects[r.Object]
+		if o == nil || !o.Evicted {
+			ps.LocalBytes += r.Len
+		}
+		if o != nil && o.Tier != nil {
+			ps.TieredBytes += r.Len
+		}
+	}
+	return ps
 }
 
 func producerOf(p meta.Producer) node.Producer {

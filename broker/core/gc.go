@@ -2,6 +2,7 @@ package core
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	"github.com/picomq/picomq/broker/meta"
@@ -64,10 +65,17 @@ func (b *Broker) collectGarbage(ctx context.Context, grace time.Duration, orphan
 	// Every member deletes its own copies; one, the metadata leader, tells
 	// the log (a copy another member still holds then is an orphan there,
 	// collected after OrphanGrace).
+	// A tiered one is forgotten only once its key in object storage is
+	// deleted too (tier.go's deleteTieredGarbage): the log is what names
+	// the key.
+	b.fsm.View(func(s *meta.State) {
+		deleted = slices.DeleteFunc(deleted, func(id uint64) bool { return !b.tierKeyDeleted(s, id) })
+	})
 	if len(deleted) > 0 && b.log.IsLeader() {
 		if _, err := b.apply(ctx, &meta.Command{Op: meta.OpObjectsDeleted, ObjectsDeleted: &meta.ObjectsDeleted{IDs: deleted}}); err != nil {
 			return err
 		}
+		b.forgetDeleted(deleted)
 		b.cfg.Metrics.ObjectsDeleted.Add(float64(len(deleted)))
 	}
 	if !orphans {

@@ -215,12 +215,13 @@ func (b *Broker) Partition(id uint64) (node.PartitionState, bool) {
 		if !ok {
 			return
 		}
-		found, ps = true, partitionStateOf(in)
+		found, ps = true, partitionStateOf(s, in)
 		// The journal's acknowledged tail, not checkpointed yet, counts.
 		past, end := b.tail.past(in)
 		ps.End, ps.Ranges = end, ps.Ranges+len(past)
 		for _, r := range past {
 			ps.Bytes += r.Bytes
+			ps.LocalBytes += r.Len
 		}
 	})
 	return ps, found

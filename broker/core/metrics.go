@@ -32,6 +32,16 @@ type Metrics struct {
 	JournalSegmentsDropped prometheus.Counter
 	JournalSyncs           prometheus.Counter
 	UncheckpointedBytes    prometheus.Gauge
+
+	TierUploads        *prometheus.CounterVec
+	TierUploadedBytes  prometheus.Counter
+	TierUploadsPending prometheus.Gauge
+	TierBytes          prometheus.Gauge
+	TierEvicted        prometheus.Counter
+	TierLocalRemoved   prometheus.Counter
+	TierDeleted        prometheus.Counter
+	TierOrphansDeleted prometheus.Counter
+	TierReachable      prometheus.Gauge
 }
 
 // NewMetrics creates the broker's metrics and registers them with reg (nil:
@@ -63,11 +73,22 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		JournalSegmentsDropped: prometheus.NewCounter(prometheus.CounterOpts{Name: "picomq_journal_segments_dropped_total", Help: "Journal segments dropped once every object in them was checkpointed and unreferenced or in its own synced file."}),
 		JournalSyncs:           prometheus.NewCounter(prometheus.CounterOpts{Name: "picomq_journal_fsyncs_total", Help: "fdatasyncs of the journal's batches (each covers every object and fence that arrived together: this broker's and its peers')."}),
 		UncheckpointedBytes:    prometheus.NewGauge(prometheus.GaugeOpts{Name: "picomq_uncheckpointed_bytes", Help: "Record bytes the journal acknowledged that no checkpoint holds yet (measured each maintenance pass)."}),
+
+		TierUploads:        prometheus.NewCounterVec(prometheus.CounterOpts{Name: "picomq_tier_uploads_total", Help: "Segment uploads to object storage by this broker, by result (ok: confirmed and recorded; failed: retried later, local copies kept)."}, []string{"result"}),
+		TierUploadedBytes:  prometheus.NewCounter(prometheus.CounterOpts{Name: "picomq_tier_uploaded_bytes_total", Help: "Bytes of segments this broker uploaded and recorded."}),
+		TierUploadsPending: prometheus.NewGauge(prometheus.GaugeOpts{Name: "picomq_tier_uploads_pending", Help: "Sealed segments this broker is due to upload and has not yet."}),
+		TierBytes:          prometheus.NewGauge(prometheus.GaugeOpts{Name: "picomq_tier_bytes", Help: "Bytes of the cluster's segments held in object storage (from the metadata log)."}),
+		TierEvicted:        prometheus.NewCounter(prometheus.CounterOpts{Name: "picomq_tier_evictions_total", Help: "Uploaded segments whose local copies the metadata leader released (past their local retention)."}),
+		TierLocalRemoved:   prometheus.NewCounter(prometheus.CounterOpts{Name: "picomq_tier_local_removed_total", Help: "Local copies of evicted segments this broker deleted."}),
+		TierDeleted:        prometheus.NewCounter(prometheus.CounterOpts{Name: "picomq_tier_deleted_total", Help: "Keys of garbage segments the metadata leader deleted from object storage (retention, merges, compaction, stream deletion)."}),
+		TierOrphansDeleted: prometheus.NewCounter(prometheus.CounterOpts{Name: "picomq_tier_orphans_deleted_total", Help: "Keys in object storage no object named (an upload never recorded) that the metadata leader deleted after the orphan grace."}),
+		TierReachable:      prometheus.NewGauge(prometheus.GaugeOpts{Name: "picomq_tier_reachable", Help: "1 while object storage answered this broker's last request, 0 after a failure (measured each tier pass)."}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.Appends, m.AppendBytes, m.FlushAppends, m.FlushBytes, m.FsyncSeconds, m.InlineObjects, m.HeldBytes, m.HeldSpilled, m.WALUnzeroed, m.CommitSeconds,
 			m.Rollbacks, m.CorruptReads, m.TrimmedRanges, m.MergedRanges, m.ObjectsDeleted, m.ExpiredStreams,
-			m.MetadataCommands, m.Checkpoints, m.CheckpointCommits, m.CheckpointRefused, m.JournalSegmentsDropped, m.JournalSyncs, m.UncheckpointedBytes)
+			m.MetadataCommands, m.Checkpoints, m.CheckpointCommits, m.CheckpointRefused, m.JournalSegmentsDropped, m.JournalSyncs, m.UncheckpointedBytes,
+			m.TierUploads, m.TierUploadedBytes, m.TierUploadsPending, m.TierBytes, m.TierEvicted, m.TierLocalRemoved, m.TierDeleted, m.TierOrphansDeleted, m.TierReachable)
 	}
 	return m
 }

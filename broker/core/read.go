@@ -191,7 +191,21 @@ func (b *Broker) frame(r meta.Range) ([]byte, error) {
 	if p, ok := b.frames.get(key); ok {
 		return p, nil
 	}
-	p, err := b.objs.ReadFrame(r.Object, r.Pos, r.Len)
+	var tc *meta.TierCopy
+	evicted := false
+	if b.tiering != nil {
+		b.fsm.View(func(s *meta.State) {
+			if o, ok := s.Objects[r.Object]; ok && o.Tier != nil {
+				t := *o.Tier
+				tc, evicted = &t, o.Evicted
+			}
+		})
+	}
+	var p []byte
+	err := fs.ErrNotExist
+	if !evicted {
+		p, err = b.objs.ReadFrame(r.Object, r.Pos, r.Len)
+	}
 	if errors.Is(err, fs.ErrNotExist) {
 		// A peer's object this member holds only in its journal yet
 		// (ensembles.go, decision 13).
@@ -199,8 +213,17 @@ func (b *Broker) frame(r meta.Range) ([]byte, error) {
 			p, err = jp, nil
 		}
 	}
-	if errors.Is(err, fs.ErrNotExist) && b.cfg.Fetcher != nil {
+	if errors.Is(err, fs.ErrNotExist) && !evicted && b.cfg.Fetcher != nil {
 		p, err = b.fetch(r, err)
+	}
+	if err != nil && tc != nil {
+		// Evicted, or no copy a broker holds answered well: object
+		// storage's is the copy left (tier.go).
+		local := err
+		p, err = b.tierFrame(r, tc)
+		if err != nil && !evicted {
+			b.cfg.Logger.Warn("no copy of a tiered segment could be read", "object", r.Object, "local", local, "tier", err)
+		}
 	}
 	if err != nil {
 		if errors.Is(err, objstore.ErrCorrupt) {

@@ -226,6 +226,7 @@ func (s *Server) info(e *node.Entry, detail bool) wire.StreamInfo {
 			if in, ok := s.b.Partition(id); ok {
 				pi.Epoch, pi.Owner, pi.Open = in.Epoch, in.Owner, in.Open
 				pi.Start, pi.End, pi.Bytes, pi.Ranges, pi.Groups = in.Start, in.End, in.Bytes, in.Ranges, in.Groups
+				pi.LocalBytes, pi.TieredBytes = in.LocalBytes, in.TieredBytes
 			}
 			out.Partitions = append(out.Partitions, pi)
 		}

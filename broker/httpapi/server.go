@@ -58,6 +58,9 @@ type Options struct {
 	// Drain, when set, serves wire.DrainPath (a clustered broker); without
 	// it the path answers 501 NOT_CLUSTERED.
 	Drain Drainer
+	// Tier, when set, answers GET /v1/admin/tier (object storage as this
+	// broker sees it); without it the path answers enabled: false.
+	Tier func() wire.TierStatus
 	// DefaultPolicy, when set, is the policy of a stream created through
 	// the admin API without one (an empty "policy" member).
 	DefaultPolicy *stream.PolicyValue
@@ -107,6 +110,13 @@ func New(b node.Broker, gatherer prometheus.Gatherer, opts Options) *Server {
 	s.mux.HandleFunc("GET /readyz", s.readyz)
 	s.mux.HandleFunc("GET "+wire.NodePath, s.node)
 	s.mux.HandleFunc(wire.DrainPath, s.serveDrain)
+	s.mux.HandleFunc("GET "+wire.TierPath, func(w http.ResponseWriter, r *http.Request) {
+		st := wire.TierStatus{}
+		if s.opts.Tier != nil {
+			st = s.opts.Tier()
+		}
+		s.writeJSON(w, http.StatusOK, st)
+	})
 	if gatherer != nil {
 		s.mux.Handle("GET /metrics", promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{ErrorLog: slogPrinter{s.log}}))
 	}

@@ -55,6 +55,20 @@ func (s *State) Apply(c *Command) any {
 		if c.ObjectsDeleted != nil {
 			for _, id := range c.ObjectsDeleted.IDs {
 				delete(s.Garbage, id)
+				delete(s.TieredGarbage, id)
+			}
+			return nil
+		}
+	case OpTiered:
+		if c.Tiered != nil {
+			return s.tiered(c.Tiered)
+		}
+	case OpEvict:
+		if c.Evict != nil {
+			for _, id := range c.Evict.Objects {
+				if o, ok := s.Objects[id]; ok && o.Tier != nil {
+					o.Evicted = true
+				}
 			}
 			return nil
 		}
@@ -402,6 +416,7 @@ func (s *State) replace(c *Replace) any {
 	}
 	if c.Object != 0 {
 		s.addObject(c.Object, c.Size, c.Replicas)
+		s.Objects[c.Object].Segment = true
 	}
 	for _, r := range c.New {
 		s.ref(r.Object)
@@ -522,5 +537,23 @@ func (s *State) replicas(c *Replicas) any {
 		return ReplicasChanged.With("object", c.Object, "want", c.Old, "have", o.Replicas)
 	}
 	o.Replicas = slices.Clone(c.New)
+	return nil
+}
+
+func (s *State) tiered(c *Tiered) any {
+	o, ok := s.Objects[c.Object]
+	if !ok {
+		return ObjectGone.With("object", c.Object, "key", c.Key)
+	}
+	if c.Key == "" || c.Size != o.Size {
+		return BadCommand.With("object", c.Object, "reason", "empty key, or a size that is not the object's", "size", c.Size, "objectSize", o.Size)
+	}
+	if o.Tier != nil {
+		if o.Tier.Key != c.Key {
+			return BadCommand.With("object", c.Object, "reason", "tiered under another key", "key", c.Key, "has", o.Tier.Key)
+		}
+		return nil
+	}
+	o.Tier = &TierCopy{Key: c.Key, Size: c.Size, MD5: c.MD5}
 	return nil
 }

@@ -61,6 +61,14 @@ func (s *State) Check() error {
 		if id > s.MaxObjectID {
 			return fmt.Errorf("object %d above MaxObjectID %d", id, s.MaxObjectID)
 		}
+		if o.Evicted && o.Tier == nil {
+			return fmt.Errorf("object %d evicted but not tiered", id)
+		}
+	}
+	for id := range s.TieredGarbage {
+		if !s.Garbage[id] {
+			return fmt.Errorf("object %d: its key awaits deletion but it is not garbage", id)
+		}
 	}
 	forks := map[string]int{}
 	for _, e := range s.Names {

@@ -27,6 +27,8 @@ const (
 	OpMember         Op = "member"
 	OpReplicas       Op = "replicas"
 	OpCheckpoint     Op = "checkpoint"
+	OpTiered         Op = "tiered"
+	OpEvict          Op = "evict"
 )
 
 // Command is one entry of the metadata log: Op and the matching field.
@@ -49,6 +51,8 @@ type Command struct {
 	Member         *MemberChange   `json:"member,omitempty"`
 	Replicas       *Replicas       `json:"replicas,omitempty"`
 	Checkpoint     *Checkpoint     `json:"checkpoint,omitempty"`
+	Tiered         *Tiered         `json:"tiered,omitempty"`
+	Evict          *Evict          `json:"evict,omitempty"`
 }
 
 // Create allocates one internal stream per partition and stores the entry
@@ -248,6 +252,26 @@ type Replicas struct {
 	Object uint64   `json:"object"`
 	Old    []string `json:"old"`
 	New    []string `json:"new"`
+}
+
+// Tiered records that object storage holds Object's file under Key: an
+// upload whose size and MD5 the bucket confirmed. Proposed only after that
+// confirmation, so the log never names a key that is not there. A second
+// Tiered of the same key changes nothing; a collected object is refused
+// ObjectGone (its key is then an orphan in the bucket, collected by the
+// leader's scan), and so is a size that is not the object's.
+type Tiered struct {
+	Object uint64 `json:"object"`
+	Key    string `json:"key"`
+	Size   int64  `json:"size"`
+	MD5    string `json:"md5"`
+}
+
+// Evict lets the members delete their copies of tiered objects: reads of
+// them go to object storage from then on. Objects not tiered (or gone)
+// are skipped, so a local copy never goes before its upload is recorded.
+type Evict struct {
+	Objects []uint64 `json:"objects"`
 }
 
 // ObjectsDeleted forgets garbage objects whose files are gone.

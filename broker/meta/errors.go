@@ -21,4 +21,5 @@ var (
 	ProducerEpochSeq = node.ProducerEpochSeq
 	MemberRemoved    = node.MemberRemoved
 	ReplicasChanged  = node.ReplicasChanged
+	ObjectGone       = node.ObjectGone
 )

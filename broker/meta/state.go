@@ -122,6 +122,22 @@ type Object struct {
 	// Replicas names the members holding a copy of its file (empty: every
 	// member of the log holds its frames, or the broker is alone).
 	Replicas []string `json:"replicas,omitempty"`
+	// Segment: a merge or a compaction wrote it (Replace), for one stream;
+	// only segments move to object storage.
+	Segment bool `json:"segment,omitempty"`
+	// Tier is where object storage holds it, once an upload is confirmed
+	// (Tiered). Evicted: the members' copies may be deleted (Evict), and
+	// reads go to object storage.
+	Tier    *TierCopy `json:"tier,omitempty"`
+	Evicted bool      `json:"evicted,omitempty"`
+}
+
+// TierCopy is an object's copy in object storage.
+type TierCopy struct {
+	Key  string `json:"key"`
+	Size int64  `json:"size"`
+	// MD5 (hex) is the content checksum the upload was confirmed with.
+	MD5 string `json:"md5"`
 }
 
 // Member is one broker incarnation in the cluster. Its ID — the node's name
@@ -166,8 +182,10 @@ const (
 	// (Open.Ensemble, Expect, Recovered), which a build before it would
 	// apply as a plain open.
 	LevelEnsemble = 4
+	// LevelTier: OpTiered and OpEvict (segments in object storage).
+	LevelTier = 5
 	// Level is this build's.
-	Level = LevelEnsemble
+	Level = LevelTier
 )
 
 // EffectiveLevel is m's level, a build from before levels counting as
@@ -187,6 +205,10 @@ type State struct {
 	// Garbage holds objects no range references any more: their files may be
 	// deleted, after which ObjectsDeleted forgets them.
 	Garbage map[uint64]bool `json:"garbage"`
+	// TieredGarbage holds, by id, the keys of garbage objects that object
+	// storage holds: the leader deletes each key before ObjectsDeleted
+	// forgets the object.
+	TieredGarbage map[uint64]string `json:"tieredGarbage,omitempty"`
 	// ClusterID names the cluster ("" on a lone broker's log), Members its
 	// members, removed ones included, by id.
 	ClusterID string             `json:"clusterID,omitempty"`
@@ -245,8 +267,7 @@ func (s *State) unref(id uint64) {
 	}
 	o.Refs--
 	if o.Refs <= 0 {
-		delete(s.Objects, id)
-		s.Garbage[id] = true
+		s.toGarbage(o)
 	}
 }
 
@@ -265,8 +286,20 @@ func (s *State) addObject(id uint64, size int64, replicas []string) {
 // of its command was refused) straight to garbage.
 func (s *State) settleObject(id uint64) {
 	if o, ok := s.Objects[id]; ok && o.Refs == 0 {
-		delete(s.Objects, id)
-		s.Garbage[id] = true
+		s.toGarbage(o)
+	}
+}
+
+// toGarbage forgets a live object and marks it garbage, keeping its key
+// in object storage for deletion.
+func (s *State) toGarbage(o *Object) {
+	delete(s.Objects, o.ID)
+	s.Garbage[o.ID] = true
+	if o.Tier != nil {
+		if s.TieredGarbage == nil {
+			s.TieredGarbage = map[uint64]string{}
+		}
+		s.TieredGarbage[o.ID] = o.Tier.Key
 	}
 }
 
@@ -300,6 +333,10 @@ func (s *State) Clone() *State {
 	for k, o := range s.Objects {
 		oc := *o
 		oc.Replicas = slices.Clone(o.Replicas)
+		if o.Tier != nil {
+			t := *o.Tier
+			oc.Tier = &t
+		}
 		c.Objects[k] = &oc
 	}
 	for k, m := range s.Members {
@@ -308,6 +345,12 @@ func (s *State) Clone() *State {
 	}
 	for k := range s.Garbage {
 		c.Garbage[k] = true
+	}
+	if s.TieredGarbage != nil {
+		c.TieredGarbage = make(map[uint64]string, len(s.TieredGarbage))
+		for k, v := range s.TieredGarbage {
+			c.TieredGarbage[k] = v
+		}
 	}
 	return c
 }

@@ -28,6 +28,7 @@ const (
 	CodeMemberRemoved    errs.Code = 0x00_10_01_0E
 	CodeReplicasChanged  errs.Code = 0x00_10_01_0F
 	CodeLevelTooLow      errs.Code = 0x00_10_01_10
+	CodeObjectGone       errs.Code = 0x00_10_01_11
 )
 
 var (
@@ -130,6 +131,14 @@ var (
 	ReplicasChanged = errs.Static(CodeReplicasChanged, "REPLICAS_CHANGED",
 		"The object's replica set changed since the move was planned",
 		"broker/meta: a replicas command whose old set is not the object's current one, or whose object is gone; fields: object, want (the old set proposed), have (the current set, absent when the object is gone)",
+		409, 75)
+
+	// ObjectGone: a Tiered named an object the state no longer holds (it
+	// was merged, trimmed or deleted while it uploaded). Nothing changed;
+	// the uploaded key is an orphan the leader's scan collects.
+	ObjectGone = errs.Static(CodeObjectGone, "OBJECT_GONE",
+		"The object was collected before its upload was recorded",
+		"broker/meta: a tiered command named an object that is no longer live; fields: object, key",
 		409, 75)
 
 	// LevelTooLow: a command was not proposed because a current member of

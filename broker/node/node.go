@@ -159,6 +159,10 @@ type PartitionState struct {
 	// runs of records.
 	Bytes  int64
 	Ranges int
+	// LocalBytes is what its ranges take on the brokers' disks (one copy
+	// counted), TieredBytes what of them object storage holds: an
+	// uploaded segment not evicted yet counts in both.
+	LocalBytes, TieredBytes int64
 	// Groups maps each consumer group that committed in the partition to
 	// the offset it reads next.
 	Groups map[string]uint64

@@ -28,6 +28,7 @@ import (
 	"github.com/picomq/picomq/broker/membership"
 	"github.com/picomq/picomq/broker/repair"
 	"github.com/picomq/picomq/broker/stream"
+	"github.com/picomq/picomq/broker/tier"
 )
 
 // Settings is a broker's configuration.
@@ -78,6 +79,9 @@ type Settings struct {
 	// Access holds the browser and tenancy settings: CORS origins,
 	// anonymous read prefixes, the keys of signed read URLs.
 	Access Access
+	// Tier configures object storage for sealed segments (off while
+	// Endpoint is empty).
+	Tier Tier
 	// Cluster is cluster mode's configuration; a zero Name runs a lone
 	// broker.
 	Cluster Cluster
@@ -85,6 +89,24 @@ type Settings struct {
 
 // Access is who may reach streams besides token holders, and from which
 // pages (README "Browsers, CDNs and tenants").
+type Tier struct {
+	Endpoint, Bucket, Region string
+	PathStyle                bool
+	Prefix                   string
+	CAFile                   string
+	CredentialsDir           string
+	CacheBytes               int64
+	CacheDir                 string
+	LocalRetainFor           time.Duration
+	LocalRetainBytes         int64
+	// UploadStagger and OrphanGrace: see core.TierConfig (tests shorten them).
+	UploadStagger time.Duration
+	OrphanGrace   time.Duration
+	// Prefetch is how many chunks a tiered read fetches ahead.
+	Prefetch int
+}
+
+// Access is the browser and tenancy settings.
 type Access struct {
 	// CORSAllowedOrigins are the origins whose pages may call the brokers
 	// (broker/cors); "*" alone allows every one. Empty: every origin
@@ -311,6 +333,21 @@ func Parse(args []string, getenv func(string) string, out io.Writer) (Settings, 
 	fs.IntVar(&s.GroupLagMaxSeries, "group-lag-max-series", s.GroupLagMaxSeries, "most consumer-group positions (group × partition) this broker exports as picomq_consumer_group_lag and _committed_offset; the rest are counted in picomq_consumer_group_lag_series_dropped_total")
 	fs.Var((*commaList)(&s.Access.CORSAllowedOrigins), "cors-allowed-origins", "origins whose pages may call the brokers, a comma list of scheme://host[:port], or * for every one; others are refused 403 ORIGIN_NOT_ALLOWED. Unset: every origin without --auth-tokens-dir, none with it")
 	fs.Var((*commaList)(&s.Access.AnonymousReadPrefixes), "anonymous-read-prefixes", "stream-name prefixes anyone may read without a token (with --auth-tokens-dir), a comma list: shop/public/ covers the names under it, shop/feed that one name")
+	s.Tier.Region, s.Tier.CacheBytes, s.Tier.LocalRetainFor, s.Tier.UploadStagger, s.Tier.OrphanGrace, s.Tier.Prefetch = "us-east-1", 1<<30, time.Hour, 30*time.Second, time.Hour, 4
+	fs.StringVar(&s.Tier.Endpoint, "tier-endpoint", "", "S3-compatible object storage that sealed segments move to, http:// or https://host[:port] (empty: tiering off)")
+	fs.StringVar(&s.Tier.Bucket, "tier-bucket", "", "the bucket of --tier-endpoint")
+	fs.StringVar(&s.Tier.Region, "tier-region", s.Tier.Region, "the bucket's region")
+	fs.BoolVar(&s.Tier.PathStyle, "tier-path-style", false, "address the bucket in the URL's path (most S3-compatible servers), not in its host name")
+	fs.StringVar(&s.Tier.Prefix, "tier-prefix", "", "prefix of every key the cluster writes (a folder per cluster, ending in /)")
+	fs.StringVar(&s.Tier.CAFile, "tier-ca-file", "", "PEM bundle of the CAs trusted for an https --tier-endpoint (default: the system's)")
+	fs.StringVar(&s.Tier.CredentialsDir, "tier-credentials-dir", "", "directory holding the files access-key-id and secret-access-key; read again as they change")
+	fs.Var((*byteSize)(&s.Tier.CacheBytes), "tier-cache-bytes", "bound of the local disk cache of tiered segments' chunks (suffixes KiB, MiB, GiB)")
+	fs.StringVar(&s.Tier.CacheDir, "tier-cache-dir", "", "directory of that cache (default: tier-cache in --data-dir)")
+	fs.DurationVar(&s.Tier.LocalRetainFor, "tier-local-retain-for", s.Tier.LocalRetainFor, "how long an uploaded segment stays on local disks too, from its newest record, for streams whose policy says nothing (0: evicted once uploaded)")
+	fs.Var((*byteSize)(&s.Tier.LocalRetainBytes), "tier-local-retain-bytes", "uploaded bytes a partition keeps on local disks too, newest first, for streams whose policy says nothing (0: no bound)")
+	fs.DurationVar(&s.Tier.UploadStagger, "tier-upload-stagger", s.Tier.UploadStagger, "how long each replica of a segment waits after the one before it in its replica set before uploading it itself")
+	fs.DurationVar(&s.Tier.OrphanGrace, "tier-orphan-grace", s.Tier.OrphanGrace, "how old a key no segment names must be before the metadata leader deletes it")
+	fs.IntVar(&s.Tier.Prefetch, "tier-prefetch-chunks", s.Tier.Prefetch, "1 MiB chunks a read of a tiered segment fetches ahead (catch-up readers)")
 	fs.StringVar(&s.Access.URLSigningKeysDir, "url-signing-keys-dir", "", "directory of the keys that sign read URLs (POST /v1/sign, picomq sign): one file per key, named after its id, holding at least 32 bytes; every key in it verifies, the last by name signs; re-read as it changes")
 	fs.StringVar(&s.MetricsAuth, "metrics-auth", s.MetricsAuth, "open: /metrics needs no token; token: a token of any scope (with --auth-tokens-dir)")
 
@@ -403,6 +440,22 @@ func (s Settings) check() error {
 		return bad("--anonymous-read-prefixes needs --auth-tokens-dir (without it every read is anonymous)")
 	case s.Access.URLSigningKeysDir != "" && s.AuthTokensDir == "":
 		return bad("--url-signing-keys-dir needs --auth-tokens-dir (without it every read is open and a signed URL grants nothing)")
+	}
+	if t := s.Tier; t.Endpoint != "" {
+		switch {
+		case t.Bucket == "":
+			return bad("--tier-endpoint needs --tier-bucket")
+		case t.CredentialsDir == "":
+			return bad("--tier-endpoint needs --tier-credentials-dir")
+		case t.Prefix != "" && (!strings.HasSuffix(t.Prefix, "/") || strings.HasPrefix(t.Prefix, "/")):
+			return bad("--tier-prefix %q: must end with / and not start with one", t.Prefix)
+		case t.CacheBytes < tier.ChunkBytes:
+			return bad("--tier-cache-bytes %d: at least one chunk (%d)", t.CacheBytes, tier.ChunkBytes)
+		case t.LocalRetainFor < 0 || t.LocalRetainBytes < 0 || t.Prefetch < 0 || t.UploadStagger <= 0 || t.OrphanGrace <= 0:
+			return bad("--tier-local-retain-for, --tier-local-retain-bytes and --tier-prefetch-chunks must not be negative, --tier-upload-stagger and --tier-orphan-grace must be positive")
+		}
+	} else if s.Tier.Bucket != "" || s.Tier.CredentialsDir != "" {
+		return bad("--tier-bucket and --tier-credentials-dir need --tier-endpoint")
 	}
 	if _, err := cors.New(s.Access.CORSAllowedOrigins, true); err != nil {
 		return bad("--cors-allowed-origins: %v", err)

@@ -32,7 +32,8 @@ func TestParseConfig(t *testing.T) {
 	defLimits := Limits{MaxHeaderBytes: 64 << 10, MaxHeaders: 100, MaxURLBytes: 8 << 10, ReadHeaderTimeout: 10 * time.Second,
 		BodyReadTimeout: 20 * time.Second, WriteTimeout: 2 * time.Minute, IdleTimeout: 2 * time.Minute, MaxConcurrentStreams: 250}
 	want := Settings{DataDir: "/d", Listen: ":4437", NodeID: host, MaxBatchBytes: 8 << 20, InlineBytes: core.DefaultInlineBytes, PageCacheBytes: core.DefaultPageCacheBytes, SyncLinger: core.DefaultSyncLinger, LongPollTimeout: time.Second,
-		MaxBodyBytes: 16 << 20, MaxBatchRecords: 100_000, GroupLagMaxSeries: core.DefaultGroupLagMaxSeries, ShutdownTimeout: 20 * time.Second, LogLevel: slog.LevelInfo, LogFormat: "json", MetricsAuth: "open", Cluster: defCluster, Limits: defLimits}
+		MaxBodyBytes: 16 << 20, MaxBatchRecords: 100_000, GroupLagMaxSeries: core.DefaultGroupLagMaxSeries, ShutdownTimeout: 20 * time.Second, LogLevel: slog.LevelInfo, LogFormat: "json", MetricsAuth: "open", Cluster: defCluster, Limits: defLimits,
+		Tier: Tier{Region: "us-east-1", CacheBytes: 1 << 30, LocalRetainFor: time.Hour, UploadStagger: 30 * time.Second, OrphanGrace: time.Hour, Prefetch: 4}}
 	if !reflect.DeepEqual(c, want) {
 		t.Fatalf("defaults = %+v, want %+v", c, want)
 	}
@@ -47,6 +48,11 @@ func TestParseConfig(t *testing.T) {
 		"PICOMQ_READ_HEADER_TIMEOUT": "5s", "PICOMQ_BODY_READ_TIMEOUT": "30s", "PICOMQ_WRITE_TIMEOUT": "0s", "PICOMQ_IDLE_TIMEOUT": "1m",
 		"PICOMQ_TLS_CERT_FILE": "/etc/picomq/tls/tls.crt", "PICOMQ_TLS_KEY_FILE": "/etc/picomq/tls/tls.key",
 		"PICOMQ_TLS_CA_FILE": "/etc/picomq/tls/ca.crt", "PICOMQ_AUTH_TOKENS_DIR": "/etc/picomq/auth", "PICOMQ_METRICS_AUTH": "token",
+		// The operator's names for spec.tieredStorage.
+		"PICOMQ_TIER_ENDPOINT": "https://s3.example.com:9000", "PICOMQ_TIER_BUCKET": "picomq", "PICOMQ_TIER_REGION": "eu-west-1",
+		"PICOMQ_TIER_PATH_STYLE": "true", "PICOMQ_TIER_PREFIX": "ns/demo/", "PICOMQ_TIER_CA_FILE": "/etc/picomq/tier-ca/ca.crt",
+		"PICOMQ_TIER_CREDENTIALS_DIR": "/etc/picomq/tier-credentials", "PICOMQ_TIER_CACHE_BYTES": "2147483648",
+		"PICOMQ_TIER_LOCAL_RETAIN_FOR": "2h", "PICOMQ_TIER_LOCAL_RETAIN_BYTES": "1073741824",
 	}), io.Discard)
 	if err != nil {
 		t.Fatal(err)
@@ -55,7 +61,10 @@ func TestParseConfig(t *testing.T) {
 		PageCacheBytes: 64 << 20, LongPollTimeout: 30 * time.Second, MaxBodyBytes: 1024, MaxBatchRecords: 500, ShutdownTimeout: 20 * time.Second, LogLevel: slog.LevelDebug, LogFormat: "text", Cluster: defCluster,
 		Limits:        Limits{MaxHeaderBytes: 32 << 10, MaxHeaders: 50, MaxURLBytes: 4 << 10, ReadHeaderTimeout: 5 * time.Second, BodyReadTimeout: 30 * time.Second, IdleTimeout: time.Minute, MaxConcurrentStreams: 250},
 		TLS:           TLS{CertFile: "/etc/picomq/tls/tls.crt", KeyFile: "/etc/picomq/tls/tls.key", CAFile: "/etc/picomq/tls/ca.crt"},
-		AuthTokensDir: "/etc/picomq/auth", MetricsAuth: "token", GroupLagMaxSeries: core.DefaultGroupLagMaxSeries}
+		AuthTokensDir: "/etc/picomq/auth", MetricsAuth: "token", GroupLagMaxSeries: core.DefaultGroupLagMaxSeries,
+		Tier: Tier{Endpoint: "https://s3.example.com:9000", Bucket: "picomq", Region: "eu-west-1", PathStyle: true, Prefix: "ns/demo/",
+			CAFile: "/etc/picomq/tier-ca/ca.crt", CredentialsDir: "/etc/picomq/tier-credentials", CacheBytes: 2 << 30,
+			LocalRetainFor: 2 * time.Hour, LocalRetainBytes: 1 << 30, UploadStagger: 30 * time.Second, OrphanGrace: time.Hour, Prefetch: 4}}
 	if !reflect.DeepEqual(c, want) {
 		t.Fatalf("from env = %+v, want %+v", c, want)
 	}

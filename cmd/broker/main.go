@@ -189,6 +189,14 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		Disk:           disk,
 	}
 	sizeForVolume(&coreCfg, disk.Total())
+	if coreCfg.Tier, err = tierConfig(cfg.Tier, cfg.DataDir, reg, logger); err != nil {
+		if cl != nil {
+			cl.Close()
+		}
+		logger.Error("cannot configure tiered storage", "err", err)
+		terminationMessage(cfg.TerminationLog, err)
+		return 78 // EX_CONFIG
+	}
 	if cl != nil {
 		cl.Configure(&coreCfg)
 	}
@@ -214,6 +222,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	apiOpts := httpapi.Options{Options: front, MaxBatchRecords: cfg.MaxBatchRecords, Registerer: reg, TestClock: testClock, DefaultPolicy: cfg.DefaultStreamPolicy}
 	if cl != nil {
 		apiOpts.Cluster, apiOpts.Drain = cl.NodeInfo, cl
+	}
+	if coreCfg.Tier != nil {
+		apiOpts.Tier = tierStatus(b)
 	}
 	api := httpapi.New(b, reg, apiOpts)
 	reg.MustRegister(core.NewGroupLagCollector(b, cfg.GroupLagMaxSeries))

@@ -2,6 +2,9 @@ package wire
 
 import "time"
 
+// TierPath answers TierStatus (admin scope).
+const TierPath = "/v1/admin/tier"
+
 // TierStatus is the answer of GET /v1/admin/tier: this broker's view of the
 // cluster's object storage, what the operator turns into the StreamCluster's
 // Degraded reasons.
