@@ -22,8 +22,8 @@ package v1alpha1
 //     MemberRemoved, InvalidSpec, TLSSecretNotFound, TLSSecretInvalid,
 //     AuthSecretNotFound, ReservedTokenName, URLSigningSecretNotFound,
 //     URLSigningSecretInvalid, ApplyFailed, BrokersFailing,
-//     ScaleDownBlocked, StorageChangeNotApplied) and the message what to
-//     do.
+//     ScaleDownBlocked, StorageChangeNotApplied, TieredStorageUnreachable,
+//     TieredStorageRefused) and the message what to do.
 //   - Unknown: Ready=Unknown with reason BrokerUnreachable: the pods are
 //     ready but no broker answered the operator, so whether the cluster
 //     serves is not known (the message says which broker and why).
@@ -67,9 +67,9 @@ package v1alpha1
 //     BrokerUnreachable, BrokerError or Deleting: the operator retries with
 //     backoff.
 //   - Degraded: Ready=False with reason Conflict, InvalidSpec,
-//     ClusterNotFound, NamespaceNotAllowed or Expired: the operator does not
-//     retry until the spec, the cluster, the namespace's labels or the
-//     broker's stream changes.
+//     ClusterNotFound, NamespaceNotAllowed, Expired or TieringNotConfigured:
+//     the operator does not retry until the spec, the cluster, the
+//     namespace's labels or the broker's stream changes.
 //   - Unknown (or Suspended): Ready=Unknown with reason Unmanaged (the
 //     streams.picomq.io/managed: "false" annotation).
 //
@@ -269,6 +269,18 @@ const (
 	// Degraded until the spec changes back or the claims are changed by
 	// hand.
 	ReasonStorageImmutable = "StorageChangeNotApplied"
+	// ReasonTieredStorageUnreachable (Degraded=True): a broker cannot reach
+	// spec.tieredStorage's endpoint (TIER_UNREACHABLE: DNS, connection,
+	// TLS, timeouts). Sealed segments wait on local disks and reads of
+	// tiered ranges fail. The message names the broker and its last
+	// error. Degraded until every broker reaches it again.
+	ReasonTieredStorageUnreachable = "TieredStorageUnreachable"
+	// ReasonTieredStorageRefused (Degraded=True): the object storage
+	// answers but refuses the brokers (TIER_REFUSED: access denied, no
+	// such bucket, bad credentials). Fix the credentials Secret (re-read
+	// without a restart) or the bucket. Degraded until every broker
+	// succeeds again.
+	ReasonTieredStorageRefused = "TieredStorageRefused"
 )
 
 // Reasons of a Stream's Ready condition.
@@ -323,6 +335,10 @@ const (
 	// broker deleted it; not recreated until the spec changes. Degraded (or
 	// expected: delete the resource).
 	ReasonExpired = "Expired"
+	// ReasonTieringNotConfigured (Ready=False): spec.tiering is Enabled
+	// but the cluster has no spec.tieredStorage. Nothing is changed on the
+	// broker until one of them changes. Degraded.
+	ReasonTieringNotConfigured = "TieringNotConfigured"
 )
 
 // Reasons of a StreamAccess's Ready condition (with ClusterNotFound,

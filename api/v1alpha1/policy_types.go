@@ -61,7 +61,38 @@ type StreamPolicy struct {
 	// payload) is kept one more window. 0 or absent never compacts.
 	// +optional
 	CompactAfter *Duration `json:"compactAfter,omitempty"`
+
+	// Tiering is Enabled or Disabled: whether the stream's sealed segments
+	// go to the cluster's object storage. Absent follows the cluster: on
+	// when it has spec.tieredStorage. Enabled on a cluster without it is
+	// refused (Ready False, reason TieringNotConfigured).
+	// +kubebuilder:validation:Enum=Enabled;Disabled
+	// +optional
+	Tiering Tiering `json:"tiering,omitempty"`
+
+	// LocalRetainFor is how long a sealed segment stays on the brokers'
+	// disks after its upload. Absent or 0 follows the cluster's
+	// tieredStorage.localRetainFor.
+	// +optional
+	LocalRetainFor *Duration `json:"localRetainFor,omitempty"`
+
+	// LocalRetainBytes bounds each partition's uploaded bytes also kept on
+	// the brokers' disks. 0 follows the cluster's
+	// tieredStorage.localRetainBytes.
+	// +kubebuilder:validation:Minimum=0
+	// +optional
+	LocalRetainBytes int64 `json:"localRetainBytes,omitempty"`
 }
+
+// Tiering says whether a stream uses the cluster's object storage.
+type Tiering string
+
+const (
+	// TieringEnabled uploads the stream's sealed segments.
+	TieringEnabled Tiering = "Enabled"
+	// TieringDisabled keeps the stream on the brokers' disks only.
+	TieringDisabled Tiering = "Disabled"
+)
 
 // Duration is a non-negative Go duration string such as "30s", "15m" or
 // "168h", at most 2562047h (what a Go duration holds). It is a string in the

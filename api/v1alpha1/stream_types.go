@@ -129,6 +129,14 @@ type PartitionStatus struct {
 	Start int64 `json:"start"`
 	// End is the offset the next record will take.
 	End int64 `json:"end"`
+	// LocalBytes is what the partition's retained data takes on the
+	// brokers' disks (one copy counted); TieredBytes what of it is in
+	// object storage. A segment uploaded and still kept locally counts in
+	// both.
+	// +optional
+	LocalBytes int64 `json:"localBytes,omitempty"`
+	// +optional
+	TieredBytes int64 `json:"tieredBytes,omitempty"`
 }
 
 // StreamStatus is what the operator observed of the stream on its broker.
@@ -169,6 +177,19 @@ type StreamStatus struct {
 	// ExpiresAt is when the stream will expire, if it has a lifetime.
 	// +optional
 	ExpiresAt *metav1.Time `json:"expiresAt,omitempty"`
+
+	// LocalBytes and TieredBytes are the partitions' totals: bytes on the
+	// brokers' disks (one copy) and in object storage.
+	// +optional
+	LocalBytes int64 `json:"localBytes,omitempty"`
+	// +optional
+	TieredBytes int64 `json:"tieredBytes,omitempty"`
+	// LocalSize and TieredSize are the same totals for people (1.5Gi),
+	// which kubectl get prints: it cannot shorten a number itself.
+	// +optional
+	LocalSize string `json:"localSize,omitempty"`
+	// +optional
+	TieredSize string `json:"tieredSize,omitempty"`
 }
 
 // Stream is a named, partitioned, durable stream on a StreamCluster.
@@ -181,6 +202,8 @@ type StreamStatus struct {
 // +kubebuilder:printcolumn:name="Stream",type=string,JSONPath=`.spec.name`,description="The stream's name on the broker (metadata.name when empty)"
 // +kubebuilder:printcolumn:name="Partitions",type=integer,JSONPath=`.spec.partitions`
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Local",type=string,JSONPath=`.status.localSize`,description="Bytes on the brokers' disks (one copy)"
+// +kubebuilder:printcolumn:name="Tiered",type=string,JSONPath=`.status.tieredSize`,description="Bytes in the cluster's object storage"
 // +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type Stream struct {

@@ -10,6 +10,7 @@ import (
 // StreamClusterSpec is the cluster of brokers a user asks for.
 //
 // +kubebuilder:validation:XValidation:rule="!has(self.replicationFactor) || self.replicationFactor <= self.replicas",message="replicationFactor cannot exceed replicas: each copy of a stream lives on a different broker"
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.tieredStorage) || has(self.tieredStorage)",message="tieredStorage cannot be removed once set: the segments already uploaded would become unreadable (the brokers read tiered data only while it is configured)"
 type StreamClusterSpec struct {
 	// Replicas is how many broker pods run. Lowering it drains the departing
 	// brokers first, so no stream loses data.
@@ -92,6 +93,14 @@ type StreamClusterSpec struct {
 	// CORS says which web origins may call the brokers from a browser.
 	// +optional
 	CORS *CORSSpec `json:"cors,omitempty"`
+
+	// TieredStorage, when set, makes the brokers upload sealed segments to
+	// an S3-compatible bucket and read old ranges back from it, keeping
+	// only recent data on their disks. It cannot be removed once set, and
+	// its endpoint, bucket and prefix cannot change: the data already
+	// uploaded lives there.
+	// +optional
+	TieredStorage *TieredStorageSpec `json:"tieredStorage,omitempty"`
 
 	// PodTemplate holds overrides applied last to the broker pods.
 	// +optional
@@ -367,6 +376,118 @@ type CORSSpec struct {
 	AllowedOrigins []string `json:"allowedOrigins,omitempty"`
 }
 
+// TieredStorageSpec is the object storage the brokers tier sealed
+// segments to.
+//
+// +kubebuilder:validation:XValidation:rule="self.endpoint == oldSelf.endpoint",message="tieredStorage.endpoint cannot change: the segments already uploaded are there"
+// +kubebuilder:validation:XValidation:rule="self.bucket == oldSelf.bucket",message="tieredStorage.bucket cannot change: the segments already uploaded are there"
+// +kubebuilder:validation:XValidation:rule="(has(self.prefix) && size(self.prefix) > 0) == (has(oldSelf.prefix) && size(oldSelf.prefix) > 0) && (!has(self.prefix) || size(self.prefix) == 0 || self.prefix == oldSelf.prefix)",message="tieredStorage.prefix cannot change: the segments already uploaded are under it"
+type TieredStorageSpec struct {
+	// Endpoint is the S3 API's URL: http:// or https://, a host and an
+	// optional port, no path or query (https://s3.example.com:9000).
+	// +kubebuilder:validation:MaxLength=2048
+	// +kubebuilder:validation:XValidation:rule="self.matches('^https?://([A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?([.][A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?)*|[[][0-9a-fA-F:.]+[]])(:[0-9]{1,5})?/?$')",message="endpoint is http(s)://host[:port] with no path, query or credentials (https://s3.example.com:9000)"
+	Endpoint string `json:"endpoint"`
+
+	// Bucket is the bucket's name, as S3 names it: 3 to 63 lowercase
+	// letters, digits, dots and hyphens, starting and ending with a letter
+	// or digit.
+	// +kubebuilder:validation:MinLength=3
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9][a-z0-9.-]*[a-z0-9]$`
+	// +kubebuilder:validation:XValidation:rule="!self.contains('..') && !self.contains('.-') && !self.contains('-.')",message="a bucket name has no '..', '.-' or '-.'"
+	Bucket string `json:"bucket"`
+
+	// Region is the bucket's region, which requests are signed for.
+	// +kubebuilder:default="us-east-1"
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=64
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9_-]+$`
+	// +optional
+	Region string `json:"region,omitempty"`
+
+	// PathStyle addresses the bucket as a path (endpoint/bucket/key)
+	// rather than as a host (bucket.endpoint/key). S3-compatible servers
+	// (MinIO, Ceph, Garage) usually need true.
+	// +kubebuilder:default=false
+	// +optional
+	PathStyle bool `json:"pathStyle,omitempty"`
+
+	// Prefix is put before every key the brokers write, so that clusters
+	// can share a bucket. Empty: "<namespace>/<cluster name>/". Set, it
+	// ends with '/' and does not start with one.
+	// +kubebuilder:validation:MaxLength=512
+	// +kubebuilder:validation:XValidation:rule="self == '' || (self.endsWith('/') && !self.startsWith('/') && !self.contains('//'))",message="prefix ends with '/', does not start with one and has no '//' (tenants/a/)"
+	// +optional
+	Prefix string `json:"prefix,omitempty"`
+
+	// CASecret names a PEM CA bundle to verify an https endpoint with,
+	// when it is not signed by a public CA.
+	// +optional
+	CASecret *SecretKeyRef `json:"caSecret,omitempty"`
+
+	// CredentialsSecret names the Secret holding the access key. It is
+	// mounted as files that the brokers re-read when they change, so a
+	// rotated key takes effect without a restart.
+	CredentialsSecret TierCredentials `json:"credentialsSecret"`
+
+	// LocalRetainFor is how long a sealed segment stays on the brokers'
+	// disks after it was uploaded, for streams that set no
+	// localRetainFor of their own.
+	// +kubebuilder:default="1h"
+	// +optional
+	LocalRetainFor *Duration `json:"localRetainFor,omitempty"`
+
+	// LocalRetainBytes bounds each partition's uploaded bytes also kept on
+	// the brokers' disks (the oldest go first), for streams that set no
+	// localRetainBytes of their own. 0 is no bound.
+	// +kubebuilder:validation:Minimum=0
+	// +optional
+	LocalRetainBytes int64 `json:"localRetainBytes,omitempty"`
+
+	// CacheBytes is each broker's local cache of ranges read back from the
+	// bucket: at least 1Mi, the chunk the brokers read by.
+	// +kubebuilder:default="1Gi"
+	// +kubebuilder:validation:XValidation:rule="isQuantity(string(self)) && quantity(string(self)).isGreaterThan(quantity('1048575'))",message="cacheBytes must be at least 1Mi (1048576), the chunk the brokers read tiered data by"
+	// +optional
+	CacheBytes *resource.Quantity `json:"cacheBytes,omitempty"`
+}
+
+// SecretKeyRef names one key of a Secret in the cluster's namespace.
+type SecretKeyRef struct {
+	// Name of the Secret.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name"`
+	// Key in the Secret.
+	// +kubebuilder:default="ca.crt"
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[-._a-zA-Z0-9]+$`
+	// +optional
+	Key string `json:"key,omitempty"`
+}
+
+// TierCredentials names the Secret with the object storage's access key.
+type TierCredentials struct {
+	// Name of the Secret, in the cluster's namespace.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name"`
+	// AccessKeyIDKey is the Secret's key holding the access key id.
+	// +kubebuilder:default="accessKeyId"
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[-._a-zA-Z0-9]+$`
+	// +optional
+	AccessKeyIDKey string `json:"accessKeyIdKey,omitempty"`
+	// SecretAccessKeyKey is the Secret's key holding the secret access
+	// key.
+	// +kubebuilder:default="secretAccessKey"
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[-._a-zA-Z0-9]+$`
+	// +optional
+	SecretAccessKeyKey string `json:"secretAccessKeyKey,omitempty"`
+}
+
 // PodOverrides are applied to the broker pod template after the operator's
 // own settings, so they win.
 type PodOverrides struct {
@@ -490,6 +611,42 @@ type StreamClusterStatus struct {
 	// reports it.
 	// +optional
 	UnderReplicated *int32 `json:"underReplicated,omitempty"`
+
+	// TieredStorage is the object storage as the brokers report it; absent
+	// without spec.tieredStorage or while no broker reports it.
+	// +optional
+	TieredStorage *TieredStorageStatus `json:"tieredStorage,omitempty"`
+}
+
+// TieredStorageStatus is the brokers' view of the object storage.
+type TieredStorageStatus struct {
+	// Reachable is true when every broker that reported can reach the
+	// bucket.
+	Reachable bool `json:"reachable"`
+	// TieredBytes is how many bytes of the cluster's streams are in the
+	// bucket.
+	// +optional
+	TieredBytes int64 `json:"tieredBytes,omitempty"`
+	// UploadsPending is how many sealed segments wait for upload, over the
+	// brokers that reported.
+	// +optional
+	UploadsPending int64 `json:"uploadsPending,omitempty"`
+	// LastError is the failure of a broker that cannot reach the bucket;
+	// absent while every one can.
+	// +optional
+	LastError *TieredStorageError `json:"lastError,omitempty"`
+}
+
+// TieredStorageError is a broker's last object-storage failure.
+type TieredStorageError struct {
+	// Broker is the pod that reported it.
+	Broker string `json:"broker"`
+	// Code is TIER_UNREACHABLE (no answer: network, DNS, TLS) or
+	// TIER_REFUSED (access denied, no such bucket, bad credentials).
+	Code string `json:"code"`
+	// Message is the broker's description of it.
+	// +optional
+	Message string `json:"message,omitempty"`
 }
 
 // BrokerSlots is one broker's share of the slots.
