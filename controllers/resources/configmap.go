@@ -49,6 +49,20 @@ const (
 	EnvAnonymousReadPrefixes = "PICOMQ_ANONYMOUS_READ_PREFIXES"
 	// EnvURLSigningKeysDir: the mounted spec.auth.urlSigning Secret.
 	EnvURLSigningKeysDir = "PICOMQ_URL_SIGNING_KEYS_DIR"
+
+	// spec.tieredStorage; none is rendered without it.
+	EnvTierEndpoint         = "PICOMQ_TIER_ENDPOINT"
+	EnvTierBucket           = "PICOMQ_TIER_BUCKET"
+	EnvTierRegion           = "PICOMQ_TIER_REGION"
+	EnvTierPathStyle        = "PICOMQ_TIER_PATH_STYLE" // true or false
+	EnvTierPrefix           = "PICOMQ_TIER_PREFIX"     // always rendered: DefaultTierPrefix when the spec has none
+	EnvTierCacheBytes       = "PICOMQ_TIER_CACHE_BYTES"
+	EnvTierLocalRetainFor   = "PICOMQ_TIER_LOCAL_RETAIN_FOR"
+	EnvTierLocalRetainBytes = "PICOMQ_TIER_LOCAL_RETAIN_BYTES"
+	EnvTierCAFile           = "PICOMQ_TIER_CA_FILE" // only with caSecret
+	// EnvTierCredentialsDir: the mounted access key (TierAccessKeyIDFile,
+	// TierSecretAccessKeyFile), which the brokers re-read as it changes.
+	EnvTierCredentialsDir = "PICOMQ_TIER_CREDENTIALS_DIR"
 )
 
 // ConfigMap renders the broker configuration of c. Only what changes the
@@ -132,11 +146,81 @@ func ConfigMap(c *streamsv1alpha1.StreamCluster) (*corev1.ConfigMap, error) {
 	if origins := corsAllowedOrigins(s.CORS); origins != "" {
 		data[EnvCORSAllowedOrigins] = origins
 	}
+	if err := tierConfig(c, data); err != nil {
+		return nil, err
+	}
 	return &corev1.ConfigMap{
 		TypeMeta:   typeMeta("v1", "ConfigMap"),
 		ObjectMeta: objectMeta(c, ConfigMapName(c)),
 		Data:       data,
 	}, nil
+}
+
+// DefaultTierCacheBytes is tieredStorage.cacheBytes when unset (the CRD
+// defaults it; this covers objects that bypassed defaulting).
+const DefaultTierCacheBytes int64 = 1 << 30
+
+// MinTierCacheBytes is the smallest cache the brokers take: one chunk of
+// a tiered read (the CRD's bound too).
+const MinTierCacheBytes int64 = 1 << 20
+
+// DefaultTierLocalRetainFor is tieredStorage.localRetainFor when unset.
+const DefaultTierLocalRetainFor = "1h"
+
+// TierPrefix is the key prefix the brokers write under: the spec's, or
+// "<namespace>/<name>/", so that clusters sharing a bucket never share
+// keys. Rendered by the operator rather than left to the broker, which
+// does not know its cluster's namespace for this purpose.
+func TierPrefix(c *streamsv1alpha1.StreamCluster) string {
+	if t := c.Spec.TieredStorage; t != nil && t.Prefix != "" {
+		return t.Prefix
+	}
+	return c.Namespace + "/" + c.Name + "/"
+}
+
+// tierConfig renders spec.tieredStorage into data. The credentials are
+// not here but mounted (TierCredentialsMountPath): a key in the ConfigMap
+// would be in its hash, and rotating it would roll every broker.
+func tierConfig(c *streamsv1alpha1.StreamCluster, data map[string]string) error {
+	t := c.Spec.TieredStorage
+	if t == nil {
+		return nil
+	}
+	region := t.Region
+	if region == "" {
+		region = "us-east-1"
+	}
+	cache := DefaultTierCacheBytes
+	if t.CacheBytes != nil {
+		cache = t.CacheBytes.Value()
+		if cache < MinTierCacheBytes {
+			return fmt.Errorf("tieredStorage.cacheBytes: %s is below 1Mi, the chunk the brokers read by", t.CacheBytes)
+		}
+	}
+	retainFor := streamsv1alpha1.Duration(DefaultTierLocalRetainFor)
+	if t.LocalRetainFor != nil {
+		retainFor = *t.LocalRetainFor
+	}
+	d, err := retainFor.Parse()
+	if err != nil {
+		return fmt.Errorf("tieredStorage.localRetainFor: %w", err)
+	}
+	if t.LocalRetainBytes < 0 {
+		return fmt.Errorf("tieredStorage.localRetainBytes: %d is negative", t.LocalRetainBytes)
+	}
+	data[EnvTierEndpoint] = t.Endpoint
+	data[EnvTierBucket] = t.Bucket
+	data[EnvTierRegion] = region
+	data[EnvTierPathStyle] = strconv.FormatBool(t.PathStyle)
+	data[EnvTierPrefix] = TierPrefix(c)
+	data[EnvTierCacheBytes] = strconv.FormatInt(cache, 10)
+	data[EnvTierLocalRetainFor] = d.Duration.String()
+	data[EnvTierLocalRetainBytes] = strconv.FormatInt(t.LocalRetainBytes, 10)
+	data[EnvTierCredentialsDir] = TierCredentialsMountPath
+	if t.CASecret != nil {
+		data[EnvTierCAFile] = TierCAMountPath + "/" + TierCAFile
+	}
+	return nil
 }
 
 // corsAllowedOrigins is spec.cors.allowedOrigins as the broker reads it,

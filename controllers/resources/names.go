@@ -59,6 +59,18 @@ const (
 	// spec.auth is set.
 	AuthVolumeName = "auth"
 	AuthMountPath  = "/etc/picomq/auth"
+	// TierCredentialsVolumeName and TierCredentialsMountPath hold
+	// spec.tieredStorage's access key as two files, TierAccessKeyIDFile
+	// and TierSecretAccessKeyFile.
+	TierCredentialsVolumeName = "tier-credentials"
+	TierCredentialsMountPath  = "/etc/picomq/tier-credentials"
+	TierAccessKeyIDFile       = "access-key-id"
+	TierSecretAccessKeyFile   = "secret-access-key"
+	// TierCAVolumeName and TierCAMountPath hold tieredStorage.caSecret's
+	// bundle as TierCAFile.
+	TierCAVolumeName = "tier-ca"
+	TierCAMountPath  = "/etc/picomq/tier-ca"
+	TierCAFile       = "ca.crt"
 
 	// BrokerUser is the user and group the broker runs as (distroless
 	// "nonroot"), and the fsGroup of its volume.

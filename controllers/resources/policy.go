@@ -13,11 +13,13 @@ import (
 // bypassed it gets the parse error, naming the field.
 func PolicyValue(p streamsv1alpha1.StreamPolicy) (stream.PolicyValue, error) {
 	v := stream.PolicyValue{
-		Partitions:     int(p.Partitions),
-		MaxRecordBytes: int(p.MaxRecordBytes),
-		RetainBytes:    p.RetainBytes,
-		MaxBytes:       p.MaxBytes,
-		SegmentBytes:   p.SegmentBytes,
+		Partitions:       int(p.Partitions),
+		MaxRecordBytes:   int(p.MaxRecordBytes),
+		RetainBytes:      p.RetainBytes,
+		MaxBytes:         p.MaxBytes,
+		SegmentBytes:     p.SegmentBytes,
+		Tiering:          string(p.Tiering),
+		LocalRetainBytes: p.LocalRetainBytes,
 	}
 	var err error
 	if v.RetainFor, err = optionalDuration("retainFor", p.RetainFor); err != nil {
@@ -27,6 +29,9 @@ func PolicyValue(p streamsv1alpha1.StreamPolicy) (stream.PolicyValue, error) {
 		return v, err
 	}
 	if v.CompactAfter, err = optionalDuration("compactAfter", p.CompactAfter); err != nil {
+		return v, err
+	}
+	if v.LocalRetainFor, err = optionalDuration("localRetainFor", p.LocalRetainFor); err != nil {
 		return v, err
 	}
 	return v, nil

@@ -237,6 +237,12 @@ func container(c *streamsv1alpha1.StreamCluster, p StatefulSetParams) corev1.Con
 			mounts = append(mounts, corev1.VolumeMount{Name: URLSigningVolumeName, MountPath: URLSigningMountPath, ReadOnly: true})
 		}
 	}
+	if t := c.Spec.TieredStorage; t != nil {
+		mounts = append(mounts, corev1.VolumeMount{Name: TierCredentialsVolumeName, MountPath: TierCredentialsMountPath, ReadOnly: true})
+		if t.CASecret != nil {
+			mounts = append(mounts, corev1.VolumeMount{Name: TierCAVolumeName, MountPath: TierCAMountPath, ReadOnly: true})
+		}
+	}
 	ctr := corev1.Container{
 		Name:    ContainerName,
 		Image:   Image(c, p.DefaultImage),
@@ -316,6 +322,50 @@ func volumes(c *streamsv1alpha1.StreamCluster) []corev1.Volume {
 				Secret: &corev1.SecretVolumeSource{SecretName: u.SecretName, DefaultMode: ptr.To[int32](0o440)},
 			}})
 		}
+	}
+	if t := c.Spec.TieredStorage; t != nil {
+		vs = append(vs, tierVolumes(t)...)
+	}
+	return vs
+}
+
+// tierVolumes project spec.tieredStorage's Secrets as the files the
+// broker reads. The credentials are a volume, not env, and no hash of
+// them is on the template: the kubelet updates the files when the Secret
+// changes and the broker re-reads them, so a rotated key takes effect
+// without a restart. Required: a broker must not start without the
+// credentials of a bucket that may hold its older data.
+func tierVolumes(t *streamsv1alpha1.TieredStorageSpec) []corev1.Volume {
+	creds := t.CredentialsSecret
+	idKey, secretKey := creds.AccessKeyIDKey, creds.SecretAccessKeyKey
+	if idKey == "" {
+		idKey = "accessKeyId"
+	}
+	if secretKey == "" {
+		secretKey = "secretAccessKey"
+	}
+	vs := []corev1.Volume{{Name: TierCredentialsVolumeName, VolumeSource: corev1.VolumeSource{
+		Secret: &corev1.SecretVolumeSource{
+			SecretName: creds.Name,
+			Items: []corev1.KeyToPath{
+				{Key: idKey, Path: TierAccessKeyIDFile},
+				{Key: secretKey, Path: TierSecretAccessKeyFile},
+			},
+			DefaultMode: ptr.To[int32](0o440),
+		},
+	}}}
+	if ca := t.CASecret; ca != nil {
+		key := ca.Key
+		if key == "" {
+			key = CAKey
+		}
+		vs = append(vs, corev1.Volume{Name: TierCAVolumeName, VolumeSource: corev1.VolumeSource{
+			Secret: &corev1.SecretVolumeSource{
+				SecretName:  ca.Name,
+				Items:       []corev1.KeyToPath{{Key: key, Path: TierCAFile}},
+				DefaultMode: ptr.To[int32](0o440),
+			},
+		}})
 	}
 	return vs
 }
