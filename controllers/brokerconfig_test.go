@@ -147,6 +147,11 @@ func TestBrokerAcceptsWhatTheCRDAccepts(t *testing.T) {
 		`{auth: {secretName: demo-tokens}, cors: {allowedOrigins: ["*"]}}`,
 		// Anonymous prefixes and URL signing: every prefix form.
 		`{auth: {secretName: demo-tokens, anonymousReadPrefixes: ["public/", "shop/feed", "a.b_c-d/e/", "x"], urlSigning: {secretName: demo-url-keys}}}`,
+		// Tiered storage: the smallest (defaults filled in), and every
+		// field at a bound.
+		`{tieredStorage: {endpoint: "https://s3.example.com:9000", bucket: picomq-prod, credentialsSecret: {name: s3-creds}}}`,
+		`{tieredStorage: {endpoint: "http://[::1]:9000/", bucket: a.b-c, region: garage, pathStyle: true, prefix: "tenants/a/", caSecret: {name: s3-ca, key: bundle.pem}, credentialsSecret: {name: s3-creds, accessKeyIdKey: id, secretAccessKeyKey: key}, localRetainFor: 0s, localRetainBytes: 0, cacheBytes: 1Mi}}`,
+		`{tieredStorage: {endpoint: "http://minio:9000", bucket: bbb, credentialsSecret: {name: c}, localRetainFor: 2562047h, localRetainBytes: 4611686018427387904, cacheBytes: 1Ti}, broker: {defaultStreamPolicy: {tiering: Disabled, localRetainFor: 1m, localRetainBytes: 1}}}`,
 	} {
 		c, err := admitCluster(t, ns, spec)
 		if err != nil {
@@ -196,6 +201,13 @@ func TestBrokerAcceptsWhatTheCRDAccepts(t *testing.T) {
 		{`{auth: {secretName: t, anonymousReadPrefixes: ["/"]}}`, map[string]string{"PICOMQ_AUTH_TOKENS_DIR": "/etc/picomq/auth", "PICOMQ_ANONYMOUS_READ_PREFIXES": "/"}},
 		{`{auth: {secretName: t, anonymousReadPrefixes: ["shop//x"]}}`, map[string]string{"PICOMQ_AUTH_TOKENS_DIR": "/etc/picomq/auth", "PICOMQ_ANONYMOUS_READ_PREFIXES": "shop//x"}},
 		{`{auth: {secretName: t, anonymousReadPrefixes: ["shop,billing/"]}}`, nil}, // the broker would read two prefixes
+		// Tiered storage past the broker's bounds.
+		{`{tieredStorage: {endpoint: "https://s3.example.com", bucket: bbb, credentialsSecret: {name: c}, cacheBytes: 1048575}}`, tierEnv("PICOMQ_TIER_CACHE_BYTES", "1048575")},
+		{`{tieredStorage: {endpoint: "https://s3.example.com", bucket: bbb, credentialsSecret: {name: c}, prefix: a}}`, tierEnv("PICOMQ_TIER_PREFIX", "a")},
+		{`{tieredStorage: {endpoint: "https://s3.example.com", bucket: bbb, credentialsSecret: {name: c}, prefix: /a/}}`, tierEnv("PICOMQ_TIER_PREFIX", "/a/")},
+		{`{tieredStorage: {endpoint: "https://s3.example.com", bucket: bbb, credentialsSecret: {name: c}, localRetainFor: -1s}}`, tierEnv("PICOMQ_TIER_LOCAL_RETAIN_FOR", "-1s")},
+		{`{tieredStorage: {endpoint: "https://s3.example.com", bucket: bbb, credentialsSecret: {name: c}, localRetainBytes: -1}}`, tierEnv("PICOMQ_TIER_LOCAL_RETAIN_BYTES", "-1")},
+		{`{tieredStorage: {endpoint: "https://s3.example.com", bucket: bbb}}`, nil}, // no credentials: the operator would mount none
 	}
 	for _, tc := range invalid {
 		if _, err := admitCluster(t, ns, tc.spec); err == nil {
@@ -266,6 +278,19 @@ func TestBrokerAcceptsWhatTheCRDAccepts(t *testing.T) {
 			t.Errorf("sample %s: unexpected kind %s", filepath.Base(f), u.GetKind())
 		}
 	}
+}
+
+// tierEnv is what the operator renders for a minimal tieredStorage, with
+// k set to v.
+func tierEnv(k, v string) map[string]string {
+	env := map[string]string{
+		"PICOMQ_TIER_ENDPOINT": "https://s3.example.com", "PICOMQ_TIER_BUCKET": "bbb", "PICOMQ_TIER_REGION": "us-east-1",
+		"PICOMQ_TIER_PATH_STYLE": "false", "PICOMQ_TIER_PREFIX": "ns/demo/", "PICOMQ_TIER_CACHE_BYTES": "1073741824",
+		"PICOMQ_TIER_LOCAL_RETAIN_FOR": "1h0m0s", "PICOMQ_TIER_LOCAL_RETAIN_BYTES": "0",
+		"PICOMQ_TIER_CREDENTIALS_DIR": "/etc/picomq/tier-credentials",
+	}
+	env[k] = v
+	return env
 }
 
 // specOf returns a manifest's spec as YAML.

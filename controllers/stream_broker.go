@@ -76,6 +76,11 @@ func (r *StreamReconciler) sync(ctx context.Context, s *streamsv1alpha1.Stream, 
 	if err != nil {
 		return syncOutcome{ready: invalidSpec(err)}
 	}
+	if s.Spec.Tiering == streamsv1alpha1.TieringEnabled && c.Spec.TieredStorage == nil {
+		// Asked of a broker with no object storage, the policy would be
+		// accepted and do nothing: say so, and change nothing.
+		return syncOutcome{ready: tieringNotConfigured(s, c)}
+	}
 	endpoint := adminEndpoint(s, c)
 	admin, err := r.streamAdmin(ctx, endpoint, c)
 	if err != nil {
@@ -223,7 +228,18 @@ func policyDiff(have, want stream.PolicyValue) []string {
 	add("blockTimeout", h.BlockTimeout != w.BlockTimeout, h.BlockTimeout, w.BlockTimeout)
 	add("segmentBytes", h.SegmentBytes != w.SegmentBytes, h.SegmentBytes, w.SegmentBytes)
 	add("compactAfter", h.CompactAfter != w.CompactAfter, h.CompactAfter, w.CompactAfter)
+	add("tiering", h.Tiering != w.Tiering, orFollow(h.Tiering), orFollow(w.Tiering))
+	add("localRetainFor", h.LocalRetainFor != w.LocalRetainFor, h.LocalRetainFor, w.LocalRetainFor)
+	add("localRetainBytes", h.LocalRetainBytes != w.LocalRetainBytes, h.LocalRetainBytes, w.LocalRetainBytes)
 	return d
+}
+
+// orFollow words an empty tiering for events.
+func orFollow(t string) string {
+	if t == "" {
+		return "(cluster's)"
+	}
+	return t
 }
 
 // actionEvents records what the sync did on the broker.

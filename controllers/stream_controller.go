@@ -268,7 +268,7 @@ func streamsNaming(ctx context.Context, cl client.Reader, namespace, name string
 // clusterAvailabilityChanged passes a StreamCluster's creation, deletion,
 // and the updates that change whether its Streams can be reconciled: its
 // Ready condition, its endpoint, its admin-url annotation, the namespaces
-// it admits.
+// it admits, whether it has tiered storage (TieringNotConfigured).
 type clusterAvailabilityChanged struct{ predicate.Funcs }
 
 func (clusterAvailabilityChanged) Create(crevent.CreateEvent) bool   { return true }
@@ -284,5 +284,6 @@ func (clusterAvailabilityChanged) Update(e crevent.UpdateEvent) bool {
 		meta.IsStatusConditionTrue(newC.Status.Conditions, streamsv1alpha1.ConditionReady) ||
 		oldC.Status.Endpoint != newC.Status.Endpoint ||
 		oldC.Annotations[AnnotationAdminURL] != newC.Annotations[AnnotationAdminURL] ||
-		!equality.Semantic.DeepEqual(oldC.Spec.AllowedNamespaces, newC.Spec.AllowedNamespaces)
+		!equality.Semantic.DeepEqual(oldC.Spec.AllowedNamespaces, newC.Spec.AllowedNamespaces) ||
+		(oldC.Spec.TieredStorage == nil) != (newC.Spec.TieredStorage == nil)
 }

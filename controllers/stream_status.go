@@ -2,6 +2,8 @@ package controllers
 
 import (
 	"fmt"
+	"math"
+	"strconv"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -56,6 +58,12 @@ func applyBrokerInfo(st *streamsv1alpha1.StreamStatus, info *client.StreamInfo) 
 		parts = append(parts, partitionStatus(p))
 	}
 	st.Partitions = parts
+	st.LocalBytes, st.TieredBytes = 0, 0
+	for _, p := range parts {
+		st.LocalBytes += p.LocalBytes
+		st.TieredBytes += p.TieredBytes
+	}
+	st.LocalSize, st.TieredSize = humanBytes(st.LocalBytes), humanBytes(st.TieredBytes)
 	st.Closed = info.Closed
 	st.ExpiresAt = nil
 	switch {
@@ -72,10 +80,12 @@ func applyBrokerInfo(st *streamsv1alpha1.StreamStatus, info *client.StreamInfo) 
 // a fault.
 func partitionStatus(p wire.PartitionInfo) streamsv1alpha1.PartitionStatus {
 	ps := streamsv1alpha1.PartitionStatus{
-		Partition:  int32(p.Partition),
-		InternalID: int64(p.ID),
-		Start:      int64(p.Start),
-		End:        int64(p.End),
+		Partition:   int32(p.Partition),
+		InternalID:  int64(p.ID),
+		Start:       int64(p.Start),
+		End:         int64(p.End),
+		LocalBytes:  p.LocalBytes,
+		TieredBytes: p.TieredBytes,
 	}
 	switch {
 	case p.Epoch < 0:
@@ -105,6 +115,36 @@ func streamReady(s *streamsv1alpha1.Stream, c *streamsv1alpha1.StreamCluster, in
 	}
 	return metav1.Condition{Status: metav1.ConditionTrue, Reason: streamsv1alpha1.ReasonCreated, Message: fmt.Sprintf(
 		"stream %s exists on cluster %s with %d partitions", info.Name, c.Name, info.PartitionCount)}
+}
+
+// humanBytes is a byte count as kubectl get shows it: binary units with
+// one decimal below ten (0, 512, 1.5Ki, 12Mi, 3.2Gi), never longer than
+// six characters, so a column reads at a glance; the exact count is
+// beside it in status.
+func humanBytes(n int64) string {
+	const units = "KMGTPE"
+	if n < 1024 {
+		return strconv.FormatInt(n, 10)
+	}
+	v, u := float64(n), -1
+	for v >= 1024 && u < len(units)-1 {
+		v /= 1024
+		u++
+	}
+	if v < 10 {
+		// One decimal, truncated so that 1023.99Ki never reads 1024Ki.
+		s := strconv.FormatFloat(math.Floor(v*10)/10, 'f', -1, 64)
+		return s + units[u:u+1] + "i"
+	}
+	return strconv.FormatInt(int64(v), 10) + units[u:u+1] + "i"
+}
+
+// tieringNotConfigured: the Stream asks for tiering on a cluster without
+// object storage; nothing is asked of the brokers.
+func tieringNotConfigured(s *streamsv1alpha1.Stream, c *streamsv1alpha1.StreamCluster) metav1.Condition {
+	return metav1.Condition{Status: metav1.ConditionFalse, Reason: streamsv1alpha1.ReasonTieringNotConfigured, Message: fmt.Sprintf(
+		"spec.tiering is Enabled but StreamCluster %s has no spec.tieredStorage: stream %s is left as it is on the brokers; set the cluster's tieredStorage, or remove spec.tiering",
+		clusterRefString(s), s.StreamName())}
 }
 
 func clusterNotFound(s *streamsv1alpha1.Stream) metav1.Condition {

@@ -84,6 +84,9 @@ type clusterObservation struct {
 	// storageChange: the claim template changed, which a StatefulSet cannot
 	// take; the old one is kept and this says why.
 	storageChange string
+	// tierReason and tierMessage: the brokers cannot use the object
+	// storage (clusterStatus fills them from the brokers' answers).
+	tierReason, tierMessage string
 	// deferred events are recorded once the status is written.
 	deferred []func()
 }
@@ -214,10 +217,10 @@ func (r *StreamClusterReconciler) nextLook(o clusterObservation, st *streamsv1al
 		return conflictRetry
 	case !meta.IsStatusConditionTrue(st.Conditions, streamsv1alpha1.ConditionReady):
 		return min(r.Options.NotReadyPollInterval, r.Options.ResyncPeriod)
-	case settlingReason(st):
-		// The brokers move slots or copies by themselves, which no
-		// Kubernetes event announces: look again soon, so that status
-		// follows the repair and the rebalance.
+	case settlingReason(st) || tierDegraded(st):
+		// The brokers move slots or copies by themselves, or reach
+		// their object storage again, which no Kubernetes event
+		// announces: look again soon, so that status follows.
 		return min(r.Options.DrainPollInterval, r.Options.ResyncPeriod)
 	}
 	return jitter(r.Options.ResyncPeriod)

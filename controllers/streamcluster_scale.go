@@ -10,6 +10,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	streamsv1alpha1 "github.com/picomq/picomq/api/v1alpha1"
+	"github.com/picomq/picomq/broker/httpapi/wire"
 	"github.com/picomq/picomq/controllers/brokeradmin"
 	"github.com/picomq/picomq/controllers/resources"
 )
@@ -19,6 +20,10 @@ type brokerObservation struct {
 	pod    string
 	status brokeradmin.NodeStatus
 	err    error
+	// tier is the broker's view of the object storage, asked only of a
+	// broker that answered, of a cluster with spec.tieredStorage (nil:
+	// not asked, or not answered).
+	tier *wire.TierStatus
 }
 
 // scalePlan is the replica count the StatefulSet gets, and why.
@@ -54,10 +59,28 @@ func (r *StreamClusterReconciler) observeBrokers(ctx context.Context, c *streams
 			defer cancel()
 			st, err := r.Options.BrokerAdmin.Status(cctx, b)
 			out[i] = brokerObservation{pod: b.Pod, status: st, err: err}
+			if err == nil && c.Spec.TieredStorage != nil {
+				out[i].tier = r.observeTier(cctx, b)
+			}
 		})
 	}
 	wg.Wait()
 	return out
+}
+
+// observeTier asks b for its view of the object storage; nil when the
+// admin or the broker cannot tell (not implemented, no answer: the status
+// call's answer already reports a broker that does not answer).
+func (r *StreamClusterReconciler) observeTier(ctx context.Context, b brokeradmin.Broker) *wire.TierStatus {
+	ta, ok := r.Options.BrokerAdmin.(brokeradmin.TierAdmin)
+	if !ok {
+		return nil
+	}
+	t, err := ta.Tier(ctx, b)
+	if err != nil {
+		return nil
+	}
+	return &t
 }
 
 // planReplicas decides the StatefulSet's replica count. Scaling up (or

@@ -35,6 +35,8 @@ func clusterStatus(c *streamsv1alpha1.StreamCluster, o clusterObservation) strea
 	st.Voters, st.NonVoters = configuration(ms, st.MetadataLeader)
 	st.SlotsHeld = slotsHeld(o.brokers)
 	st.UnderReplicated = underReplicated(ms, st.MetadataLeader)
+	st.TieredStorage = tierStatus(c, o.brokers)
+	o.tierReason, o.tierMessage = tierProblem(c, st.TieredStorage)
 	for _, cond := range []metav1.Condition{readyCondition(o), progressingCondition(o), degradedCondition(o)} {
 		cond.ObservedGeneration = c.Generation
 		meta.SetStatusCondition(&st.Conditions, cond)
@@ -321,7 +323,8 @@ func rollout(sts *appsv1.StatefulSet) (reason, message string) {
 // cluster, a broker the cluster removed for good, a spec the operator
 // cannot build, a child it cannot apply, broker pods that fail (a crash
 // loop, an image that cannot be pulled), a scale-down it holds, a storage
-// change a StatefulSet cannot take.
+// change a StatefulSet cannot take, an object storage the brokers cannot
+// use.
 func degradedCondition(o clusterObservation) metav1.Condition {
 	c := metav1.Condition{Type: streamsv1alpha1.ConditionDegraded, Status: metav1.ConditionTrue}
 	// A broker of another metadata log comes first: it may hold this
@@ -348,6 +351,8 @@ func degradedCondition(o clusterObservation) metav1.Condition {
 		c.Reason, c.Message = streamsv1alpha1.ReasonScaleDownBlocked, o.plan.blocked
 	case o.storageChange != "":
 		c.Reason, c.Message = streamsv1alpha1.ReasonStorageImmutable, o.storageChange
+	case o.tierReason != "":
+		c.Reason, c.Message = o.tierReason, o.tierMessage
 	default:
 		c.Status, c.Reason, c.Message = metav1.ConditionFalse, streamsv1alpha1.ReasonAsExpected, "nothing needs attention"
 	}
@@ -398,6 +403,7 @@ func (r *StreamClusterReconciler) transitionEvents(c *streamsv1alpha1.StreamClus
 		// is news too.
 		event(r.Recorder, c, eventWarning, now.Reason, "Reconcile", "%s", now.Message)
 	}
+	r.tierEvents(c, old)
 	if old.ClusterID == "" && c.Status.ClusterID != "" {
 		event(r.Recorder, c, eventNormal, "ClusterIDRecorded", "Observe",
 			"the brokers formed cluster %s: recorded in status.clusterId and passed to the brokers (ConfigMap %s), so that a broker on an empty data directory joins it", c.Status.ClusterID, resources.ClusterIDConfigMapName(c))

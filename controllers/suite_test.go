@@ -50,6 +50,7 @@ import (
 
 	streamsv1alpha1 "github.com/picomq/picomq/api/v1alpha1"
 	brokerclient "github.com/picomq/picomq/broker/client"
+	"github.com/picomq/picomq/broker/httpapi/wire"
 	"github.com/picomq/picomq/controllers/brokeradmin"
 )
 
@@ -324,11 +325,12 @@ type fakeAdmin struct {
 	drain    func(pod string) (brokeradmin.DrainStatus, error) // nil: ErrNotSupported
 	draining map[string]brokeradmin.DrainStatus                // what Status reports
 	calls    []string                                          // "Drain demo-2", "CancelDrain demo-2", ...
+	tier     map[string]wire.TierStatus                        // pod -> GET /v1/admin/tier (absent: 404)
 }
 
 func newFakeAdmin() *fakeAdmin {
 	return &fakeAdmin{slots: map[string]int32{}, clusters: map[string]string{}, under: map[string]int32{},
-		down: map[string]bool{}, removed: map[string]string{}, draining: map[string]brokeradmin.DrainStatus{}}
+		down: map[string]bool{}, removed: map[string]string{}, draining: map[string]brokeradmin.DrainStatus{}, tier: map[string]wire.TierStatus{}}
 }
 
 func (f *fakeAdmin) Status(_ context.Context, b brokeradmin.Broker) (brokeradmin.NodeStatus, error) {
@@ -386,6 +388,18 @@ func (f *fakeAdmin) CancelDrain(_ context.Context, b brokeradmin.Broker) error {
 	f.calls = append(f.calls, "CancelDrain "+b.Pod)
 	delete(f.draining, b.Pod)
 	return nil
+}
+
+// Tier implements brokeradmin.TierAdmin.
+func (f *fakeAdmin) Tier(_ context.Context, b brokeradmin.Broker) (wire.TierStatus, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls = append(f.calls, "Tier "+b.Pod)
+	t, ok := f.tier[b.Pod]
+	if !ok {
+		return wire.TierStatus{}, fmt.Errorf("broker %s: GET %s answered 404: %w", b, brokeradmin.TierPath, brokeradmin.ErrNotSupported)
+	}
+	return t, nil
 }
 
 func (f *fakeAdmin) set(fn func(f *fakeAdmin)) {
