@@ -75,6 +75,13 @@ envtest: ## Print the folder holding kube-apiserver and etcd for envtest (builds
 prometheus: ## Print the folder holding prometheus and promtool (builds them once).
 	@hack/prometheus.sh
 
+# weed (SeaweedFS), the S3-compatible server of the tiered-storage tests
+# (test/s3server): built from its Go module once per machine; the tests
+# call hack/seaweedfs.sh themselves.
+.PHONY: seaweedfs
+seaweedfs: ## Print the folder holding SeaweedFS's weed (builds it once).
+	@hack/seaweedfs.sh
+
 # The Durable Streams conformance suite: Node packages pinned by
 # test/conformance/package-lock.json, installed with npm ci.
 CONFORMANCE_DIR := test/conformance
