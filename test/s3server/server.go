@@ -99,6 +99,7 @@ func Start(t testing.TB, o Options) *Server {
 	t.Cleanup(func() {
 		s.stop()
 		os.RemoveAll(s.sockets)
+		s.removeGRPCSockets()
 		if t.Failed() {
 			s.logTail()
 		}
@@ -474,6 +475,16 @@ func (s *Server) stop() {
 	case <-time.After(2 * time.Second):
 		cmd.Process.Kill()
 		<-exited
+	}
+}
+
+// removeGRPCSockets removes the unix sockets weed makes beside its gRPC
+// ports at paths it does not let us choose (/tmp/seaweedfs-<kind>-grpc-
+// <port>.sock) and leaves behind when killed.
+func (s *Server) removeGRPCSockets() {
+	p := s.ports
+	for kind, port := range map[string]int{"master": p.masterGRPC, "volume": p.volumeGRPC, "filer": p.filerGRPC, "s3": p.s3GRPC} {
+		os.Remove(fmt.Sprintf("/tmp/seaweedfs-%s-grpc-%d.sock", kind, port))
 	}
 }
 
