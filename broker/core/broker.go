@@ -136,7 +136,7 @@ func Open(cfg Config) (*Broker, error) {
 	if cfg.Tier != nil {
 		tc := *cfg.Tier
 		tc.defaults()
-		b.tiering = &tiering{cfg: &tc, seen: map[uint64]time.Time{}, keysDeleted: map[uint64]bool{}}
+		b.tiering = &tiering{cfg: &tc, seen: map[uint64]time.Time{}, keysDeleted: map[uint64]bool{}, garbageSince: map[uint64]time.Time{}}
 	}
 	// Set before the log replays: a replayed inline commit writes its object.
 	b.fsm.SetHooks(meta.Hooks{Applied: b.applied, Snapshot: b.snapshotting})

@@ -46,17 +46,20 @@ func retentionStart(in *meta.Internal, past []meta.Range, p stream.PolicyValue, 
 
 // persistRetention trims partition id of n to its retention point, when
 // one is due: one command, only then.
+//
+// The policy is the state's, not the view's: a view refreshes its policy
+// only when a request loads it, and a stream whose retention was lowered
+// by a policy update may see none for a long time.
 func (b *Broker) persistRetention(ctx context.Context, n *named, id uint64) error {
-	n.mu.Lock()
-	p := n.policy
-	n.mu.Unlock()
-	if p.RetainFor <= 0 && p.RetainBytes <= 0 {
-		return nil
-	}
 	var before uint64
 	due := false
 	b.fsm.View(func(s *meta.State) {
-		if in, ok := s.Streams[id]; ok {
+		e, ok := s.Names[n.name]
+		if !ok {
+			return
+		}
+		p := e.Policy
+		if in, ok := s.Streams[id]; ok && (p.RetainFor > 0 || p.RetainBytes > 0) {
 			past, _ := b.tail.past(in)
 			before = retentionStart(in, past, p, b.now().UnixNano())
 			due = before > in.Start

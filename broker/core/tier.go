@@ -66,7 +66,11 @@ type tiering struct {
 	// keysDeleted are garbage objects whose key the leader deleted: only
 	// those may be forgotten by ObjectsDeleted.
 	keysDeleted map[uint64]bool
-	pending     int
+	// garbageSince is when this member first saw each tiered garbage
+	// object: its key is deleted GarbageGrace later, as local files are,
+	// so a read that looked the range up just before still finds it.
+	garbageSince map[uint64]time.Time
+	pending      int
 	failed      int64
 	backoff     time.Duration
 	retryAt     time.Time
@@ -335,11 +339,23 @@ func (b *Broker) upload(ctx context.Context, id uint64, size int64) error {
 // collectGarbage forgets an object only once its key is gone.
 func (b *Broker) deleteTieredGarbage(ctx context.Context, garbage map[uint64]string) {
 	t := b.tiering
+	now := time.Now()
+	t.mu.Lock()
+	since := make(map[uint64]time.Time, len(garbage))
+	for id := range garbage {
+		at, ok := t.garbageSince[id]
+		if !ok {
+			at = now
+		}
+		since[id] = at
+	}
+	t.garbageSince = since
+	t.mu.Unlock()
 	for id, key := range garbage {
 		t.mu.Lock()
 		done := t.keysDeleted[id]
 		t.mu.Unlock()
-		if done {
+		if done || now.Sub(since[id]) < b.cfg.GarbageGrace {
 			continue
 		}
 		dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
@@ -438,6 +454,12 @@ func (b *Broker) tierFrame(r meta.Range, tc *meta.TierCopy) ([]byte, error) {
 		payload = p
 		return err
 	})
+	if errors.Is(err, tier.NotFound) {
+		// Collected since the lookup (its key goes GarbageGrace after it
+		// became garbage): the reader looks its ranges up again, as for a
+		// local file (lookAgainIfCollected).
+		return nil, fmt.Errorf("%w (%w)", err, fs.ErrNotExist)
+	}
 	if err != nil {
 		return nil, err
 	}
