@@ -71,10 +71,10 @@ type tiering struct {
 	// so a read that looked the range up just before still finds it.
 	garbageSince map[uint64]time.Time
 	pending      int
-	failed      int64
-	backoff     time.Duration
-	retryAt     time.Time
-	lastScan    time.Time
+	failed       int64
+	backoff      time.Duration
+	retryAt      time.Time
+	lastScan     time.Time
 }
 
 // TierStatus is this broker's view of object storage.
