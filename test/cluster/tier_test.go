@@ -30,7 +30,7 @@ import (
 )
 
 var (
-	tierTrials = flag.Int("cluster.tier-trials", envInt("PICOMQ_TIER_TRIALS", len(tierKinds)), "tiered-storage fault trials to run, cycling through their kinds (default: each kind once) (env PICOMQ_TIER_TRIALS)")
+	tierTrials = flag.Int("cluster.tier-trials", envInt("PICOMQ_TIER_TRIALS", 0), "tiered-storage fault trials to run, cycling through their kinds (default 0: each kind once) (env PICOMQ_TIER_TRIALS)")
 	tierOnly   = flag.String("cluster.tier-kinds", "", "comma-separated tiered-storage trial kinds to run (default: all)")
 	tierCutFor = flag.Duration("cluster.tier-cut", 60*time.Second, "how long the bucket-cut trial keeps the bucket cut")
 )
@@ -44,6 +44,12 @@ const (
 	// fillStream is the filler's stream: small segments, so that merges
 	// write sealed segments (and they upload) within a trial.
 	fillStream = "t/fill"
+	// fillSegmentBytes is its SegmentBytes: above the merge's small-range
+	// bound (MergeRangeBytes, 64 KiB), else every segment written counts as
+	// a small range again and is merged again and again — each time a new
+	// object, uploaded anew, the old key deleted (at 64 KiB a trial
+	// uploaded 537 MB for 25 MB tiered, and uploads fell behind).
+	fillSegmentBytes = 128 << 10
 )
 
 // tierKind is one kind of tiered-storage trial.
@@ -54,6 +60,8 @@ type tierKind struct {
 	inject func(tt *tierTrial) (heal func())
 	// quiet: no broker is harmed, so no append may fail in the fault.
 	quiet bool
+	// fillBytes is the size of the filler's records (default 512).
+	fillBytes int
 }
 
 // tierTrial is one tiered-storage trial in progress.
@@ -171,26 +179,40 @@ var tierKinds = []tierKind{
 			} else {
 				tt.note += fmt.Sprintf("planted orphan gone %v after it was put; ", time.Since(planted).Round(time.Second))
 			}
-			if orphans := tt.metric("picomq_tier_orphans_deleted_total", ""); orphans < 1 {
+			orphans := tt.metric("picomq_tier_orphans_deleted_total", "")
+			if orphans < 1 {
 				tt.t.Errorf("picomq_tier_orphans_deleted_total = %v: no broker counted the orphan's deletion", orphans)
 			}
+			tt.note += fmt.Sprintf("orphans deleted: %v (1 planted); ", orphans)
 		}
 		return func() { tt.proxy.Pass(); tt.c.StartBroker(victim) }
 	}},
-	{name: "wipe-repair", inject: func(tt *tierTrial) func() {
+	{name: "wipe-repair", fillBytes: 1024, inject: func(tt *tierTrial) func() {
 		// A broker's data directory deleted: it joins as a new member and
 		// repair copies it the objects it should hold — the untiered
 		// ones only. Segments evicted before the wipe live in the bucket
 		// alone and must never be copied to it.
 		i := tt.rng.IntN(tt.c.N())
 		tt.victim = i
+		// Tiered bytes at least the local ones first, so that a repair
+		// copying them too could not stay below the tiered bytes.
+		var localBefore, tieredBefore int64
+		if err := tt.c.WaitFor(120*time.Second, "tiered bytes at least the local ones", func(context.Context) error {
+			localBefore, tieredBefore = 0, 0
+			for _, p := range tt.partitions() {
+				localBefore += p.LocalBytes
+				tieredBefore += p.TieredBytes
+			}
+			if tieredBefore < localBefore {
+				return fmt.Errorf("%d tiered, %d local", tieredBefore, localBefore)
+			}
+			return nil
+		}); err != nil {
+			tt.t.Fatalf("%v", err)
+		}
 		evicted := tt.evictedIDs()
 		if len(evicted) == 0 {
 			tt.t.Fatalf("no evicted segment before the wipe: the trial would prove nothing")
-		}
-		var localBefore int64
-		for _, p := range tt.partitions() {
-			localBefore += p.LocalBytes
 		}
 		copiedBefore := tt.metric("picomq_repair_copy_bytes_total", "")
 		dir := filepath.Join(tt.c.Broker(i).DataDir, "objects")
@@ -236,7 +258,7 @@ var tierKinds = []tierKind{
 			for _, p := range tt.partitions() {
 				evictedBytes += p.TieredBytes
 			}
-			tt.note += fmt.Sprintf("broker-%d wiped: repair copied %d bytes (%d untiered bytes were local before the wipe; %d segments evicted, %d bytes tiered at the end); ", i, copied, localBefore, len(evicted), evictedBytes)
+			tt.note += fmt.Sprintf("broker-%d wiped with %d segments evicted (%d bytes tiered, %d local): repair copied %d bytes; %d bytes tiered at the end; ", i, len(evicted), tieredBefore, localBefore, copied, evictedBytes)
 			if err != nil {
 				tt.t.Errorf("%v", err)
 			}
@@ -245,11 +267,10 @@ var tierKinds = []tierKind{
 			if len(bad) > 0 {
 				tt.t.Errorf("repair copied evicted (tiered) segments to the wiped broker-%d: %v", i, bad)
 			}
-			// A bound that copying the tiered segments too would break
-			// when they outweigh the slack: writes made between the
-			// measure and the wipe are few.
-			if slack := int64(4 << 20); copied > localBefore+slack {
-				tt.t.Errorf("repair copied %d bytes, more than the %d untiered bytes local before the wipe (+%d slack): tiered segments were copied", copied, localBefore, slack)
+			// Copying the tiered segments would copy at least their bytes:
+			// repair copies the untiered ones, fewer.
+			if copied >= tieredBefore {
+				tt.t.Errorf("repair copied %d bytes, not less than the %d tiered bytes before the wipe (%d untiered): tiered segments were copied", copied, tieredBefore, localBefore)
 			}
 		}
 		return nil
@@ -286,7 +307,11 @@ func TestTierFaultTrials(t *testing.T) {
 			}
 		}
 	}
-	t.Logf("seed %d (-cluster.seed to repeat), %d tier trials over %d kinds", *seed, *tierTrials, len(kinds))
+	n := *tierTrials
+	if n <= 0 {
+		n = len(kinds)
+	}
+	t.Logf("seed %d (-cluster.seed to repeat), %d tier trials over %d kinds", *seed, n, len(kinds))
 	var table []tierFigures
 	defer func() {
 		if len(table) == 0 {
@@ -305,7 +330,7 @@ func TestTierFaultTrials(t *testing.T) {
 		}
 		t.Logf("tier trials (acked: workload appends; fill: filler appends; lost/dup: both; keys: segment keys in the bucket at the end; uploads/failed: picomq_tier_uploads_total summed over the brokers):\n%s", sb.String())
 	}()
-	for j := 0; j < *tierTrials; j++ {
+	for j := 0; j < n; j++ {
 		k := kinds[j%len(kinds)]
 		name := fmt.Sprintf("%02d-%s", j, k.name)
 		t.Run(name, func(t *testing.T) {
@@ -338,7 +363,7 @@ func runTierTrial(t *testing.T, k tierKind, rng *rand.Rand, fig *tierFigures) {
 	if err := workload.Setup(ctx, cfg, 30*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	fl := startFiller(t, c)
+	fl := startFiller(t, c, max(k.fillBytes, 512))
 	defer fl.stop()
 	w := workload.Start(ctx, cfg)
 	defer w.Stop()
@@ -396,13 +421,6 @@ func runTierTrial(t *testing.T, k tierKind, rng *rand.Rand, fig *tierFigures) {
 		tt.final()
 	}
 
-	// Quiescent: every segment due is uploaded and evicted, and the bucket
-	// holds exactly what the state names: its keys' bytes are the
-	// cluster's tiered bytes (the sum over the state's objects with a
-	// tier copy). An orphan left over adds bytes; a key the state names
-	// but the bucket lost takes some away: neither passes.
-	tt.waitQuiescent(120 * time.Second)
-
 	all := make([]int, c.N())
 	for i := range all {
 		all[i] = i
@@ -421,6 +439,14 @@ func runTierTrial(t *testing.T, k tierKind, rng *rand.Rand, fig *tierFigures) {
 	if tt.afterReads != nil {
 		tt.afterReads()
 	}
+	// Quiescent: every segment due is uploaded and evicted, and the bucket
+	// holds exactly what the state names: its keys' bytes are the
+	// cluster's tiered bytes (the sum over the state's objects with a
+	// tier copy). An orphan left over adds bytes; a key the state names
+	// but the bucket lost takes some away: neither passes. Then the
+	// filler's records once more, every segment of them evicted by now.
+	tt.waitQuiescent(120 * time.Second)
+	fl.verify(c)
 	fig.acked, fig.lin = r.Stats.Acked, r.Lin
 	fig.lost = r.Count(workload.CheckAcked) + fl.lost
 	fig.dups = r.Count(workload.CheckDups) + fl.dups
@@ -696,7 +722,7 @@ type filler struct {
 	codes   sync.Map
 }
 
-func startFiller(t *testing.T, c *clusterharness.Cluster) *filler {
+func startFiller(t *testing.T, c *clusterharness.Cluster, size int) *filler {
 	f := &filler{t: t, done: make(chan struct{}), acked: map[int64]string{}}
 	var cls []*client.Client
 	for _, u := range c.URLs() {
@@ -710,7 +736,7 @@ func startFiller(t *testing.T, c *clusterharness.Cluster) *filler {
 	defer cancel()
 	var err error
 	for try := 0; ; try++ {
-		_, err = cls[try%len(cls)].Open(ctx, fillStream, client.StreamConfig{Policy: stream.PolicyValue{SegmentBytes: 64 << 10}})
+		_, err = cls[try%len(cls)].Open(ctx, fillStream, client.StreamConfig{Policy: stream.PolicyValue{SegmentBytes: fillSegmentBytes}})
 		if err == nil || ctx.Err() != nil {
 			break
 		}
@@ -749,7 +775,7 @@ func startFiller(t *testing.T, c *clusterharness.Cluster) *filler {
 			payloads := make([]string, len(recs))
 			for j := range recs {
 				unit := fmt.Sprintf("fill-%d-%d|", i, j)
-				payloads[j] = strings.Repeat(unit, 512/len(unit)+1)[:512]
+				payloads[j] = strings.Repeat(unit, size/len(unit)+1)[:size]
 				recs[j] = stream.RecordValue{Key: []byte(fmt.Sprintf("k%d", j)), Payload: []byte(payloads[j])}
 			}
 			actx, acancel := context.WithTimeout(context.Background(), 3*time.Second)
