@@ -10,6 +10,7 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -80,6 +81,7 @@ func (s *Server) Proxy(t testing.TB) *Faults {
 
 // NewFaults starts a Faults proxy in front of target (http://host:port),
 // passing everything until told otherwise; it is closed at t's cleanup.
+// It listens on the target's IP (127.0.0.1 for a host name).
 func NewFaults(t testing.TB, target string) *Faults {
 	t.Helper()
 	u, err := url.Parse(target)
@@ -90,7 +92,12 @@ func NewFaults(t testing.TB, target string) *Faults {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+	// On the target's address: a server of Options.IP is proxied there.
+	ip := "127.0.0.1"
+	if a := net.ParseIP(u.Hostname()); a != nil {
+		ip = a.String()
+	}
+	ln, err := net.Listen("tcp", net.JoinHostPort(ip, strconv.Itoa(port)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -128,7 +135,7 @@ func NewFaults(t testing.TB, target string) *Faults {
 	return f
 }
 
-// Endpoint is the proxy's URL, http://127.0.0.1:port: what the broker dials.
+// Endpoint is the proxy's URL, http://<its target's IP>:port: what the broker dials.
 func (f *Faults) Endpoint() string { return "http://" + f.Addr() }
 
 // Addr is the proxy's host:port.

@@ -43,6 +43,10 @@ type Options struct {
 	Buckets []string
 	// StartTimeout bounds the wait for the S3 API; default 60 s.
 	StartTimeout time.Duration
+	// IP is the address the server and its proxies listen on; default
+	// 127.0.0.1. Another address of the host (the e2e stack's end of its
+	// pod network) lets clients in other network namespaces reach them.
+	IP string
 }
 
 // DefaultCredential is the identity of a Start without Credentials.
@@ -56,6 +60,7 @@ const Region = "us-east-1"
 type Server struct {
 	t       testing.TB
 	weed    string
+	ip      string // what every listener binds (Options.IP)
 	dir     string // data: volumes, the master's and the filer's metadata
 	home    string // the process's HOME and working folder, the S3 config
 	sockets string // its unix sockets: short paths, outside t.TempDir
@@ -75,7 +80,10 @@ type Server struct {
 // It skips t as Require does.
 func Start(t testing.TB, o Options) *Server {
 	t.Helper()
-	s := &Server{t: t, weed: Require(t), dir: o.Dir, creds: o.Credentials, buckets: o.Buckets}
+	s := &Server{t: t, weed: Require(t), ip: o.IP, dir: o.Dir, creds: o.Credentials, buckets: o.Buckets}
+	if s.ip == "" {
+		s.ip = "127.0.0.1"
+	}
 	if len(s.creds) == 0 {
 		s.creds = []Credential{DefaultCredential}
 	}
@@ -142,11 +150,11 @@ func probeWrite(ctx context.Context, c *minio.Client, bucket string) error {
 	return c.RemoveObject(ctx, bucket, probeKey, minio.RemoveObjectOptions{})
 }
 
-// Endpoint is the S3 API's URL, http://127.0.0.1:port (direct, no proxy).
+// Endpoint is the S3 API's URL, http://<Options.IP>:port (direct, no proxy).
 func (s *Server) Endpoint() string { return "http://" + s.Addr() }
 
 // Addr is the S3 API's host:port.
-func (s *Server) Addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(s.ports.s3)) }
+func (s *Server) Addr() string { return net.JoinHostPort(s.ip, strconv.Itoa(s.ports.s3)) }
 
 // Dir is the data folder (Options.Dir or the one Start made).
 func (s *Server) Dir() string { return s.dir }
@@ -337,7 +345,7 @@ func (s *Server) writeConfig() (string, error) {
 	return p, os.WriteFile(p, b, 0o600)
 }
 
-// args are weed's arguments: everything on 127.0.0.1 with ports of ours
+// args are weed's arguments: everything on Options.IP with ports of ours
 // (gRPC ports included: weed's default, port+10000, may be taken), the
 // extra listeners (Iceberg, Lance, IAM) off, telemetry off.
 func (s *Server) args(config string) []string {
@@ -347,8 +355,8 @@ func (s *Server) args(config string) []string {
 		"-logtostderr", // glog's files would otherwise land in /tmp
 		"server",
 		"-dir=" + s.dir,
-		"-ip=127.0.0.1",
-		"-ip.bind=127.0.0.1",
+		"-ip=" + s.ip,
+		"-ip.bind=" + s.ip,
 		"-master.port=" + itoa(p.master),
 		"-master.port.grpc=" + itoa(p.masterGRPC),
 		"-master.telemetry=false",
