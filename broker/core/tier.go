@@ -70,7 +70,10 @@ type tiering struct {
 	// object: its key is deleted GarbageGrace later, as local files are,
 	// so a read that looked the range up just before still finds it.
 	garbageSince map[uint64]time.Time
-	pending      int
+	// dropped are evicted objects this member holds no file of any more:
+	// not looked at again.
+	dropped map[uint64]bool
+	pending int
 	failed       int64
 	backoff      time.Duration
 	retryAt      time.Time
@@ -210,8 +213,11 @@ func (b *Broker) tierPass(ctx context.Context) {
 // that looked one up just before finds the file gone and looks again:
 // the object is then read from object storage (frame).
 func (b *Broker) dropEvicted(ids []uint64) {
+	t := b.tiering
+	dropped := make(map[uint64]bool, len(ids))
 	for _, id := range ids {
-		if !b.objs.HasFile(id) {
+		if t.dropped[id] || !b.objs.HasFile(id) {
+			dropped[id] = true
 			continue
 		}
 		b.frames.dropObject(id)
@@ -219,8 +225,10 @@ func (b *Broker) dropEvicted(ids []uint64) {
 			b.cfg.Logger.Warn("removing an evicted segment failed", "object", id, "err", err)
 			continue
 		}
+		dropped[id] = true
 		b.cfg.Metrics.TierLocalRemoved.Inc()
 	}
+	t.dropped = dropped // only the tier loop touches it
 }
 
 // uploadDue uploads the segments this member is due to: it holds a copy,

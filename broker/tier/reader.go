@@ -16,7 +16,8 @@ type ReaderOptions struct {
 	// Prefetch is how many chunks after the one read are fetched in the
 	// background (0: none).
 	Prefetch int
-	// Timeout bounds one GET (default 30 s).
+	// Timeout bounds one GET (default 10 s): a reader waits no longer
+	// for a bucket that does not answer before it is told 503.
 	Timeout time.Duration
 	Metrics *Metrics
 }
@@ -41,7 +42,7 @@ type fetch struct {
 // NewReader reads from bucket through cache (nil: no cache).
 func NewReader(bucket Bucket, cache *Cache, o ReaderOptions) *Reader {
 	if o.Timeout <= 0 {
-		o.Timeout = 30 * time.Second
+		o.Timeout = 10 * time.Second
 	}
 	if o.Metrics == nil {
 		o.Metrics = NewMetrics(nil)
