@@ -13,6 +13,8 @@
 //	go run ./test/bench -brokers 3      # cluster mode (cluster.go): one broker,
 //	                                    # a 3-broker cluster R=3, failover over
 //	                                    # 20 kills, NATS JetStream R3, ratios
+//	go run ./test/bench -tier           # tiered storage (tier.go): reads from the
+//	                                    # bucket, appends while uploading, repair
 //
 // Every append it counts was acknowledged, which the broker does only after
 // the records were durable: a lone broker's in its journal, fdatasynced
@@ -85,6 +87,15 @@ func run() error {
 	}
 	fmt.Printf("PicoMQ broker benchmark — %s, data in %s\n\n", time.Now().Format(time.RFC3339), base)
 
+	if *tierOn {
+		// Against a real S3 server: no raw-disk probe (the ratios are
+		// against the same broker's own baselines).
+		bin := filepath.Join(base, "broker")
+		if err := brokerproc.BuildTo(bin); err != nil {
+			return err
+		}
+		return tierBench(base, bin)
+	}
 	if *readersN > 0 {
 		// Memory and wakes, not the disk: no raw-disk probe.
 		bin := filepath.Join(base, "broker")
