@@ -67,7 +67,10 @@ func (b *Broker) Objects() *objstore.Store { return b.objs }
 
 // ObjectReplicas lists the committed objects and the members holding
 // their files (none for an object every member holds through the log), as
-// of now.
+// of now: what counts as under-replicated. Objects object storage holds
+// are not listed — their copy there is the one that counts, and repair
+// never copies them (ReplicatedObjects), so a lost member's name in their
+// sets must not keep them under-replicated for ever.
 func (b *Broker) ObjectReplicas() iter.Seq2[uint64, []string] {
 	type obj struct {
 		id       uint64
@@ -77,7 +80,9 @@ func (b *Broker) ObjectReplicas() iter.Seq2[uint64, []string] {
 	b.fsm.View(func(s *meta.State) {
 		objs = make([]obj, 0, len(s.Objects))
 		for id, o := range s.Objects {
-			objs = append(objs, obj{id, slices.Clone(o.Replicas)})
+			if o.Tier == nil {
+				objs = append(objs, obj{id, slices.Clone(o.Replicas)})
+			}
 		}
 	})
 	return func(yield func(uint64, []string) bool) {

@@ -2,11 +2,8 @@ package core
 
 import (
 	"context"
-	"crypto/md5"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"slices"
 	"sync"
@@ -303,23 +300,16 @@ func (b *Broker) upload(ctx context.Context, id uint64, size int64) error {
 		return fmt.Errorf("segment %d: the file holds %d bytes, the log says %d", id, fsize, size)
 	}
 	// Checked before it leaves: a copy that fails its frames here would
-	// be uploaded as good. The MD5 the bucket checks is of these bytes.
-	h := md5.New()
+	// be uploaded as good. The bucket checks the MD5 of what it is sent.
 	if _, err := b.objs.Scan(id, func(int64, int64, []byte) error { return nil }); err != nil {
 		return fmt.Errorf("segment %d failed its checks before upload: %w", id, err)
-	}
-	if _, err := io.Copy(h, f); err != nil {
-		return err
-	}
-	sum := hex.EncodeToString(h.Sum(nil))
-	if _, err := f.Seek(0, io.SeekStart); err != nil {
-		return err
 	}
 	key := t.cfg.Keys.Segment(id)
 	uctx, cancel := context.WithTimeout(ctx, t.cfg.UploadTimeout)
 	defer cancel()
 	start := time.Now()
-	if err := t.cfg.Bucket.Put(uctx, key, f, size, sum); err != nil {
+	sum, err := t.cfg.Bucket.Put(uctx, key, f, size)
+	if err != nil {
 		return err
 	}
 	if time.Since(start) > t.cfg.OrphanGrace/2 {
@@ -406,9 +396,11 @@ func (b *Broker) forgetDeleted(ids []uint64) {
 	b.tiering.mu.Unlock()
 }
 
-// collectTierOrphans deletes keys no live object names, once older than
-// the orphan grace: uploads whose Tiered never landed (the uploader died,
-// or the object was collected meanwhile).
+// collectTierOrphans deletes keys of objects that are no longer live, once
+// older than the orphan grace: uploads whose Tiered never landed before the
+// object was collected (the uploader died, or the object was merged,
+// trimmed or deleted meanwhile). A collected object never comes back, so
+// no upload can be recorded under its key after the scan decided.
 func (b *Broker) collectTierOrphans(ctx context.Context) {
 	t := b.tiering
 	cutoff := time.Now().Add(-t.cfg.OrphanGrace)
@@ -418,14 +410,15 @@ func (b *Broker) collectTierOrphans(ctx context.Context) {
 		if !ok || modified.After(cutoff) {
 			return nil
 		}
+		// A live object's key is never an orphan, tiered or not: an
+		// upload whose confirmation failed is sent again and recorded
+		// (same key), and deleting it meanwhile could lose it. Only a
+		// collected object's key is, as no Tiered can name it any more.
 		named := false
 		b.fsm.View(func(s *meta.State) {
-			if o, ok := s.Objects[id]; ok && o.Tier != nil && o.Tier.Key == key {
-				named = true
-			}
-			if k, ok := s.TieredGarbage[id]; ok && k == key {
-				named = true // deleteTieredGarbage's
-			}
+			_, live := s.Objects[id]
+			_, pending := s.TieredGarbage[id] // deleteTieredGarbage's
+			named = live || pending
 		})
 		if !named {
 			orphans = append(orphans, key)

@@ -17,11 +17,12 @@
 //     reused and an object never rewritten, so an upload is idempotent: a
 //     retry, or a second owner after a failover, writes the same bytes to
 //     the same key.
-//  4. Confirmed before recorded: the upload sends Content-MD5 (the server
-//     refuses a body that does not match it), then a HEAD must show the
-//     size and, for a single-part PUT, the MD5 as its ETag. Only then does
-//     the owner propose meta's Tiered command with the key, size and MD5.
-//     So the log never names a key whose object is not there.
+//  4. Confirmed before recorded: the upload is one PUT carrying the
+//     body's MD5 (Content-MD5: the server refuses a body that does not
+//     match it), then a HEAD must show the size and that MD5 as the ETag.
+//     Only then does the uploader propose meta's Tiered command with the
+//     key, size and MD5. So the log never names a key whose object is not
+//     there. The frames are checked (CRC-32C) before they leave.
 //  5. Evicted only after recorded: local copies go only once meta's Evict
 //     command has applied, which the state machine refuses for an object
 //     that is not tiered. Each replica then deletes its own file. Eviction
@@ -30,13 +31,16 @@
 //     first).
 //  6. Deleted only after the log forgets it: retention, trims, merges,
 //     compaction and stream deletion make a segment garbage; the metadata
-//     leader deletes its key (a DELETE of a missing key succeeds, so it is
-//     idempotent) before it proposes ObjectsDeleted. A key no object of the
-//     state names — an upload whose owner died before proposing Tiered, or
-//     whose Tiered was refused — is an orphan: the leader's scan deletes it
-//     once it is older than the orphan grace. An owner proposes Tiered only
-//     within half that grace of its upload, else it uploads again, so the
-//     scan never deletes a key whose Tiered is still on its way.
+//     leader deletes its key GarbageGrace later (a DELETE of a missing key
+//     succeeds, so it is idempotent) before it proposes ObjectsDeleted.
+//     A key whose object is no longer live and that no garbage entry
+//     names — an upload whose owner died, or whose object was collected,
+//     before Tiered landed — is an orphan: the leader's scan deletes it
+//     once older than the orphan grace. A live object's key is never
+//     deleted by the scan, tiered or not (an upload whose confirmation
+//     failed is sent again under the same key), and a collected object
+//     never becomes live again, so the scan cannot delete a key a Tiered
+//     is about to name.
 //  7. Reads: a range of an evicted segment is read from the bucket by a
 //     ranged GET of whole chunks (ChunkBytes) into the cache on local disk
 //     (LRU, bounded by --tier-cache-bytes); each frame is checked against

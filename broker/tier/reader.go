@@ -2,6 +2,7 @@ package tier
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 )
@@ -127,7 +128,19 @@ func (r *Reader) fetch(ctx context.Context, key string, size, k int64) ([]byte, 
 	if n <= 0 {
 		f.err = Corrupt.With("key", key, "pos", off, "err", "read past the segment's recorded size")
 	} else {
-		f.b, f.err = r.bucket.GetRange(gctx, key, off, n)
+		// A throttling or flaky bucket (503 SlowDown) is asked again,
+		// backing off, within the timeout: an evicted segment has no other
+		// copy to fall back to.
+		for wait := 50 * time.Millisecond; ; wait *= 2 {
+			f.b, f.err = r.bucket.GetRange(gctx, key, off, n)
+			if f.err == nil || !errors.Is(f.err, Unreachable) || gctx.Err() != nil {
+				break
+			}
+			select {
+			case <-time.After(wait):
+			case <-gctx.Done():
+			}
+		}
 	}
 	cancel()
 	r.o.Metrics.ReadSeconds.Observe(time.Since(start).Seconds())

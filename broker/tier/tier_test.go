@@ -79,18 +79,22 @@ type memBucket struct {
 	objects map[string][]byte
 	gets    atomic.Int64
 	block   chan struct{}
+	// failFirst GETs answer TIER_UNREACHABLE (a throttling bucket).
+	failFirst int64
 }
 
-func (m *memBucket) Put(_ context.Context, key string, body io.Reader, _ int64, _ string) error {
+func (m *memBucket) Put(_ context.Context, key string, body io.Reader, _ int64) (string, error) {
 	b, err := io.ReadAll(body)
 	m.mu.Lock()
 	m.objects[key] = b
 	m.mu.Unlock()
-	return err
+	return "", err
 }
 
 func (m *memBucket) GetRange(ctx context.Context, key string, off, n int64) ([]byte, error) {
-	m.gets.Add(1)
+	if m.gets.Add(1) <= m.failFirst {
+		return nil, Unreachable.With("op", "get", "key", key, "err", "503 SlowDown")
+	}
 	if m.block != nil {
 		select {
 		case <-m.block:
@@ -223,5 +227,15 @@ func TestReaderTimesOutOnABucketThatDoesNotAnswer(t *testing.T) {
 	r := NewReader(m, nil, ReaderOptions{Timeout: 50 * time.Millisecond})
 	if _, err := r.Read(context.Background(), "k", 100, 0, 10, func([]byte) error { return nil }); !errors.Is(err, Unreachable) {
 		t.Fatalf("read of a bucket that does not answer = %v, want TIER_UNREACHABLE", err)
+	}
+}
+
+func TestReaderAsksAThrottlingBucketAgain(t *testing.T) {
+	t.Parallel()
+	obj := bytes.Repeat([]byte("y"), 100)
+	m := &memBucket{objects: map[string][]byte{"k": obj}, failFirst: 3}
+	r := NewReader(m, nil, ReaderOptions{})
+	if _, err := r.Read(context.Background(), "k", 100, 0, 10, sameAs(obj[:10])); err != nil || m.gets.Load() != 4 {
+		t.Fatalf("read = %v after %d GETs, want success on the 4th", err, m.gets.Load())
 	}
 }
