@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"syscall"
 	"testing"
 
@@ -12,6 +14,7 @@ import (
 	"github.com/picomq/picomq/broker/meta"
 	"github.com/picomq/picomq/broker/node"
 	"github.com/picomq/picomq/broker/objstore"
+	"github.com/picomq/picomq/broker/stream"
 )
 
 // payloads returns the records of a partition, in order.
@@ -206,5 +209,53 @@ func TestJournalFaultsThroughTheSeam(t *testing.T) {
 				t.Fatalf("the stream holds %q, want [before]", got)
 			}
 		})
+	}
+}
+
+// TestSmallSegmentsAreNotMergedAgain: with a policy's segments no larger
+// than a small range, a merge's output is final — else every pass would
+// rewrite it again (and, tiered, upload it again).
+func TestSmallSegmentsAreNotMergedAgain(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := openTest(t, t.TempDir(), func(c *Config) {
+		c.MergeMinRanges = 4
+		c.InlineBytes = -1
+	})
+	defer b.Close()
+	mustCreate(t, b, "a", node.CreateOptions{Policy: stream.PolicyValue{SegmentBytes: 4 << 10}})
+	for i := 0; i < 40; i++ {
+		if _, err := b.Append(ctx, "a", recs(strings.Repeat("r", 1000)), node.AppendOptions{Partition: -1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	checkpointed(t, b)
+	n, id, err := b.partitionOf("a", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	objects := func() []uint64 {
+		in, _ := b.fsm.Internal(id)
+		var out []uint64
+		for _, r := range in.Ranges {
+			out = append(out, r.Object)
+		}
+		return out
+	}
+	budget := int64(1 << 30)
+	if err := b.merge(ctx, n, id, &budget); err != nil {
+		t.Fatal(err)
+	}
+	first := objects()
+	if len(first) >= 40 || len(slices.Compact(slices.Clone(first))) < 4 {
+		t.Fatalf("the first merge merged nothing: %d ranges", len(first))
+	}
+	for range 3 {
+		if err := b.merge(ctx, n, id, &budget); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if again := objects(); !slices.Equal(again, first) {
+		t.Fatalf("small segments merged again: objects %v, then %v", first, again)
 	}
 }

@@ -26,9 +26,13 @@ func (b *Broker) merge(ctx context.Context, n *named, id uint64, budget *int64) 
 			return
 		}
 		start = in.Start
-		// The first run of consecutive small ranges.
+		// The first run of consecutive small ranges. A segment's small
+		// range is merged again into a bigger one — unless the policy's
+		// segments are small themselves (SegmentBytes at most
+		// MergeRangeBytes): then it would be merged again for ever, and,
+		// tiered, uploaded again for ever.
 		for _, r := range in.Ranges {
-			if r.Len < small {
+			if o := s.Objects[r.Object]; r.Len < small && (segmentBytes > small || o == nil || !o.Segment) {
 				run = append(run, r)
 			} else if len(run) >= b.cfg.MergeMinRanges {
 				break
