@@ -69,12 +69,12 @@ type tiering struct {
 	garbageSince map[uint64]time.Time
 	// dropped are evicted objects this member holds no file of any more:
 	// not looked at again.
-	dropped map[uint64]bool
-	pending int
-	failed       int64
-	backoff      time.Duration
-	retryAt      time.Time
-	lastScan     time.Time
+	dropped  map[uint64]bool
+	pending  int
+	failed   int64
+	backoff  time.Duration
+	retryAt  time.Time
+	lastScan time.Time
 }
 
 // TierStatus is this broker's view of object storage.
