@@ -105,6 +105,13 @@ func checkSecrets(ctx context.Context, rd client.Reader, c *streamsv1alpha1.Stre
 			}
 		}
 	}
+	if t := c.Spec.TieredStorage; t != nil && problem == nil {
+		p, err := checkTierSecrets(ctx, rd, c.Namespace, t)
+		if err != nil {
+			return creds, nil, err
+		}
+		problem = p
+	}
 	return creds, problem, nil
 }
 
@@ -122,6 +129,41 @@ func accessTokenClash(ctx context.Context, rd client.Reader, c *streamsv1alpha1.
 			return &secretProblem{streamsv1alpha1.ReasonReservedTokenName, fmt.Sprintf(
 				"spec.auth.secretName: Secret %s/%s has a key %s, the name of a StreamAccess's token (Secret %s): the brokers hold that StreamAccess's token under that name, not this one; rename the key",
 				c.Namespace, c.Spec.Auth.SecretName, k, resources.AccessTokensSecretName(c))}, nil
+		}
+	}
+	return nil, nil
+}
+
+// checkTierSecrets reports a tiered-storage Secret that is missing or
+// lacks a key the spec names: the broker pods would wait for their volume.
+func checkTierSecrets(ctx context.Context, rd client.Reader, ns string, t *streamsv1alpha1.TieredStorageSpec) (*secretProblem, error) {
+	type need struct {
+		field, name string
+		keys        []string
+	}
+	idKey, secretKey := resources.TierCredentialKeys(t.CredentialsSecret)
+	needs := []need{{"spec.tieredStorage.credentialsSecret", t.CredentialsSecret.Name, []string{idKey, secretKey}}}
+	if ca := t.CASecret; ca != nil {
+		key := ca.Key
+		if key == "" {
+			key = "ca.crt"
+		}
+		needs = append(needs, need{"spec.tieredStorage.caSecret", ca.Name, []string{key}})
+	}
+	for _, n := range needs {
+		s, err := getSecret(ctx, rd, ns, n.name)
+		if err != nil {
+			return nil, err
+		}
+		if s == nil {
+			return &secretProblem{streamsv1alpha1.ReasonTieredStorageSecretNotFound, fmt.Sprintf(
+				"%s: Secret %s/%s does not exist: the broker pods cannot start until it does", n.field, ns, n.name)}, nil
+		}
+		for _, k := range n.keys {
+			if len(s.Data[k]) == 0 {
+				return &secretProblem{streamsv1alpha1.ReasonTieredStorageSecretNotFound, fmt.Sprintf(
+					"%s: Secret %s/%s has no key %s (or it is empty): the broker pods cannot start until it does", n.field, ns, n.name, k)}, nil
+			}
 		}
 	}
 	return nil, nil
@@ -241,7 +283,7 @@ func newToken() (string, error) {
 }
 
 // clustersOfSecret maps a Secret to the clusters of its namespace that name
-// it (spec.tls, spec.auth, spec.auth.urlSigning) or own it (the operator's
+// it (spec.tls, spec.auth, spec.auth.urlSigning, spec.tieredStorage) or own it (the operator's
 // token, the access Secret).
 func clustersOfSecret(cl client.Reader) func(context.Context, client.Object) []reconcile.Request {
 	return func(ctx context.Context, o client.Object) []reconcile.Request {
@@ -260,6 +302,12 @@ func clustersOfSecret(cl client.Reader) func(context.Context, client.Object) []r
 				names = append(names, a.SecretName, resources.AccessTokensSecretName(c))
 				if a.URLSigning != nil {
 					names = append(names, a.URLSigning.SecretName)
+				}
+			}
+			if t := c.Spec.TieredStorage; t != nil {
+				names = append(names, t.CredentialsSecret.Name)
+				if t.CASecret != nil {
+					names = append(names, t.CASecret.Name)
 				}
 			}
 			if slices.Contains(names, o.GetName()) {

@@ -214,3 +214,51 @@ func TestEnsureOperatorToken(t *testing.T) {
 		t.Errorf("foreign Secret: %v", err)
 	}
 }
+
+func TestCheckTierSecrets(t *testing.T) {
+	t.Parallel()
+	spec := func() *streamsv1alpha1.StreamCluster {
+		c := testCluster()
+		c.Spec.TieredStorage = &streamsv1alpha1.TieredStorageSpec{Endpoint: "https://s3.example.com", Bucket: "b-1",
+			CredentialsSecret: streamsv1alpha1.TierCredentials{Name: "s3"}, CASecret: &streamsv1alpha1.SecretKeyRef{Name: "s3-ca"}}
+		return c
+	}
+	secret := func(name string, data map[string]string) *corev1.Secret {
+		s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns"}, Data: map[string][]byte{}}
+		for k, v := range data {
+			s.Data[k] = []byte(v)
+		}
+		return s
+	}
+	creds := secret("s3", map[string]string{"accessKeyId": "id", "secretAccessKey": "secret"})
+	ca := secret("s3-ca", map[string]string{"ca.crt": "pem"})
+	cases := []struct {
+		name, want string
+		objs       []client.Object
+	}{
+		{"all there", "", []client.Object{creds, ca}},
+		{"no credentials", "spec.tieredStorage.credentialsSecret: Secret ns/s3 does not exist", []client.Object{ca}},
+		{"no secret key", "has no key secretAccessKey", []client.Object{secret("s3", map[string]string{"accessKeyId": "id"}), ca}},
+		{"no CA", "spec.tieredStorage.caSecret: Secret ns/s3-ca does not exist", []client.Object{creds}},
+	}
+	for _, tc := range cases {
+		_, problem, err := checkSecrets(context.Background(), fake.NewClientBuilder().WithScheme(scheme).WithObjects(tc.objs...).Build(), spec(), time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch {
+		case tc.want == "" && problem != nil:
+			t.Errorf("%s: %+v", tc.name, problem)
+		case tc.want != "" && (problem == nil || problem.reason != streamsv1alpha1.ReasonTieredStorageSecretNotFound || !strings.Contains(problem.message, tc.want)):
+			t.Errorf("%s: %+v, want %s saying %q", tc.name, problem, streamsv1alpha1.ReasonTieredStorageSecretNotFound, tc.want)
+		}
+	}
+	// The Secrets wake the cluster that names them.
+	c := spec()
+	cl := fake.NewClientBuilder().WithScheme(scheme).WithObjects(c).Build()
+	for _, name := range []string{"s3", "s3-ca"} {
+		if reqs := clustersOfSecret(cl)(context.Background(), secret(name, nil)); len(reqs) != 1 || reqs[0].Name != c.Name {
+			t.Errorf("Secret %s wakes %v", name, reqs)
+		}
+	}
+}

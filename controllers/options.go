@@ -14,6 +14,7 @@ const (
 	DefaultResyncPeriod       = 10 * time.Minute
 	DefaultDrainPollInterval  = 10 * time.Second
 	DefaultNotReadyPoll       = 30 * time.Second
+	DefaultTierPollInterval   = 30 * time.Second
 	DefaultErrorBackoffBase   = time.Second
 	DefaultErrorBackoffMax    = 5 * time.Minute
 	DefaultBrokerCallTimeout  = 10 * time.Second
@@ -40,6 +41,10 @@ type Options struct {
 	// looked at again even if no child changed (the metadata leader, for
 	// one, changes without any Kubernetes event).
 	NotReadyPollInterval time.Duration
+	// TierPollInterval is how often a cluster with spec.tieredStorage asks
+	// its brokers whether they reach the bucket: losing it is announced by
+	// no Kubernetes event.
+	TierPollInterval time.Duration
 	// ErrorBackoffBase and ErrorBackoffMax bound the per-object exponential
 	// backoff after a failed reconcile (a broker that does not answer, say).
 	ErrorBackoffBase time.Duration
@@ -84,6 +89,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.NotReadyPollInterval <= 0 {
 		o.NotReadyPollInterval = DefaultNotReadyPoll
+	}
+	if o.TierPollInterval <= 0 {
+		o.TierPollInterval = DefaultTierPollInterval
 	}
 	if o.ErrorBackoffBase <= 0 {
 		o.ErrorBackoffBase = DefaultErrorBackoffBase

@@ -87,6 +87,8 @@ type clusterObservation struct {
 	// tierReason and tierMessage: the brokers cannot use the object
 	// storage (clusterStatus fills them from the brokers' answers).
 	tierReason, tierMessage string
+	// tiered: spec.tieredStorage is set (its reachability is polled).
+	tiered bool
 	// deferred events are recorded once the status is written.
 	deferred []func()
 }
@@ -114,6 +116,7 @@ func (r *StreamClusterReconciler) Reconcile(ctx context.Context, req ctrl.Reques
 		slots:     c.Spec.Ownership.EffectiveSlots(),
 		paused:    c.Spec.Paused,
 		firstLook: c.Status.ObservedGeneration != c.Generation,
+		tiered:    c.Spec.TieredStorage != nil,
 	}
 	creds, problem, err := checkSecrets(ctx, r.APIReader, &c, time.Now())
 	if err != nil {
@@ -205,7 +208,8 @@ func (r *StreamClusterReconciler) Reconcile(ctx context.Context, req ctrl.Reques
 // nextLook is when the cluster is looked at again with no event: soon while
 // a scale-down waits on the brokers or a recorded cluster id waits to be
 // rendered, sooner than the resync while it is not Ready or its brokers
-// rebalance or repair, else at the jittered resync.
+// rebalance or repair, every TierPollInterval while it uses object storage
+// (whose loss no Kubernetes event announces), else at the jittered resync.
 func (r *StreamClusterReconciler) nextLook(o clusterObservation, st *streamsv1alpha1.StreamClusterStatus) time.Duration {
 	switch {
 	case o.plan.draining != "" || o.plan.blocked != "":
@@ -222,6 +226,8 @@ func (r *StreamClusterReconciler) nextLook(o clusterObservation, st *streamsv1al
 		// their object storage again, which no Kubernetes event
 		// announces: look again soon, so that status follows.
 		return min(r.Options.DrainPollInterval, r.Options.ResyncPeriod)
+	case o.tiered:
+		return min(jitter(r.Options.TierPollInterval), r.Options.ResyncPeriod)
 	}
 	return jitter(r.Options.ResyncPeriod)
 }

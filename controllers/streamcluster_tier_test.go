@@ -6,11 +6,13 @@ package controllers
 // Stream's sizes and TieringNotConfigured.
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
@@ -26,6 +28,16 @@ func tieredSpec() *streamsv1alpha1.TieredStorageSpec {
 	return &streamsv1alpha1.TieredStorageSpec{
 		Endpoint: "https://s3.example.com:9000", Bucket: "picomq-prod",
 		CredentialsSecret: streamsv1alpha1.TierCredentials{Name: "s3-creds"},
+	}
+}
+
+// createTierSecret creates the credentials Secret tieredSpec names.
+func createTierSecret(t *testing.T, ns string) {
+	t.Helper()
+	s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "s3-creds"},
+		Data: map[string][]byte{"accessKeyId": []byte("id"), "secretAccessKey": []byte("secret")}}
+	if err := k8s.Create(context.Background(), s); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -175,11 +187,11 @@ func TestTieringNotConfiguredSyncsNothing(t *testing.T) {
 func TestStreamClusterTieredStorageDegraded(t *testing.T) {
 	needsEnvtest(t)
 	ns := newNamespace(t)
-	h := startManager(t, ns, Options{NotReadyPollInterval: 100 * time.Millisecond, DrainPollInterval: 100 * time.Millisecond})
+	h := startManager(t, ns, Options{NotReadyPollInterval: 100 * time.Millisecond, DrainPollInterval: 100 * time.Millisecond, TierPollInterval: 200 * time.Millisecond})
 	h.admin.set(func(f *fakeAdmin) {
 		f.leader = "demo-0"
 		f.tier["demo-0"] = *tierOK(1, 2048)
-		f.tier["demo-1"] = *tierFailing(brokeradmin.CodeTierUnreachable, "dial tcp 10.0.0.9:9000: connect: connection refused")
+		f.tier["demo-1"] = *tierOK(0, 2048)
 	})
 	newCluster(t, ns, "demo", func(c *streamsv1alpha1.StreamCluster) {
 		c.Spec.Replicas = 2
@@ -188,6 +200,20 @@ func TestStreamClusterTieredStorageDegraded(t *testing.T) {
 	waitSTS(t, ns, "demo", nil)
 	setSTSStatus(t, ns, "demo", 2)
 	var c *streamsv1alpha1.StreamCluster
+	// No credentials Secret yet: the pods could not start.
+	testwait.NoError(t, 10*time.Second, "", func() error {
+		return wantCondition(getCluster(t, ns, "demo"), streamsv1alpha1.ConditionDegraded, metav1.ConditionTrue, streamsv1alpha1.ReasonTieredStorageSecretNotFound)
+	})
+	// Created: the Secret wakes the cluster, which is then healthy.
+	createTierSecret(t, ns)
+	testwait.NoError(t, 10*time.Second, "", func() error {
+		return wantCondition(getCluster(t, ns, "demo"), streamsv1alpha1.ConditionDegraded, metav1.ConditionFalse, streamsv1alpha1.ReasonAsExpected)
+	})
+	// A healthy cluster that loses its bucket: no Kubernetes event says
+	// so, the tier poll finds it.
+	h.admin.set(func(f *fakeAdmin) {
+		f.tier["demo-1"] = *tierFailing(brokeradmin.CodeTierUnreachable, "dial tcp 10.0.0.9:9000: connect: connection refused")
+	})
 	testwait.NoError(t, 10*time.Second, "", func() error {
 		c = getCluster(t, ns, "demo")
 		return wantCondition(c, streamsv1alpha1.ConditionDegraded, metav1.ConditionTrue, streamsv1alpha1.ReasonTieredStorageUnreachable)
@@ -281,6 +307,7 @@ func TestStreamTieringNotConfigured(t *testing.T) {
 		t.Fatalf("the broker has the stream (or failed): %v", err)
 	}
 
+	createTierSecret(t, ns)
 	updateCluster(t, ns, "demo", func(c *streamsv1alpha1.StreamCluster) { c.Spec.TieredStorage = tieredSpec() })
 	s = waitReady(t, ns, "tiered", metav1.ConditionTrue, streamsv1alpha1.ReasonCreated)
 	info, err := bc.GetStream(t.Context(), ns+"/tiered")

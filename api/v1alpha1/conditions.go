@@ -281,6 +281,11 @@ const (
 	// without a restart) or the bucket. Degraded until every broker
 	// succeeds again.
 	ReasonTieredStorageRefused = "TieredStorageRefused"
+	// ReasonTieredStorageSecretNotFound (Degraded=True): the Secret
+	// spec.tieredStorage.credentialsSecret (or caSecret) names does not
+	// exist, or lacks a key it names; the broker pods cannot start (their
+	// volume waits for it). Degraded until it is right.
+	ReasonTieredStorageSecretNotFound = "TieredStorageSecretNotFound"
 )
 
 // Reasons of a Stream's Ready condition.

@@ -337,13 +337,7 @@ func volumes(c *streamsv1alpha1.StreamCluster) []corev1.Volume {
 // credentials of a bucket that may hold its older data.
 func tierVolumes(t *streamsv1alpha1.TieredStorageSpec) []corev1.Volume {
 	creds := t.CredentialsSecret
-	idKey, secretKey := creds.AccessKeyIDKey, creds.SecretAccessKeyKey
-	if idKey == "" {
-		idKey = "accessKeyId"
-	}
-	if secretKey == "" {
-		secretKey = "secretAccessKey"
-	}
+	idKey, secretKey := TierCredentialKeys(creds)
 	vs := []corev1.Volume{{Name: TierCredentialsVolumeName, VolumeSource: corev1.VolumeSource{
 		Secret: &corev1.SecretVolumeSource{
 			SecretName: creds.Name,
@@ -368,4 +362,17 @@ func tierVolumes(t *streamsv1alpha1.TieredStorageSpec) []corev1.Volume {
 		}})
 	}
 	return vs
+}
+
+// TierCredentialKeys are the keys of the credentials Secret that hold the
+// access key id and the secret key, defaults applied.
+func TierCredentialKeys(creds streamsv1alpha1.TierCredentials) (idKey, secretKey string) {
+	idKey, secretKey = creds.AccessKeyIDKey, creds.SecretAccessKeyKey
+	if idKey == "" {
+		idKey = "accessKeyId"
+	}
+	if secretKey == "" {
+		secretKey = "secretAccessKey"
+	}
+	return idKey, secretKey
 }
