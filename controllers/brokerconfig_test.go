@@ -151,7 +151,9 @@ func TestBrokerAcceptsWhatTheCRDAccepts(t *testing.T) {
 		// field at a bound.
 		`{tieredStorage: {endpoint: "https://s3.example.com:9000", bucket: picomq-prod, credentialsSecret: {name: s3-creds}}}`,
 		`{tieredStorage: {endpoint: "http://[::1]:9000/", bucket: a.b-c, region: garage, pathStyle: true, prefix: "tenants/a/", caSecret: {name: s3-ca, key: bundle.pem}, credentialsSecret: {name: s3-creds, accessKeyIdKey: id, secretAccessKeyKey: key}, localRetainFor: 0s, localRetainBytes: 0, cacheBytes: 1Mi}}`,
-		`{tieredStorage: {endpoint: "http://minio:9000", bucket: bbb, credentialsSecret: {name: c}, localRetainFor: 2562047h, localRetainBytes: 4611686018427387904, cacheBytes: 1Ti}, broker: {defaultStreamPolicy: {tiering: Disabled, localRetainFor: 1m, localRetainBytes: 1}}}`,
+		`{tieredStorage: {endpoint: "http://minio:9000", bucket: bbb, credentialsSecret: {name: c}, localRetainFor: 2562047h, localRetainBytes: 4611686018427387904, cacheBytes: 1Ti, uploadBytesPerSecond: 64Ki}, broker: {defaultStreamPolicy: {tiering: Disabled, localRetainFor: 1m, localRetainBytes: 1}}}`,
+		`{tieredStorage: {endpoint: "http://minio:9000", bucket: bbb, credentialsSecret: {name: c}, uploadBytesPerSecond: 0}}`,
+		`{tieredStorage: {endpoint: "http://minio:9000", bucket: bbb, credentialsSecret: {name: c}, uploadBytesPerSecond: 1Gi}}`,
 	} {
 		c, err := admitCluster(t, ns, spec)
 		if err != nil {
@@ -208,6 +210,7 @@ func TestBrokerAcceptsWhatTheCRDAccepts(t *testing.T) {
 		{`{tieredStorage: {endpoint: "https://s3.example.com", bucket: bbb, credentialsSecret: {name: c}, localRetainFor: -1s}}`, tierEnv("PICOMQ_TIER_LOCAL_RETAIN_FOR", "-1s")},
 		{`{tieredStorage: {endpoint: "https://s3.example.com", bucket: bbb, credentialsSecret: {name: c}, localRetainBytes: -1}}`, tierEnv("PICOMQ_TIER_LOCAL_RETAIN_BYTES", "-1")},
 		{`{tieredStorage: {endpoint: "https://s3.example.com", bucket: bbb}}`, nil}, // no credentials: the operator would mount none
+		{`{tieredStorage: {endpoint: "https://s3.example.com", bucket: bbb, credentialsSecret: {name: c}, uploadBytesPerSecond: 65535}}`, tierEnv("PICOMQ_TIER_UPLOAD_BYTES_PER_SECOND", "65535")},
 	}
 	for _, tc := range invalid {
 		if _, err := admitCluster(t, ns, tc.spec); err == nil {

@@ -451,6 +451,14 @@ type TieredStorageSpec struct {
 	// +kubebuilder:validation:XValidation:rule="isQuantity(string(self)) && quantity(string(self)).isGreaterThan(quantity('1048575'))",message="cacheBytes must be at least 1Mi (1048576), the chunk the brokers read tiered data by"
 	// +optional
 	CacheBytes *resource.Quantity `json:"cacheBytes,omitempty"`
+
+	// UploadBytesPerSecond bounds each broker's upload rate, so that
+	// uploads leave the appends their disk, CPU and network; segments then
+	// wait on the disks (under the headroom rule) while appends outpace
+	// it. At least 64Ki; absent or 0 is no bound.
+	// +kubebuilder:validation:XValidation:rule="isQuantity(string(self)) && (quantity(string(self)).compareTo(quantity('0')) == 0 || quantity(string(self)).isGreaterThan(quantity('65535')))",message="uploadBytesPerSecond must be 0 (no bound) or at least 64Ki (65536)"
+	// +optional
+	UploadBytesPerSecond *resource.Quantity `json:"uploadBytesPerSecond,omitempty"`
 }
 
 // SecretKeyRef names one key of a Secret in the cluster's namespace.

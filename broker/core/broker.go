@@ -23,7 +23,8 @@
 // consumer-group offsets. In the background, maintain.go runs the
 // maintenance loop, gc.go collects objects, merge.go and compact.go rewrite
 // ranges (rewrite.go is what they share), inline.go keeps the objects
-// committed inside their log entries.
+// committed inside their log entries, and tier.go moves sealed segments to
+// object storage (tierplan.go decides which) and reads them back.
 //
 // # Locks
 //
@@ -38,8 +39,8 @@
 // metadata command is proposed while a named.mu is held: an append whose
 // partition must be opened leaves the lock for the open (openPart). A
 // state machine View must not take Broker.mu (see loadedViews). The frame
-// cache's, the inline objects' and the garbage collector's locks are
-// leaves.
+// cache's, the inline objects', the garbage collector's and the tier
+// loop's (tiering.mu) locks are leaves.
 package core
 
 import (
@@ -49,6 +50,8 @@ import (
 	"path/filepath"
 	"sync"
 	"time"
+
+	"golang.org/x/time/rate"
 
 	"github.com/picomq/picomq/broker/bufpool"
 	"github.com/picomq/picomq/broker/diskio"
@@ -137,6 +140,9 @@ func Open(cfg Config) (*Broker, error) {
 		tc := *cfg.Tier
 		tc.defaults()
 		b.tiering = &tiering{cfg: &tc, seen: map[uint64]time.Time{}, keysDeleted: map[uint64]bool{}, garbageSince: map[uint64]time.Time{}}
+		if tc.UploadBytesPerSecond > 0 {
+			b.tiering.limit = rate.NewLimiter(rate.Limit(tc.UploadBytesPerSecond), 256<<10)
+		}
 	}
 	// Set before the log replays: a replayed inline commit writes its object.
 	b.fsm.SetHooks(meta.Hooks{Applied: b.applied, Snapshot: b.snapshotting})

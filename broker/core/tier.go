@@ -2,12 +2,17 @@ package core
 
 import (
 	"context"
+	"crypto/md5"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"slices"
 	"sync"
 	"time"
+
+	"golang.org/x/time/rate"
 
 	"github.com/picomq/picomq/broker/meta"
 	"github.com/picomq/picomq/broker/node"
@@ -36,6 +41,10 @@ type TierConfig struct {
 	// leader deletes it (default 1 h); an upload is recorded within half
 	// of it or sent again.
 	OrphanGrace time.Duration
+	// UploadBytesPerSecond bounds this broker's upload rate (0: none), so
+	// that uploads leave the appends their disk, CPU and network: a
+	// backlog then waits on the disk, under the headroom rule.
+	UploadBytesPerSecond int64
 }
 
 func (c *TierConfig) defaults() {
@@ -56,6 +65,8 @@ func (c *TierConfig) defaults() {
 // tiering is the tier loop's state.
 type tiering struct {
 	cfg *TierConfig
+	// limit paces uploads (nil: UploadBytesPerSecond is 0).
+	limit *rate.Limiter
 
 	mu sync.Mutex
 	// seen is when this member first saw each segment it could upload.
@@ -300,16 +311,32 @@ func (b *Broker) upload(ctx context.Context, id uint64, size int64) error {
 		return fmt.Errorf("segment %d: the file holds %d bytes, the log says %d", id, fsize, size)
 	}
 	// Checked before it leaves: a copy that fails its frames here would
-	// be uploaded as good. The bucket checks the MD5 of what it is sent.
-	if _, err := b.objs.Scan(id, func(int64, int64, []byte) error { return nil }); err != nil {
-		return fmt.Errorf("segment %d failed its checks before upload: %w", id, err)
+	// be uploaded as good, and once evicted be the only one. The MD5 the
+	// bucket checks is made in the same pass, of the bytes that checked:
+	// the file is its header and its frames, nothing else (a nil error
+	// from Scan says so).
+	h := md5.New()
+	h.Write(objstore.AppendHeader(nil, id))
+	var fh []byte
+	end, err := b.objs.Scan(id, func(_, _ int64, payload []byte) error {
+		fh = objstore.AppendFrameHeader(fh[:0], payload)
+		h.Write(fh)
+		h.Write(payload)
+		return nil
+	})
+	if err != nil || end != size {
+		return fmt.Errorf("segment %d failed its checks before upload (%d of %d bytes good): %v", id, end, size, err)
 	}
+	sum := hex.EncodeToString(h.Sum(nil))
 	key := t.cfg.Keys.Segment(id)
 	uctx, cancel := context.WithTimeout(ctx, t.cfg.UploadTimeout)
 	defer cancel()
 	start := time.Now()
-	sum, err := t.cfg.Bucket.Put(uctx, key, f, size)
-	if err != nil {
+	var body io.Reader = f
+	if t.limit != nil {
+		body = &limitedReader{ctx: uctx, r: f, limit: t.limit}
+	}
+	if err := t.cfg.Bucket.Put(uctx, key, body, size, sum); err != nil {
 		return err
 	}
 	if time.Since(start) > t.cfg.OrphanGrace/2 {
@@ -465,4 +492,25 @@ func (b *Broker) tierFrame(r meta.Range, tc *meta.TierCopy) ([]byte, error) {
 		return nil, err
 	}
 	return payload, nil
+}
+
+// limitedReader paces reads through a limiter: the upload's bytes are
+// read (and sent) no faster than it allows.
+type limitedReader struct {
+	ctx   context.Context
+	r     io.Reader
+	limit *rate.Limiter
+}
+
+func (l *limitedReader) Read(p []byte) (int, error) {
+	if burst := l.limit.Burst(); len(p) > burst {
+		p = p[:burst]
+	}
+	n, err := l.r.Read(p)
+	if n > 0 {
+		if werr := l.limit.WaitN(l.ctx, n); werr != nil && err == nil {
+			err = werr
+		}
+	}
+	return n, err
 }

@@ -104,6 +104,8 @@ type Tier struct {
 	OrphanGrace   time.Duration
 	// Prefetch is how many chunks a tiered read fetches ahead.
 	Prefetch int
+	// UploadBytesPerSecond bounds a broker's uploads (0: none).
+	UploadBytesPerSecond int64
 }
 
 // Access is the browser and tenancy settings.
@@ -347,6 +349,7 @@ func Parse(args []string, getenv func(string) string, out io.Writer) (Settings, 
 	fs.Var((*byteSize)(&s.Tier.LocalRetainBytes), "tier-local-retain-bytes", "uploaded bytes a partition keeps on local disks too, newest first, for streams whose policy says nothing (0: no bound)")
 	fs.DurationVar(&s.Tier.UploadStagger, "tier-upload-stagger", s.Tier.UploadStagger, "how long each replica of a segment waits after the one before it in its replica set before uploading it itself")
 	fs.DurationVar(&s.Tier.OrphanGrace, "tier-orphan-grace", s.Tier.OrphanGrace, "how old a key no segment names must be before the metadata leader deletes it")
+	fs.Var((*byteSize)(&s.Tier.UploadBytesPerSecond), "tier-upload-bytes-per-second", "bound of this broker's upload rate to object storage (suffixes KiB, MiB; 0: none): uploads then leave the appends their disk, CPU and network, and a backlog waits on the disk")
 	fs.IntVar(&s.Tier.Prefetch, "tier-prefetch-chunks", s.Tier.Prefetch, "1 MiB chunks a read of a tiered segment fetches ahead (catch-up readers)")
 	fs.StringVar(&s.Access.URLSigningKeysDir, "url-signing-keys-dir", "", "directory of the keys that sign read URLs (POST /v1/sign, picomq sign): one file per key, named after its id, holding at least 32 bytes; every key in it verifies, the last by name signs; re-read as it changes")
 	fs.StringVar(&s.MetricsAuth, "metrics-auth", s.MetricsAuth, "open: /metrics needs no token; token: a token of any scope (with --auth-tokens-dir)")
@@ -451,8 +454,10 @@ func (s Settings) check() error {
 			return bad("--tier-prefix %q: must end with / and not start with one", t.Prefix)
 		case t.CacheBytes < tier.ChunkBytes:
 			return bad("--tier-cache-bytes %d: at least one chunk (%d)", t.CacheBytes, tier.ChunkBytes)
-		case t.LocalRetainFor < 0 || t.LocalRetainBytes < 0 || t.Prefetch < 0 || t.UploadStagger <= 0 || t.OrphanGrace <= 0:
-			return bad("--tier-local-retain-for, --tier-local-retain-bytes and --tier-prefetch-chunks must not be negative, --tier-upload-stagger and --tier-orphan-grace must be positive")
+		case t.LocalRetainFor < 0 || t.LocalRetainBytes < 0 || t.Prefetch < 0 || t.UploadBytesPerSecond < 0 || t.UploadStagger <= 0 || t.OrphanGrace <= 0:
+			return bad("--tier-local-retain-for, --tier-local-retain-bytes, --tier-prefetch-chunks and --tier-upload-bytes-per-second must not be negative, --tier-upload-stagger and --tier-orphan-grace must be positive")
+		case t.UploadBytesPerSecond > 0 && t.UploadBytesPerSecond < 64<<10:
+			return bad("--tier-upload-bytes-per-second %d: at least 64KiB, or 0 for no bound", t.UploadBytesPerSecond)
 		}
 	} else if s.Tier.Bucket != "" || s.Tier.CredentialsDir != "" {
 		return bad("--tier-bucket and --tier-credentials-dir need --tier-endpoint")

@@ -41,10 +41,10 @@ var (
 // Bucket is the object storage the tier uses. The S3 type is the real
 // one; every method is safe for concurrent use.
 type Bucket interface {
-	// Put stores size bytes of body under key, sending their MD5 for the
-	// server to check, confirms them with a HEAD, and returns that MD5
-	// (hex): what the bucket holds.
-	Put(ctx context.Context, key string, body io.Reader, size int64) (md5hex string, err error)
+	// Put stores size bytes of body under key, sending md5hex (their MD5,
+	// computed by the caller from the bytes it checked) for the server to
+	// check them against, and confirms them with a HEAD.
+	Put(ctx context.Context, key string, body io.Reader, size int64, md5hex string) error
 	// GetRange reads n bytes of key from off.
 	GetRange(ctx context.Context, key string, off, n int64) ([]byte, error)
 	// Delete removes key; a missing key is not an error.

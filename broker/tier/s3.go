@@ -2,6 +2,9 @@ package tier
 
 import (
 	"context"
+	"crypto/md5"
+	"encoding/base64"
+	"encoding/hex"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
@@ -120,32 +123,32 @@ func NewS3(o Options) (*S3, error) {
 // Describe implements Bucket.
 func (s *S3) Describe() (string, string) { return s.endpoint, s.bucket }
 
-// Put implements Bucket. The client reads the body twice (it hashes it,
-// seeks back and sends it): with an *os.File nothing is held in memory.
-func (s *S3) Put(ctx context.Context, key string, body io.Reader, size int64) (string, error) {
-	up, err := s.client.PutObject(ctx, s.bucket, key, body, size, minio.PutObjectOptions{
+// Put implements Bucket: one PUT, the body read once.
+func (s *S3) Put(ctx context.Context, key string, body io.Reader, size int64, md5hex string) error {
+	sum, err := hex.DecodeString(md5hex)
+	if err != nil || len(sum) != md5.Size {
+		return fmt.Errorf("tier: bad MD5 %q", md5hex)
+	}
+	core := minio.Core{Client: s.client}
+	_, err = core.PutObject(ctx, s.bucket, key, body, size, base64.StdEncoding.EncodeToString(sum), "", minio.PutObjectOptions{
 		ContentType: "application/octet-stream",
-		// One PUT, so the ETag is the body's MD5.
-		DisableMultipart: true,
-		// The server refuses a body whose MD5 differs (BadDigest)...
-		SendContentMd5: true,
-		// ...which is the check that matters: no second hash (SHA-256)
-		// of every segment for the signature.
+		// The server refuses a body whose MD5 is not this (BadDigest):
+		// the check that matters, so no SHA-256 of the body is made for
+		// the signature (an unsigned payload).
 		DisableContentSha256: true,
 	})
 	if err = s.classify("put", key, err); err != nil {
-		return "", err
+		return err
 	}
-	sum := strings.Trim(up.ETag, `"`)
 	info, err := s.client.StatObject(ctx, s.bucket, key, minio.StatObjectOptions{})
 	if err = s.classify("head", key, err); err != nil {
-		return "", err
+		return err
 	}
 	etag := strings.Trim(info.ETag, `"`)
-	if info.Size != size || len(sum) != 32 || !strings.EqualFold(etag, sum) {
-		return "", Corrupt.With("key", key, "pos", 0, "err", fmt.Sprintf("uploaded %d bytes with MD5 %s, the bucket holds %d with ETag %s", size, sum, info.Size, etag))
+	if info.Size != size || !strings.EqualFold(etag, md5hex) {
+		return Corrupt.With("key", key, "pos", 0, "err", fmt.Sprintf("uploaded %d bytes with MD5 %s, the bucket holds %d with ETag %s", size, md5hex, info.Size, etag))
 	}
-	return strings.ToLower(sum), nil
+	return nil
 }
 
 // GetRange implements Bucket.

@@ -83,12 +83,12 @@ type memBucket struct {
 	failFirst int64
 }
 
-func (m *memBucket) Put(_ context.Context, key string, body io.Reader, _ int64) (string, error) {
+func (m *memBucket) Put(_ context.Context, key string, body io.Reader, _ int64, _ string) error {
 	b, err := io.ReadAll(body)
 	m.mu.Lock()
 	m.objects[key] = b
 	m.mu.Unlock()
-	return "", err
+	return err
 }
 
 func (m *memBucket) GetRange(ctx context.Context, key string, off, n int64) ([]byte, error) {

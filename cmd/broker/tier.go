@@ -48,8 +48,9 @@ func tierConfig(t settings.Tier, dataDir string, reg prometheus.Registerer, logg
 		TierDefaults: core.TierDefaults{
 			LocalRetainFor: t.LocalRetainFor, LocalRetainBytes: t.LocalRetainBytes,
 		},
-		UploadStagger: t.UploadStagger,
-		OrphanGrace:   t.OrphanGrace,
+		UploadStagger:        t.UploadStagger,
+		OrphanGrace:          t.OrphanGrace,
+		UploadBytesPerSecond: t.UploadBytesPerSecond,
 	}, nil
 }
 

@@ -59,6 +59,7 @@ const (
 	EnvTierCacheBytes       = "PICOMQ_TIER_CACHE_BYTES"
 	EnvTierLocalRetainFor   = "PICOMQ_TIER_LOCAL_RETAIN_FOR"
 	EnvTierLocalRetainBytes = "PICOMQ_TIER_LOCAL_RETAIN_BYTES"
+	EnvTierUploadRate       = "PICOMQ_TIER_UPLOAD_BYTES_PER_SECOND"
 	EnvTierCAFile           = "PICOMQ_TIER_CA_FILE" // only with caSecret
 	// EnvTierCredentialsDir: the mounted access key (TierAccessKeyIDFile,
 	// TierSecretAccessKeyFile), which the brokers re-read as it changes.
@@ -216,6 +217,9 @@ func tierConfig(c *streamsv1alpha1.StreamCluster, data map[string]string) error 
 	data[EnvTierCacheBytes] = strconv.FormatInt(cache, 10)
 	data[EnvTierLocalRetainFor] = d.Duration.String()
 	data[EnvTierLocalRetainBytes] = strconv.FormatInt(t.LocalRetainBytes, 10)
+	if q := t.UploadBytesPerSecond; q != nil && !q.IsZero() {
+		data[EnvTierUploadRate] = strconv.FormatInt(q.Value(), 10)
+	}
 	data[EnvTierCredentialsDir] = TierCredentialsMountPath
 	if t.CASecret != nil {
 		data[EnvTierCAFile] = TierCAMountPath + "/" + TierCAFile

@@ -46,6 +46,7 @@ var (
 	tierAppendW     = flag.Int("tier-append-writers", 4, "tiered-storage benchmark: writers of the append load, one stream each")
 	tierRepairWait  = flag.Duration("tier-repair-wait", 5*time.Minute, "tiered-storage benchmark: how long a repair may take before the benchmark gives up")
 	tierParts       = flag.String("tier-parts", "reads,appends,repair", "tiered-storage benchmark: which parts to run, comma-separated")
+	tierUploadRate  = flag.String("tier-upload-rate", "", "tiered-storage benchmark: the brokers' --tier-upload-bytes-per-second in the append runs (empty: no bound)")
 	tierRepairBytes = flag.Int64("tier-repair-bytes", 256<<20, "tiered-storage benchmark: bytes written to the 3-broker cluster before one broker is wiped (0: skip the repair; the issue's figure is 1073741824)")
 )
 
@@ -476,6 +477,9 @@ func tierAppends(ctx context.Context, base, bin string, flags func(prefix, retai
 			var fl []string
 			if on {
 				name, fl = "on", flags(fmt.Sprintf("appends-%d/", round), "0")
+				if *tierUploadRate != "" {
+					fl = append(fl, "--tier-upload-bytes-per-second", *tierUploadRate)
+				}
 			}
 			if *tierProfiles != "" {
 				fl = append(fl, "--pprof")
