@@ -3,10 +3,10 @@ package tier
 import (
 	"context"
 	"crypto/md5"
-	"encoding/base64"
-	"encoding/hex"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/base64"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
