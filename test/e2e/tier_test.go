@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"strconv"
@@ -140,6 +141,21 @@ spec: {clusterRef: {name: %[4]s}, name: %[7]s, segmentBytes: 65536}
 		return nil
 	})
 	t.Logf("kubectl get stream:\n%s", mustKubectl(t, "", "get", "-n", tierNS, "stream/events"))
+
+	// The broker's copies deleted (its next tier pass after the eviction
+	// also drops their frames from its memory): the reads below can only
+	// come from the bucket.
+	evicted := len(segments())
+	testwait.NoError(t, time.Minute, "the evicted segments' local copies deleted", func() error {
+		n, err := tierMetric(url, "picomq_tier_local_removed_total")
+		if err != nil {
+			return err
+		}
+		if int(n) < evicted {
+			return fmt.Errorf("%v local copies deleted, %d segments evicted", n, evicted)
+		}
+		return nil
+	})
 
 	// Every record back, identical at its offset, its older segments read
 	// from the bucket.
@@ -320,4 +336,29 @@ func tierBrokerStatus(url string) (wire.TierStatus, error) {
 		return st, fmt.Errorf("GET %s: %s", wire.TierPath, resp.Status)
 	}
 	return st, json.NewDecoder(resp.Body).Decode(&st)
+}
+
+// tierMetric reads one unlabelled metric of the broker behind url.
+func tierMetric(url, name string) (float64, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url+"/metrics", nil)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(body), "\n") {
+		if v, ok := strings.CutPrefix(line, name+" "); ok {
+			return strconv.ParseFloat(strings.TrimSpace(v), 64)
+		}
+	}
+	return 0, fmt.Errorf("no metric %s at %s/metrics", name, url)
 }
