@@ -5,23 +5,12 @@ import (
 	"crypto/md5"
 	"encoding/hex"
 	"errors"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/picomq/picomq/broker/tier"
 	"github.com/picomq/picomq/test/s3server"
 )
-
-func writeCreds(t *testing.T, dir string, c s3server.Credential) {
-	t.Helper()
-	for name, v := range map[string]string{tier.AccessKeyIDFile: c.AccessKey, tier.SecretAccessKeyFile: c.SecretKey} {
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(v+"\n"), 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-}
 
 // TestS3AgainstARealServer checks the client against SeaweedFS: a
 // confirmed upload, ranged reads, listings, idempotent deletes, and the
@@ -37,7 +26,9 @@ func TestS3AgainstARealServer(t *testing.T) {
 	srv := s3server.Start(t, s3server.Options{Buckets: []string{"tier-test"}, Credentials: []s3server.Credential{s3server.DefaultCredential, other}})
 	proxy := srv.Proxy(t)
 	creds := t.TempDir()
-	writeCreds(t, creds, s3server.DefaultCredential)
+	if err := s3server.WriteCredentials(creds, s3server.DefaultCredential); err != nil {
+		t.Fatal(err)
+	}
 	health := &tier.Health{}
 	b, err := tier.NewS3(tier.Options{Endpoint: proxy.Endpoint(), Bucket: "tier-test", PathStyle: true, CredentialsDir: creds, Health: health})
 	if err != nil {
@@ -100,7 +91,9 @@ func TestS3AgainstARealServer(t *testing.T) {
 
 	// Credentials: a key the server refuses is TIER_REFUSED; rewriting the
 	// files fixes it without a new client, within the re-read interval.
-	writeCreds(t, creds, s3server.Credential{AccessKey: "nobody", SecretKey: "nobody-secret-0123456789"})
+	if err := s3server.WriteCredentials(creds, s3server.Credential{AccessKey: "nobody", SecretKey: "nobody-secret-0123456789"}); err != nil {
+		t.Fatal(err)
+	}
 	deadline := time.Now().Add(15 * time.Second)
 	for {
 		err := b.Probe(ctx)
@@ -112,7 +105,9 @@ func TestS3AgainstARealServer(t *testing.T) {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	writeCreds(t, creds, other)
+	if err := s3server.WriteCredentials(creds, other); err != nil {
+		t.Fatal(err)
+	}
 	deadline = time.Now().Add(15 * time.Second)
 	for b.Probe(ctx) != nil {
 		if time.Now().After(deadline) {

@@ -20,7 +20,6 @@ import (
 	"github.com/picomq/picomq/broker/client"
 	"github.com/picomq/picomq/broker/httpapi/wire"
 	"github.com/picomq/picomq/broker/stream"
-	"github.com/picomq/picomq/broker/tier"
 	"github.com/picomq/picomq/test/clusterharness"
 	"github.com/picomq/picomq/test/s3server"
 )
@@ -78,7 +77,7 @@ func tierBench(base, bin string) error {
 	}
 	fmt.Printf("S3 server (SeaweedFS weed, loopback) up in %v\n", time.Since(t0).Round(100*time.Millisecond))
 	creds := filepath.Join(base, "tier-creds")
-	if err := writeCreds(creds, s3server.DefaultCredential); err != nil {
+	if err := s3server.WriteCredentials(creds, s3server.DefaultCredential); err != nil {
 		return err
 	}
 	flags := func(prefix, retain string, extra ...string) []string {
@@ -173,18 +172,6 @@ func loadAvg() string {
 		return "?"
 	}
 	return f[0]
-}
-
-func writeCreds(dir string, c s3server.Credential) error {
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return err
-	}
-	for name, v := range map[string]string{tier.AccessKeyIDFile: c.AccessKey, tier.SecretAccessKeyFile: c.SecretKey} {
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(v), 0o600); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 // tierRecords returns a batch of n 1 KiB records, incompressible.

@@ -349,7 +349,9 @@ func runTierTrial(t *testing.T, k tierKind, rng *rand.Rand, fig *tierFigures) {
 	s3 := s3server.Start(t, s3server.Options{Buckets: []string{tierBucket}})
 	proxy := s3.Proxy(t)
 	creds := t.TempDir()
-	writeTierCredentials(t, creds, s3server.DefaultCredential)
+	if err := s3server.WriteCredentials(creds, s3server.DefaultCredential); err != nil {
+		t.Fatal(err)
+	}
 	o := clusterOptions()
 	o.ExtraFlags = []string{
 		"--tier-endpoint", proxy.Endpoint(), "--tier-bucket", tierBucket, "--tier-path-style",
@@ -689,17 +691,6 @@ func objectID(name string) (uint64, bool) {
 	}
 	id, err := strconv.ParseUint(hex, 16, 64)
 	return id, err == nil
-}
-
-// writeTierCredentials writes the files --tier-credentials-dir holds, as
-// a mounted Secret would.
-func writeTierCredentials(t *testing.T, dir string, c s3server.Credential) {
-	t.Helper()
-	for name, v := range map[string]string{tier.AccessKeyIDFile: c.AccessKey, tier.SecretAccessKeyFile: c.SecretKey} {
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(v), 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
 }
 
 // filler appends batches (one group commit each: a small range) to

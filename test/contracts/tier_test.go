@@ -23,21 +23,6 @@ import (
 
 const tierBucket = "tier"
 
-// writeTierCredentials writes the files the broker's --tier-credentials-dir
-// holds, as a mounted Secret would.
-func writeTierCredentials(t *testing.T, dir string, c s3server.Credential) {
-	t.Helper()
-	for name, v := range map[string]string{tier.AccessKeyIDFile: c.AccessKey, tier.SecretAccessKeyFile: c.SecretKey} {
-		tmp := filepath.Join(dir, "."+name)
-		if err := os.WriteFile(tmp, []byte(v), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Rename(tmp, filepath.Join(dir, name)); err != nil {
-			t.Fatal(err)
-		}
-	}
-}
-
 // tierFlags are a broker's flags for object storage at endpoint.
 func tierFlags(endpoint, credsDir, prefix string, extra ...string) []string {
 	return append([]string{
@@ -130,7 +115,9 @@ func TestTieredStorage(t *testing.T) {
 	s3 := s3server.Start(t, s3server.Options{Buckets: []string{tierBucket}})
 	proxy := s3.Proxy(t)
 	creds := t.TempDir()
-	writeTierCredentials(t, creds, s3server.DefaultCredential)
+	if err := s3server.WriteCredentials(creds, s3server.DefaultCredential); err != nil {
+		t.Fatal(err)
+	}
 	const prefix = "contract/"
 	c := clusterharness.Start(t, clusterharness.Options{Brokers: 1, ExtraFlags: tierFlags(proxy.Endpoint(), creds, prefix, "--tier-cache-bytes", "4MiB")})
 	cl, err := client.New(c.URL(0))
@@ -215,7 +202,9 @@ func TestTieredStorage(t *testing.T) {
 	// the old key; new segments still upload, with no broker restart.
 	second := s3server.Credential{AccessKey: "picomq-rotated", SecretKey: "picomq-rotated-secret-0123456789"}
 	s3.Restart(s3server.DefaultCredential, second)
-	writeTierCredentials(t, creds, second)
+	if err := s3server.WriteCredentials(creds, second); err != nil {
+		t.Fatal(err)
+	}
 	time.Sleep(6 * time.Second) // the broker re-reads its credentials every 5 s
 	s3.Restart(second)
 	n := len(segments())
