@@ -65,8 +65,8 @@ func (s *Server) decodeJSON(w http.ResponseWriter, r *http.Request, v any) error
 	return nil
 }
 
-// createOptions reads a StreamConfig.
-func createOptions(c wire.StreamConfig) (node.CreateOptions, error) {
+// createOptions reads a StreamConfig; now is when the creation is asked.
+func createOptions(c wire.StreamConfig, now time.Time) (node.CreateOptions, error) {
 	p, err := c.Policy.Value()
 	if err != nil {
 		return node.CreateOptions{}, err
@@ -75,14 +75,20 @@ func createOptions(c wire.StreamConfig) (node.CreateOptions, error) {
 	if err != nil {
 		return node.CreateOptions{}, err
 	}
-	if ttl < 0 {
-		return node.CreateOptions{}, stream.StreamMisconfigured.With("field", "ttl", "value", ttl)
+	// A lifetime over before the creation is answered would be a 201 for a
+	// stream the next request finds gone. The Durable Streams protocol
+	// counts TTLs in whole seconds, so less than one is not a lifetime.
+	if ttl < 0 || (ttl > 0 && ttl < time.Second) {
+		return node.CreateOptions{}, stream.StreamMisconfigured.With("field", "ttl", "value", ttl, "reason", "0 (none) or at least 1s")
 	}
 	o := node.CreateOptions{ContentType: c.ContentType, Policy: p, TTL: ttl}
 	if o.ContentType == "" {
 		o.ContentType = DefaultContentType
 	}
 	if c.ExpiresAt != nil {
+		if !c.ExpiresAt.After(now) {
+			return node.CreateOptions{}, stream.StreamMisconfigured.With("field", "expiresAt", "value", c.ExpiresAt.UTC().Format(time.RFC3339Nano), "reason", "already passed")
+		}
 		o.ExpiresAt = *c.ExpiresAt
 	}
 	return o, nil
@@ -97,7 +103,7 @@ func (s *Server) createStream(w http.ResponseWriter, r *http.Request, name strin
 		s.fail(w, r, err)
 		return
 	}
-	o, err := createOptions(c)
+	o, err := createOptions(c, time.Now())
 	if err != nil {
 		s.fail(w, r, err)
 		return

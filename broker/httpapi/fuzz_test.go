@@ -33,6 +33,8 @@ func FuzzAdminBodies(f *testing.F) {
 		{0, `{} {}`},
 		{0, "{\"contentType\":\"\xff\"}"},
 		{0, `{"policy":{"partitions":-1}}`},
+		{0, `{"ttl":"1ns"}`},
+		{0, `{"expiresAt":"2000-01-01T00:00:00Z"}`},
 		{0, `{"unknown":1}`},
 		{1, `{"policy":{"partitions":3}}`},
 		{1, `{"policy":{"retainFor":"10m","maxBytes":4096}}`},

@@ -262,6 +262,8 @@ func TestBadInputWritesNothing(t *testing.T) {
 		{"create negative", "PUT", "/v1/admin/streams/new", nil, []byte(`{"policy":{"partitions":-1}}`), 400, stream.StreamMisconfigured, []any{"field", "Partitions", "value", -1}},
 		{"create block without max", "PUT", "/v1/admin/streams/new", nil, []byte(`{"policy":{"blockTimeout":"1s"}}`), 400, stream.StreamMisconfigured, []any{"field", "BlockTimeout", "value", "1s"}},
 		{"create bad ttl", "PUT", "/v1/admin/streams/new", nil, []byte(`{"ttl":"-1s"}`), 400, stream.StreamMisconfigured, []any{"field", "ttl"}},
+		{"create ttl under a second", "PUT", "/v1/admin/streams/new", nil, []byte(`{"ttl":"1ns"}`), 400, stream.StreamMisconfigured, []any{"field", "ttl"}},
+		{"create expired", "PUT", "/v1/admin/streams/new", nil, []byte(`{"expiresAt":"2000-01-01T00:00:00Z"}`), 400, stream.StreamMisconfigured, []any{"field", "expiresAt", "value", "2000-01-01T00:00:00Z"}},
 		{"create body too large", "PUT", "/v1/admin/streams/new", nil, append([]byte(`{"contentType":"`), bytes.Repeat([]byte("x"), 2<<20)...), 413, wire.BodyTooLarge, nil},
 		{"patch shrink", "PATCH", "/v1/admin/streams/s/a", nil, []byte(`{"policy":{"partitions":1}}`), 409, meta.PartitionsShrink, []any{"partitions", 2, "requested", 1}},
 		{"patch negative", "PATCH", "/v1/admin/streams/s/a", nil, []byte(`{"policy":{"retainBytes":-1}}`), 400, stream.StreamMisconfigured, []any{"field", "RetainBytes"}},
