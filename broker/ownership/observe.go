@@ -5,6 +5,7 @@ import (
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
+	"k8s.io/apimachinery/pkg/util/resourceversion"
 )
 
 // What this broker has seen of the cluster's Leases. Every change (a new
@@ -67,21 +68,49 @@ const maxOlder = 4
 // a Lease, and remembers the versions it replaced — base, which the write
 // was conditional on, and the one last seen — so that a cache still
 // showing one of them is not taken for a change back.
+//
+// The version last seen is not always older than got: the cache may
+// deliver another broker's write made after ours (a taker's, right after
+// our hand-off cleared the slot) before this goroutine gets the lock with
+// our answer. Taken for older, that newer version would be ignored from
+// then on, and with it every later look at the Lease: a slot seen free
+// for as long as it stays held (renewals write no slot Lease). Versions
+// are compared where the API server's are comparable (etcd's revisions:
+// KEP-5504); a newer one seen first stays, and our write only joins the
+// versions it replaced.
 func (m *Manager) observeOwnLocked(got *coordinationv1.Lease, base string, now time.Time) {
-	if o, ok := m.seen[got.Name]; ok && o.rv != got.ResourceVersion {
-		older := o.older
-		for _, rv := range []string{o.rv, base} {
-			if rv != "" && !slices.Contains(older, rv) {
-				older = append(older, rv)
+	o, ok := m.seen[got.Name]
+	if ok && o.rv != got.ResourceVersion {
+		newer := versionOrder(o.rv, got.ResourceVersion) > 0
+		for _, rv := range []string{o.rv, base, got.ResourceVersion} {
+			switch {
+			case rv == "" || slices.Contains(o.older, rv):
+			case rv == o.rv && newer:
+			case rv == got.ResourceVersion && !newer:
+			default:
+				o.older = append(o.older, rv)
 			}
 		}
-		if len(older) > maxOlder {
-			older = older[len(older)-maxOlder:]
+		if len(o.older) > maxOlder {
+			o.older = o.older[len(o.older)-maxOlder:]
 		}
-		o.older = older
 		m.seen[got.Name] = o
+		if newer {
+			return
+		}
 	}
 	m.observeLocked(got, now)
+}
+
+// versionOrder compares two resourceVersions of one Lease: -1, 0 or +1
+// when the API server's versions are comparable, 0 when they are not
+// (then only our own writes order them).
+func versionOrder(a, b string) int {
+	c, err := resourceversion.CompareResourceVersion(a, b)
+	if err != nil {
+		return 0
+	}
+	return c
 }
 
 // forgetLease drops a deleted Lease.
@@ -101,10 +130,13 @@ func (m *Manager) observeLocked(l *coordinationv1.Lease, now time.Time) {
 		// A version one of this broker's own writes replaced: the
 		// source (a cache) lags behind what is known here.
 		return
+	case ok && versionOrder(l.ResourceVersion, o.rv) < 0:
+		// Older than one seen before (a fresh read, then a cache behind
+		// it), as the API server's comparable versions tell.
+		return
 	case !ok || o.rv != l.ResourceVersion:
-		// Anything else is taken as it comes, even a version older than
-		// one seen before (a fresh read, then a cache behind it): only
-		// our own writes tell for sure which version is the older.
+		// Anything else is taken as it comes: where versions are not
+		// comparable, only our own writes tell which is the older.
 		m.seen[l.Name] = observation{rv: l.ResourceVersion, at: now, older: o.older}
 		changed = true
 	}
