@@ -2,7 +2,6 @@ package contracts_test
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -18,6 +17,7 @@ import (
 	"github.com/picomq/picomq/broker/tier"
 	"github.com/picomq/picomq/internal/testwait"
 	"github.com/picomq/picomq/test/clusterharness"
+	"github.com/picomq/picomq/test/records"
 	"github.com/picomq/picomq/test/s3server"
 )
 
@@ -46,39 +46,6 @@ func fill(t *testing.T, s *client.Stream, batches, perBatch, size int, tag strin
 			t.Fatalf("append %d: %v", i, err)
 		}
 	}
-}
-
-// readAll reads partition 0 of s from its first offset to its end.
-func readAll(ctx context.Context, s *client.Stream) ([]stream.EntryValue, error) {
-	b, err := s.Bounds(ctx, 0)
-	if err != nil {
-		return nil, err
-	}
-	var out []stream.EntryValue
-	for at := b.First; at < b.Next; {
-		got, err := s.Read(ctx, 0, at, 1000)
-		if err != nil {
-			return out, err
-		}
-		if len(got) == 0 {
-			return out, fmt.Errorf("read at %d returned nothing before the end %d", at, b.Next)
-		}
-		out = append(out, got...)
-		at = got[len(got)-1].Offset + 1
-	}
-	return out, nil
-}
-
-func sameEntries(a, b []stream.EntryValue) error {
-	if len(a) != len(b) {
-		return fmt.Errorf("%d entries, want %d", len(a), len(b))
-	}
-	for i := range a {
-		if a[i].Offset != b[i].Offset || !bytes.Equal(a[i].Record.Key, b[i].Record.Key) || !bytes.Equal(a[i].Record.Payload, b[i].Record.Payload) {
-			return fmt.Errorf("entry %d: offset %d key %q, want offset %d key %q (or the payloads differ)", i, a[i].Offset, a[i].Record.Key, b[i].Offset, b[i].Record.Key)
-		}
-	}
-	return nil
 }
 
 func partitionInfo(t *testing.T, c *client.Client, name string) wire.PartitionInfo {
@@ -137,7 +104,7 @@ func TestTieredStorage(t *testing.T) {
 	// 600 group commits of 4 KiB: more than the merge's 256 small ranges,
 	// so segments of 256 KiB are written, sealed and uploaded.
 	fill(t, s, 600, 4, 1024, "a")
-	before, err := readAll(ctx, s)
+	before, err := records.ReadAll(ctx, s, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -156,11 +123,11 @@ func TestTieredStorage(t *testing.T) {
 		}
 		return true
 	})
-	after, err := readAll(ctx, s)
+	after, err := records.ReadAll(ctx, s, 0)
 	if err != nil {
 		t.Fatalf("reading back tiered records: %v", err)
 	}
-	if err := sameEntries(after, before); err != nil {
+	if err := records.Same(after, before); err != nil {
 		t.Fatalf("tiered records read back: %v", err)
 	}
 	if proxy.Counts()["GET"].Seen == 0 {
@@ -184,18 +151,18 @@ func TestTieredStorage(t *testing.T) {
 	c.Kill(0)
 	clearCache()
 	c.StartBroker(0)
-	_, err = readAll(ctx, s)
+	_, err = records.ReadAll(ctx, s, 0)
 	if err == nil || !(strings.Contains(err.Error(), "OBJECT_CORRUPT") || strings.Contains(err.Error(), "TIER_CORRUPT")) {
 		t.Fatalf("read of a corrupt tiered segment = %v, want OBJECT_CORRUPT", err)
 	}
 	s3.Put(t, tierBucket, key, good)
 	clearCache()
 	testwait.NoError(t, 30*time.Second, "reads of the repaired segment", func() error {
-		got, err := readAll(ctx, s)
+		got, err := records.ReadAll(ctx, s, 0)
 		if err != nil {
 			return err
 		}
-		return sameEntries(got, before)
+		return records.Same(got, before)
 	})
 
 	// Rotation: the Secret's files change, then the server stops accepting

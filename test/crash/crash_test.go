@@ -20,6 +20,7 @@ import (
 	"github.com/picomq/picomq/broker/client"
 	"github.com/picomq/picomq/broker/stream"
 	"github.com/picomq/picomq/test/brokerproc"
+	"github.com/picomq/picomq/test/records"
 )
 
 var (
@@ -300,22 +301,9 @@ func readAll(t *testing.T, s *client.Stream, partition int) []stream.EntryValue 
 	if b.First != 0 {
 		t.Fatalf("partition %d starts at %d: nothing trims these streams", partition, b.First)
 	}
-	var out []stream.EntryValue
-	for from := b.First; from < b.Next; {
-		es, err := s.Read(ctx, partition, from, 1000)
-		if err != nil {
-			t.Fatalf("read %d from %d: %v", partition, from, err)
-		}
-		for _, e := range es {
-			if e.Offset != from {
-				t.Fatalf("partition %d: offset %d follows %d: a gap", partition, e.Offset, from-1)
-			}
-			from++
-			out = append(out, e)
-		}
-		if len(es) == 0 {
-			t.Fatalf("partition %d: read at %d returned nothing below next %d", partition, from, b.Next)
-		}
+	out, err := records.ReadAll(ctx, s, partition)
+	if err != nil {
+		t.Fatal(err)
 	}
 	return out
 }

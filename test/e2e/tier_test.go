@@ -21,6 +21,7 @@ import (
 	"github.com/picomq/picomq/broker/stream"
 	"github.com/picomq/picomq/devstack/podnet"
 	"github.com/picomq/picomq/internal/testwait"
+	"github.com/picomq/picomq/test/records"
 	"github.com/picomq/picomq/test/s3server"
 )
 
@@ -164,7 +165,7 @@ spec: {clusterRef: {name: %[4]s}, name: %[7]s, segmentBytes: 65536}
 	if err != nil {
 		t.Fatalf("reading back tiered records: %v", err)
 	}
-	if err := tierSameEntries(after, before); err != nil {
+	if err := records.Same(after, before); err != nil {
 		t.Fatalf("tiered records read back: %v", err)
 	}
 	if proxy.Counts()["GET"].Seen == gets {
@@ -262,40 +263,11 @@ func tierFill(t *testing.T, s *client.Stream, n int, tag string) {
 	}
 }
 
-// tierReadAll reads partition 0 from its first offset to its end.
+// tierReadAll reads partition 0 whole, within a minute.
 func tierReadAll(ctx context.Context, s *client.Stream) ([]stream.EntryValue, error) {
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	b, err := s.Bounds(ctx, 0)
-	if err != nil {
-		return nil, err
-	}
-	var out []stream.EntryValue
-	for at := b.First; at < b.Next; {
-		got, err := s.Read(ctx, 0, at, 1000)
-		if err != nil {
-			return out, err
-		}
-		if len(got) == 0 {
-			return out, fmt.Errorf("read at %d returned nothing before the end %d", at, b.Next)
-		}
-		out = append(out, got...)
-		at = got[len(got)-1].Offset + 1
-	}
-	return out, nil
-}
-
-func tierSameEntries(got, want []stream.EntryValue) error {
-	if len(got) != len(want) {
-		return fmt.Errorf("%d entries, want %d", len(got), len(want))
-	}
-	for i := range got {
-		a, b := got[i], want[i]
-		if a.Offset != b.Offset || !bytes.Equal(a.Record.Key, b.Record.Key) || !bytes.Equal(a.Record.Payload, b.Record.Payload) {
-			return fmt.Errorf("entry %d: offset %d key %q, want offset %d key %q (or the payloads differ)", i, a.Offset, a.Record.Key, b.Offset, b.Record.Key)
-		}
-	}
-	return nil
+	return records.ReadAll(ctx, s, 0)
 }
 
 func tierClusterStatus(t *testing.T) streamsv1alpha1.StreamClusterStatus {
