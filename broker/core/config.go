@@ -79,10 +79,12 @@ type Config struct {
 	// metadata and few reads per byte, so rewriting them would only double
 	// the bytes written.
 	MergeRangeBytes int64
-	// InlineBytes is the largest group-commit object whose frames travel in
-	// its commit command, so that one fsync (the metadata log's) makes an
-	// append durable instead of two in series (default DefaultInlineBytes;
-	// negative: never; at most MaxInlineBytes). See inline.go.
+	// InlineBytes is the largest group-commit object whose frames travel
+	// in the journal (on the log path: in its commit command), so that one
+	// fsync makes an append durable instead of two in series; a larger one
+	// is first written and synced as a file of its own (journal.go,
+	// decision 1b). Default DefaultInlineBytes; negative: never; at most
+	// MaxInlineBytes. See inline.go.
 	InlineBytes int64
 	// InlineLogBytes is how many bytes of such frames the metadata log may
 	// gather beyond its last snapshot before the broker takes one (default

@@ -20,9 +20,11 @@ import (
 
 // The journal data path: appends commit in the broker's journal, and the
 // metadata log takes them in batches (checkpoints). A lone broker runs it
-// (R = 1: its journal's fdatasync is the commit); a cluster member still
-// commits every group commit through the log (Config.LogCommits) until
-// ensembles replicate journals. The decisions, each for a reason:
+// (R = 1: its journal's fdatasync is the commit); a cluster member runs
+// it on its ensembles (ensembles.go: the journals of a write quorum). Only
+// a member given no Peers — an older build's cluster during a rolling
+// upgrade — or Config.LogCommits commits each group commit through the
+// log. The decisions, each for a reason:
 //
 //  1. A group commit is one object in the journal (broker/journal): its
 //     payload is the object's frames, then its commit's descriptor — the
@@ -90,7 +92,7 @@ import (
 //     MaxUncheckpointedBytes are waiting (records, and tailAppendBytes an
 //     append for what each costs beside them); past it they are refused
 //     with METADATA_UNAVAILABLE (retriable).
-//  9. The log path (a cluster member, or Config.LogCommits) refuses a
+//  9. The log path (a member without Peers, or Config.LogCommits) refuses a
 //     data directory holding a journal: it could not adopt its appends.
 //
 // Upgrade: a data directory written before the journal has none; it is

@@ -70,7 +70,8 @@
 // metadata may still mention it. Ids are unique, not ordered by creation.
 //
 // An object whose bytes a log keeps durable (the broker's small group
-// commits carry their frames in their metadata-log entry) needs no file
+// commits carry their frames in its journal, or on the older log path in
+// their metadata-log entry) needs no file
 // before it is acknowledged: Hold keeps it in memory and the reads serve it
 // from there; Spill writes it to its file, unsynced, Restore holds it again
 // from the log on replay (replacing a torn file), and SyncObjects makes it

@@ -1,12 +1,14 @@
 // Package replication copies a cluster member's object files to R-1 other
-// members before the commit naming them is proposed, and reads frames of
+// members before the descriptor naming them is journaled, and reads frames of
 // objects a member holds no file of from the members that do.
 //
 // # Nothing is acknowledged before a write quorum of R copies
 //
-// An append is acknowledged after its commit applied; the commit names the
-// object's replica set, and is proposed only after the writer's Sync
-// returned nil. Sync returns nil only when a write quorum of R (a majority:
+// An append in an object file (a group commit above core's InlineBytes) is
+// acknowledged only after the writer's Sync returned nil and the object's
+// descriptor, naming its replica set, is durable in a write quorum of its
+// owner's ensemble's journals (on the older log path: after the commit
+// naming the set applied). Sync returns nil only when a write quorum of R (a majority:
 // 2 of 3) is durable, this member's copy among them — the journals'
 // acknowledgement rule, so that one member restarting, draining or dead
 // stalls no append (a planned restart of a broker takes it out of the live
@@ -41,8 +43,9 @@
 // nothing is read after Sync returned, even from a transport that writes a
 // body after its request failed.
 //
-// Objects whose frames travel inside their commit (core's inline objects)
-// never come here: the metadata log replicates them.
+// Objects whose frames travel in the journal (core's inline objects; on
+// the log path, inside their commit) never come here: the ensemble's
+// journals (or the metadata log) replicate them.
 //
 // # Reading from a replica
 //
