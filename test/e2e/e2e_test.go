@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/picomq/picomq/broker/ownership"
 	"github.com/picomq/picomq/devstack/stack"
 	"github.com/picomq/picomq/internal/testwait"
 	"github.com/picomq/picomq/test/workload"
@@ -779,6 +780,7 @@ func TestAPIServerStoppedUnderLoad(t *testing.T) {
 	l := startLoad(t, "e2e/outage")
 	defer l.w.Stop()
 	pid := apiserverPID(t)
+	waitRenewalsFresh(t, time.Minute)
 	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
@@ -802,6 +804,40 @@ func TestAPIServerStoppedUnderLoad(t *testing.T) {
 	waitClusterReady(t, 3*time.Minute)
 	l.waitAcked(30, time.Minute)
 	l.stopAndCheck()
+}
+
+// waitRenewalsFresh waits until every broker's member Lease was renewed
+// within the last retry period and two (1 s each) and the API server
+// answers the listing within 250 ms: the outage must begin with renewals
+// going through. An API server already too slow to renew on lets slots
+// lapse at their renew deadline before it stops, and a failsafe round
+// extends only slots still served — a slow control plane, another case
+// than the stopped one this test is about.
+func waitRenewalsFresh(t *testing.T, timeout time.Duration) {
+	t.Helper()
+	sel := ownership.LabelCluster + "=" + stack.SampleCluster + "," + ownership.LabelRole + "=" + ownership.RoleMember
+	testwait.NoError(t, timeout, "every member Lease renewed in the last 2 s, the API server answering within 250 ms", func() error {
+		asked := time.Now()
+		list, err := env.k.CoordinationV1().Leases(stack.SampleNamespace).List(context.Background(), metav1.ListOptions{LabelSelector: sel})
+		if err != nil {
+			return err
+		}
+		if took := time.Since(asked); took > 250*time.Millisecond {
+			return fmt.Errorf("the listing took %v", took.Round(time.Millisecond))
+		}
+		if len(list.Items) < env.state.Brokers {
+			return fmt.Errorf("%d member Leases, want %d", len(list.Items), env.state.Brokers)
+		}
+		for _, l := range list.Items {
+			if l.Spec.RenewTime == nil {
+				return fmt.Errorf("%s never renewed", l.Name)
+			}
+			if age := asked.Sub(l.Spec.RenewTime.Time); age > 2*time.Second {
+				return fmt.Errorf("%s last renewed %v ago", l.Name, age.Round(time.Millisecond))
+			}
+		}
+		return nil
+	})
 }
 
 // outage is how long TestAPIServerStoppedUnderLoad keeps the API server
