@@ -808,9 +808,9 @@ func TestAPIServerStoppedUnderLoad(t *testing.T) {
 }
 
 // waitRenewalsFresh waits until every broker's member Lease was renewed
-// within the last retry period and two (1 s each) and the API server
-// answers the listing within 250 ms: the outage must begin with renewals
-// going through. An API server already too slow to renew on lets slots
+// within the last 2 s (two retry periods at the defaults) and the API
+// server answers the listing within 250 ms: the outage must begin with
+// renewals going through. An API server already too slow to renew on lets slots
 // lapse at their renew deadline before it stops, and a failsafe round
 // extends only slots still served — a slow control plane, another case
 // than the stopped one this test is about.
