@@ -29,6 +29,10 @@
 // informer watches every Lease of the cluster, and the loop changes them only
 // with conditional updates (the resourceVersion it decided from; a Conflict
 // means another broker won, and the loop decides again from what it learns).
+// Versions are compared as the API server's comparable resourceVersions
+// (KEP-5504): a cache may deliver another broker's write before this one
+// handles the answer to its own earlier write, and an older version never
+// replaces a newer one seen (observe.go).
 // Each RetryPeriod it renews its member Lease, hands off the slots it holds
 // beyond its fair share, and takes free or expired slots up to it. After an
 // outage every held slot may need a write at once (below), and a failover
