@@ -288,6 +288,7 @@ func TestInvalidManifestsAreRefused(t *testing.T) {
 		{"malformed compactAfter", streamHead + "  compactAfter: soon\n", "must be a non-negative duration"},
 		{"negative blockTimeout", streamHead + "  maxBytes: 2097152\n  blockTimeout: -5s\n", "must be a non-negative duration"},
 		{"negative ttl", streamHead + "  ttl: -10m\n", "must be a non-negative duration"},
+		{"ttl under a second", streamHead + "  ttl: 500ms\n", "ttl must be 0 (none) or at least 1s"},
 		{"dot-dot segment", streamHead + "  name: logs/../etc\n", "name segments '.' and '..' are not allowed"},
 		{"dot segment", streamHead + "  name: ./logs\n", "name segments '.' and '..' are not allowed"},
 		{"leading slash", streamHead + "  name: /logs\n", "spec.name in body should match"},

@@ -37,7 +37,9 @@ type StreamSpec struct {
 	ContentType string `json:"contentType,omitempty"`
 
 	// TTL is a sliding lifetime: the stream is deleted once it has been idle
-	// (no read or write) this long. Exclusive with expiresAt.
+	// (no read or write) this long: 0 (none) or at least 1s, as the broker
+	// counts it in whole seconds. Exclusive with expiresAt.
+	// +kubebuilder:validation:XValidation:rule="!self.matches('^([0-9]+([.][0-9]+)?(ns|us|ms|s|m|h))+$') || duration(self) == duration('0s') || duration(self) >= duration('1s')",message="ttl must be 0 (none) or at least 1s: the broker counts a stream's idle lifetime in whole seconds"
 	// +optional
 	TTL *Duration `json:"ttl,omitempty"`
 
