@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/binary"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
@@ -20,6 +19,7 @@ import (
 	"github.com/picomq/picomq/broker/client"
 	"github.com/picomq/picomq/broker/httpapi/wire"
 	"github.com/picomq/picomq/broker/stream"
+	"github.com/picomq/picomq/test/brokerstat"
 	"github.com/picomq/picomq/test/clusterharness"
 	"github.com/picomq/picomq/test/s3server"
 )
@@ -136,7 +136,8 @@ func tierBench(base, bin string) error {
 	return nil
 }
 
-// saveProfile writes the broker's CPU profile of the next d to path.
+// saveProfile writes the CPU profile of the broker at url over the next d
+// (at least 1 s) to path (-broker-profiles, -tier-profiles).
 func saveProfile(url, path string, d time.Duration) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return err
@@ -212,17 +213,6 @@ func partitionOf(ctx context.Context, c *client.Client, name string) (wire.Parti
 		return wire.PartitionInfo{}, fmt.Errorf("stream %s: no partition", name)
 	}
 	return info.Partitions[0], nil
-}
-
-func tierStatusAt(url string) (wire.TierStatus, error) {
-	resp, err := http.Get(url + wire.TierPath)
-	if err != nil {
-		return wire.TierStatus{}, err
-	}
-	defer resp.Body.Close()
-	var st wire.TierStatus
-	err = json.NewDecoder(resp.Body).Decode(&st)
-	return st, err
 }
 
 // waitFor polls cond every 500 ms until it holds or timeout passes.
@@ -316,7 +306,7 @@ func tierReads(ctx context.Context, base, bin string, flags func(prefix, retain 
 	stable, lastTiered := 0, int64(-1)
 	err = waitFor(3*time.Minute, "segments uploaded", func() (bool, string) {
 		p, err = partitionOf(ctx, c, "catchup")
-		st, err2 := tierStatusAt(b.URL)
+		st, err2 := brokerstat.Tier(b.URL)
 		if err != nil || err2 != nil {
 			return false, fmt.Sprint(err, err2)
 		}
@@ -648,7 +638,7 @@ func repairOnce(ctx context.Context, base, bin string, on bool, flags func(prefi
 			}
 			pending := 0
 			for i := range c.N() {
-				if st, err := tierStatusAt(c.URL(i)); err == nil {
+				if st, err := brokerstat.Tier(c.URL(i)); err == nil {
 					pending += st.UploadsPending
 				}
 			}

@@ -1,10 +1,8 @@
 package cluster_test
 
 import (
-	"bufio"
 	"bytes"
 	"context"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"math/rand/v2"
@@ -24,6 +22,7 @@ import (
 	"github.com/picomq/picomq/broker/httpapi/wire"
 	"github.com/picomq/picomq/broker/stream"
 	"github.com/picomq/picomq/broker/tier"
+	"github.com/picomq/picomq/test/brokerstat"
 	"github.com/picomq/picomq/test/clusterharness"
 	"github.com/picomq/picomq/test/s3server"
 	"github.com/picomq/picomq/test/workload"
@@ -148,7 +147,7 @@ var tierKinds = []tierKind{
 		planted := time.Now()
 		puts := tt.proxy.Counts()["PUT"].Seen
 		if err := tt.c.WaitFor(60*time.Second, fmt.Sprintf("broker-%d uploading", victim), func(ctx context.Context) error {
-			if st, err := tierStatus(tt.c.URL(victim)); err != nil || st.UploadsPending == 0 {
+			if st, err := brokerstat.Tier(tt.c.URL(victim)); err != nil || st.UploadsPending == 0 {
 				return fmt.Errorf("no upload pending (%v)", err)
 			}
 			if tt.proxy.Counts()["PUT"].Seen == puts {
@@ -566,7 +565,7 @@ func (tt *tierTrial) waitQuiescent(timeout time.Duration) {
 	err := tt.c.WaitFor(timeout, "the bucket holds exactly what the state names, nothing pending", func(context.Context) error {
 		var tiered int64 = -1
 		for i := 0; i < tt.c.N(); i++ {
-			st, err := tierStatus(tt.c.URL(i))
+			st, err := brokerstat.Tier(tt.c.URL(i))
 			if err != nil {
 				stable = 0
 				return err
@@ -637,50 +636,10 @@ func (tt *tierTrial) partitions() []wire.PartitionInfo {
 func (tt *tierTrial) metric(name, label string) float64 {
 	var sum float64
 	for _, u := range tt.c.URLs() {
-		sum += scrapeMetric(u, name, label)
+		v, _ := brokerstat.Metric(u, name, label)
+		sum += v
 	}
 	return sum
-}
-
-func scrapeMetric(url, name, label string) float64 {
-	hc := http.Client{Timeout: 5 * time.Second}
-	resp, err := hc.Get(url + "/metrics")
-	if err != nil {
-		return 0
-	}
-	defer resp.Body.Close()
-	var sum float64
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 1<<16), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if !strings.HasPrefix(line, name) {
-			continue
-		}
-		rest := line[len(name):]
-		if !(strings.HasPrefix(rest, " ") || strings.HasPrefix(rest, "{")) || (label != "" && !strings.Contains(rest, label)) {
-			continue
-		}
-		f := strings.Fields(rest)
-		if v, err := strconv.ParseFloat(f[len(f)-1], 64); err == nil {
-			sum += v
-		}
-	}
-	return sum
-}
-
-func tierStatus(url string) (wire.TierStatus, error) {
-	hc := http.Client{Timeout: 5 * time.Second}
-	resp, err := hc.Get(url + wire.TierPath)
-	if err != nil {
-		return wire.TierStatus{}, err
-	}
-	defer resp.Body.Close()
-	var st wire.TierStatus
-	if resp.StatusCode != http.StatusOK {
-		return st, fmt.Errorf("%s: %s", wire.TierPath, resp.Status)
-	}
-	return st, json.NewDecoder(resp.Body).Decode(&st)
 }
 
 // objectID parses a file name of objects/ (<16 hex>.obj).

@@ -2,9 +2,7 @@ package contracts_test
 
 import (
 	"bytes"
-	"encoding/json"
 	"fmt"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -16,6 +14,7 @@ import (
 	"github.com/picomq/picomq/broker/stream"
 	"github.com/picomq/picomq/broker/tier"
 	"github.com/picomq/picomq/internal/testwait"
+	"github.com/picomq/picomq/test/brokerstat"
 	"github.com/picomq/picomq/test/clusterharness"
 	"github.com/picomq/picomq/test/records"
 	"github.com/picomq/picomq/test/s3server"
@@ -59,13 +58,8 @@ func partitionInfo(t *testing.T, c *client.Client, name string) wire.PartitionIn
 
 func tierStatusOf(t *testing.T, url string) wire.TierStatus {
 	t.Helper()
-	resp, err := http.Get(url + wire.TierPath)
+	st, err := brokerstat.Tier(url)
 	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	var st wire.TierStatus
-	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
 		t.Fatal(err)
 	}
 	return st

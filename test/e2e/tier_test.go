@@ -5,9 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net"
-	"net/http"
 	"strconv"
 	"strings"
 	"testing"
@@ -17,10 +15,10 @@ import (
 
 	streamsv1alpha1 "github.com/picomq/picomq/api/v1alpha1"
 	"github.com/picomq/picomq/broker/client"
-	"github.com/picomq/picomq/broker/httpapi/wire"
 	"github.com/picomq/picomq/broker/stream"
 	"github.com/picomq/picomq/devstack/podnet"
 	"github.com/picomq/picomq/internal/testwait"
+	"github.com/picomq/picomq/test/brokerstat"
 	"github.com/picomq/picomq/test/records"
 	"github.com/picomq/picomq/test/s3server"
 )
@@ -148,7 +146,7 @@ spec: {clusterRef: {name: %[4]s}, name: %[7]s, segmentBytes: 65536}
 	// come from the bucket.
 	evicted := len(segments())
 	testwait.NoError(t, time.Minute, "the evicted segments' local copies deleted", func() error {
-		n, err := tierMetric(url, "picomq_tier_local_removed_total")
+		n, err := brokerstat.Metric(url, "picomq_tier_local_removed_total", "")
 		if err != nil {
 			return err
 		}
@@ -190,7 +188,7 @@ spec: {clusterRef: {name: %[4]s}, name: %[7]s, segmentBytes: 65536}
 	cut := time.Now()
 	tierFill(t, s, 320, "b")
 	testwait.NoError(t, time.Minute, "the broker reports the bucket unreachable", func() error {
-		st, err := tierBrokerStatus(url)
+		st, err := brokerstat.Tier(url)
 		if err != nil {
 			return err
 		}
@@ -287,50 +285,4 @@ func tierDegraded(t *testing.T) *metav1.Condition {
 		}
 	}
 	return nil
-}
-
-// tierBrokerStatus is GET /v1/admin/tier of the cluster's one broker
-// (the cluster checks no token).
-func tierBrokerStatus(url string) (wire.TierStatus, error) {
-	var st wire.TierStatus
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url+wire.TierPath, nil)
-	if err != nil {
-		return st, err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return st, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return st, fmt.Errorf("GET %s: %s", wire.TierPath, resp.Status)
-	}
-	return st, json.NewDecoder(resp.Body).Decode(&st)
-}
-
-// tierMetric reads one unlabelled metric of the broker behind url.
-func tierMetric(url, name string) (float64, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url+"/metrics", nil)
-	if err != nil {
-		return 0, err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return 0, err
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return 0, err
-	}
-	for _, line := range strings.Split(string(body), "\n") {
-		if v, ok := strings.CutPrefix(line, name+" "); ok {
-			return strconv.ParseFloat(strings.TrimSpace(v), 64)
-		}
-	}
-	return 0, fmt.Errorf("no metric %s at %s/metrics", name, url)
 }
