@@ -5,7 +5,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -490,29 +489,15 @@ func profileBrokers(urls []string, label string) (wait func() error) {
 	if *profileDir == "" {
 		return func() error { return nil }
 	}
-	secs := max(1, int((*duration).Seconds())-1)
 	errs := make(chan error, len(urls))
 	for i, u := range urls {
 		go func() {
-			errs <- func() error {
-				resp, err := http.Get(fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", u, secs))
-				if err != nil {
-					return err
-				}
-				defer resp.Body.Close()
-				if resp.StatusCode != http.StatusOK {
-					return fmt.Errorf("broker-%d: %s (run the brokers with -broker-flags --pprof)", i, resp.Status)
-				}
-				f, err := os.Create(filepath.Join(*profileDir, fmt.Sprintf("%s-broker-%d.pprof", label, i)))
-				if err != nil {
-					return err
-				}
-				if _, err := io.Copy(f, resp.Body); err != nil {
-					f.Close()
-					return err
-				}
-				return f.Close()
-			}()
+			path := filepath.Join(*profileDir, fmt.Sprintf("%s-broker-%d.pprof", label, i))
+			if err := saveProfile(u, path, *duration-time.Second); err != nil {
+				errs <- fmt.Errorf("broker-%d: %w (run the brokers with -broker-flags --pprof)", i, err)
+				return
+			}
+			errs <- nil
 		}()
 	}
 	return func() error {
