@@ -144,11 +144,7 @@ func checkTierSecrets(ctx context.Context, rd client.Reader, ns string, t *strea
 	idKey, secretKey := resources.TierCredentialKeys(t.CredentialsSecret)
 	needs := []need{{"spec.tieredStorage.credentialsSecret", t.CredentialsSecret.Name, []string{idKey, secretKey}}}
 	if ca := t.CASecret; ca != nil {
-		key := ca.Key
-		if key == "" {
-			key = "ca.crt"
-		}
-		needs = append(needs, need{"spec.tieredStorage.caSecret", ca.Name, []string{key}})
+		needs = append(needs, need{"spec.tieredStorage.caSecret", ca.Name, []string{resources.TierCAKey(*ca)}})
 	}
 	for _, n := range needs {
 		s, err := getSecret(ctx, rd, ns, n.name)

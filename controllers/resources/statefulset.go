@@ -349,10 +349,7 @@ func tierVolumes(t *streamsv1alpha1.TieredStorageSpec) []corev1.Volume {
 		},
 	}}}
 	if ca := t.CASecret; ca != nil {
-		key := ca.Key
-		if key == "" {
-			key = CAKey
-		}
+		key := TierCAKey(*ca)
 		vs = append(vs, corev1.Volume{Name: TierCAVolumeName, VolumeSource: corev1.VolumeSource{
 			Secret: &corev1.SecretVolumeSource{
 				SecretName:  ca.Name,
@@ -362,6 +359,15 @@ func tierVolumes(t *streamsv1alpha1.TieredStorageSpec) []corev1.Volume {
 		}})
 	}
 	return vs
+}
+
+// TierCAKey is the key of tieredStorage.caSecret that holds the bundle,
+// the default applied.
+func TierCAKey(ca streamsv1alpha1.SecretKeyRef) string {
+	if ca.Key == "" {
+		return CAKey
+	}
+	return ca.Key
 }
 
 // TierCredentialKeys are the keys of the credentials Secret that hold the
