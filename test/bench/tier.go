@@ -69,7 +69,7 @@ func tierBench(base, bin string) error {
 	if err := os.MkdirAll(filepath.Join(base, "tier-harness"), 0o755); err != nil {
 		return err
 	}
-	load0 := loadAvg()
+	load0 := loadavg()
 	var s3 *s3server.Server
 	t0 := time.Now()
 	if err := tb.Do(func() error { s3 = s3server.Start(tb, s3server.Options{Buckets: []string{benchBucket}}); return nil }); err != nil {
@@ -99,7 +99,7 @@ func tierBench(base, bin string) error {
 	}
 	var ap *appendResult
 	if part("appends") {
-		a, err := tierAppends(ctx, base, bin, flags)
+		a, err := tierAppends(ctx, base, bin, s3.Pid(), flags)
 		if err != nil {
 			return fmt.Errorf("appends: %w", err)
 		}
@@ -116,7 +116,7 @@ func tierBench(base, bin string) error {
 		}
 	}
 
-	fmt.Printf("\ntiered storage, ratios measured in one run (targets in brackets); load average at the start %s, at the end %s:\n", load0, loadAvg())
+	fmt.Printf("\ntiered storage, ratios measured in one run (targets in brackets); load average at the start %s, at the end %s:\n", load0, loadavg())
 	fmt.Printf("  %-66s %12s %12s %8s\n", "", "tiered", "baseline", "ratio")
 	if rd != nil {
 		fmt.Printf("  %-66s %9.1f MB/s %7.1f MB/s %8.2f\n", fmt.Sprintf("catch-up read, cold cache (%d MiB evicted) / local disk", rd.bytes>>20), rd.cold, rd.local, rd.cold/rd.local)
@@ -159,20 +159,6 @@ func saveProfile(url, path string, d time.Duration) error {
 		return err
 	}
 	return f.Close()
-}
-
-// loadAvg is /proc/loadavg's 1-minute figure: the processes this machine
-// ran besides the benchmark's own show in it.
-func loadAvg() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return "?"
-	}
-	f := strings.Fields(string(b))
-	if len(f) == 0 {
-		return "?"
-	}
-	return f[0]
 }
 
 // tierRecords returns a batch of n 1 KiB records, incompressible.
@@ -415,38 +401,15 @@ func tierReads(ctx context.Context, base, bin string, flags func(prefix, retain 
 
 type appendResult struct{ off, on result }
 
-// weedPid is the S3 server's process (a child of this one), for its CPU.
-func weedPid() int {
-	ents, _ := os.ReadDir("/proc")
-	for _, e := range ents {
-		stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
-		if err != nil {
-			continue
-		}
-		st := string(stat)
-		if !strings.Contains(st, "(weed)") {
-			continue
-		}
-		f := strings.Fields(st[strings.LastIndexByte(st, ')')+1:])
-		if len(f) > 1 && f[1] == fmt.Sprint(os.Getpid()) {
-			pid := 0
-			fmt.Sscan(e.Name(), &pid)
-			return pid
-		}
-	}
-	return 0
-}
-
 // tierAppends runs the same load on a fresh lone broker with tiering off,
 // then on with --tier-local-retain-for 0, -tier-append-rounds times: a
 // warm-up of a third of the duration (unmeasured: the first segments
 // merge, upload and evict), then the measured run. The rates are the
 // rounds' means.
-func tierAppends(ctx context.Context, base, bin string, flags func(prefix, retain string, extra ...string) []string) (appendResult, error) {
+func tierAppends(ctx context.Context, base, bin string, weed int, flags func(prefix, retain string, extra ...string) []string) (appendResult, error) {
 	var res appendResult
 	rng := rand.New(rand.NewPCG(2, 33))
 	batch := tierRecords(rng, tierBatch)
-	weed := weedPid()
 	rounds := max(*tierAppendRound, 1)
 	for round := range rounds {
 		for _, on := range []bool{false, true} {

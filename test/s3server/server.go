@@ -156,6 +156,17 @@ func (s *Server) Endpoint() string { return "http://" + s.Addr() }
 // Addr is the S3 API's host:port.
 func (s *Server) Addr() string { return net.JoinHostPort(s.ip, strconv.Itoa(s.ports.s3)) }
 
+// Pid is the weed process's id while it runs, 0 while it is stopped (a
+// benchmark counts its CPU).
+func (s *Server) Pid() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd == nil {
+		return 0
+	}
+	return s.cmd.Process.Pid
+}
+
 // Dir is the data folder (Options.Dir or the one Start made).
 func (s *Server) Dir() string { return s.dir }
 
