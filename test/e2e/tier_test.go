@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	streamsv1alpha1 "github.com/picomq/picomq/api/v1alpha1"
@@ -279,10 +280,5 @@ func tierClusterStatus(t *testing.T) streamsv1alpha1.StreamClusterStatus {
 
 func tierDegraded(t *testing.T) *metav1.Condition {
 	t.Helper()
-	for _, c := range tierClusterStatus(t).Conditions {
-		if c.Type == streamsv1alpha1.ConditionDegraded {
-			return &c
-		}
-	}
-	return nil
+	return apimeta.FindStatusCondition(tierClusterStatus(t).Conditions, streamsv1alpha1.ConditionDegraded)
 }
