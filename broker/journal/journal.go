@@ -387,6 +387,19 @@ func (j *Journal) Where(id uint64) (segment string, off, n int64, ok bool) {
 	return segmentName(s.seg), s.off, int64(s.n), true
 }
 
+// Parts returns object id's parts from the journal's index, reading
+// nothing: what a caller deciding whether a segment can go needs, without
+// the payloads it may never use.
+func (j *Journal) Parts(id uint64) ([]Part, bool) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	s, ok := j.objects[id]
+	if !ok {
+		return nil, false
+	}
+	return slices.Clone(s.parts), true
+}
+
 // Read returns object id's parts and payload.
 func (j *Journal) Read(id uint64) ([]Part, []byte, error) {
 	j.mu.Lock()

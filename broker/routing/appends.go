@@ -63,7 +63,11 @@ func (rt *Router) serveAppends(w http.ResponseWriter, r *http.Request) {
 		rec := &bufferedResponse{header: http.Header{}}
 		rt.local(rec, r, body)
 		var res wire.AppendsResult
-		if rec.status != http.StatusOK || json.Unmarshal(rec.body.Bytes(), &res) != nil || rt.aloneIfMoved(res.Results) == 0 {
+		// An answer with no refused item (no "error" key: a string's
+		// quotes are escaped, so none holds it) has none to turn Alone:
+		// it goes out as written, not decoded and encoded again.
+		if rec.status != http.StatusOK || !bytes.Contains(rec.body.Bytes(), []byte(`"error":`)) ||
+			json.Unmarshal(rec.body.Bytes(), &res) != nil || rt.aloneIfMoved(res.Results) == 0 {
 			for k, v := range rec.header {
 				w.Header()[k] = v
 			}

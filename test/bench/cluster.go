@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -219,6 +220,13 @@ func runCompare(base, bin string) error {
 		{"1KiB-1stream", 1, one}, // the shape of nats bench js pub: one stream
 		{fmt.Sprintf("1KiB-%dstreams", *spreadN), *spreadN, one},
 		{"batch-100x1KiB", 64, hundred},
+	}
+	if *only != "" {
+		// A probe of one load: the other shapes' phases are skipped.
+		shapes = slices.DeleteFunc(shapes, func(s shape) bool { return s.name != *only })
+		if len(shapes) == 0 {
+			return fmt.Errorf("-only %q: no cluster load of that name", *only)
+		}
 	}
 	res := &compare{single: map[string]loadResult{}, any: map[string]loadResult{}, owner: map[string]loadResult{}}
 	fmt.Printf("cluster mode: %d brokers, R=%d, %d slots, lease %v / renew %v / retry %v; %d writers; %s per load\n",

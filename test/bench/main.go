@@ -51,7 +51,7 @@ import (
 var (
 	duration = flag.Duration("duration", 5*time.Second, "length of each timed scenario")
 	dir      = flag.String("dir", "", "where the broker's data directory and the raw-disk probe go (default: a new temporary folder)")
-	only     = flag.String("only", "", "run only the scenario with this name")
+	only     = flag.String("only", "", "run only the scenario with this name (cluster mode: only this load, e.g. 1KiB-64streams)")
 	cpuprof  = flag.String("cpuprofile", "", "write the bench client's own CPU profile here (the broker's: run it with --pprof)")
 )
 
