@@ -57,7 +57,16 @@ func (rt *Router) serveAppends(w http.ResponseWriter, r *http.Request) {
 			order = append(order, member)
 		}
 		g.index = append(g.index, i)
-		g.body = wire.AppendItemTo(g.body, it.Name, p, it.Batch)
+		g.partitions = append(g.partitions, p)
+		g.size += wire.AppendItemSize(it.Name, p, it.Batch)
+	}
+	// Each group's body in one allocation: grown item by item, its copies
+	// cost a router 2% of its CPU under 1 KiB appends.
+	for _, g := range groups {
+		g.body = make([]byte, 0, g.size)
+		for k, i := range g.index {
+			g.body = wire.AppendItemTo(g.body, items[i].Name, g.partitions[k], items[i].Batch)
+		}
 	}
 	if len(order) == 1 && order[0] == "" && len(refused) == 0 {
 		rec := &bufferedResponse{header: http.Header{}}
@@ -147,6 +156,8 @@ func (rt *Router) aloneIfMoved(out []wire.AppendsItemResult) int {
 type group struct {
 	member, addr string // "" and "": this broker
 	index        []int  // the items' places in the request
+	partitions   []int  // each item's partition, decided here
+	size         int    // their appends body's length
 	body         []byte // their appends body, partitions decided
 }
 

@@ -45,6 +45,14 @@ func AppendItemTo(b []byte, name string, partition int, batch []byte) []byte {
 	return append(b, batch...)
 }
 
+// AppendItemSize is the length of the item AppendItemTo appends.
+func AppendItemSize(name string, partition int, batch []byte) int {
+	var tmp [binary.MaxVarintLen64]byte
+	return binary.PutUvarint(tmp[:], uint64(len(name))) + len(name) +
+		binary.PutVarint(tmp[:], int64(partition)) +
+		binary.PutUvarint(tmp[:], uint64(len(batch))) + len(batch)
+}
+
 // DecodeAppends reads an AppendsContentType body. Names and batches are
 // slices of body; the names are not validated here.
 func DecodeAppends(body []byte) ([]AppendItem, error) {

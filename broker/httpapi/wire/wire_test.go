@@ -212,3 +212,22 @@ func FuzzDecodeAppends(f *testing.F) {
 		}
 	})
 }
+
+// TestAppendItemSize: the size a router allocates for a group's body is
+// exactly what AppendItemTo writes, at every varint width.
+func TestAppendItemSize(t *testing.T) {
+	for _, c := range []struct {
+		name      string
+		partition int
+		batch     int
+	}{{"s", -1, 0}, {"s", 0, 1}, {"stream", 63, 127}, {"stream", 64, 128}, {string(bytes.Repeat([]byte("n"), 200)), 1 << 20, 70000}} {
+		batch := bytes.Repeat([]byte{1}, c.batch)
+		if got, want := AppendItemSize(c.name, c.partition, batch), len(AppendItemTo(nil, c.name, c.partition, batch)); got != want {
+			t.Errorf("AppendItemSize(%d-byte name, %d, %d-byte batch) = %d, AppendItemTo wrote %d", len(c.name), c.partition, c.batch, got, want)
+		}
+		items, err := DecodeAppends(AppendItemTo(make([]byte, 0, AppendItemSize(c.name, c.partition, batch)), c.name, c.partition, batch))
+		if err != nil || len(items) != 1 || items[0].Name != c.name || items[0].Partition != c.partition || len(items[0].Batch) != c.batch {
+			t.Errorf("round trip: %+v, %v", items, err)
+		}
+	}
+}
