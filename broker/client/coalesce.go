@@ -196,6 +196,8 @@ func (q *coalescer) send(batch []*queuedAppend) {
 	resp, err := q.c.do(context.Background(), request{
 		op: "appends", method: http.MethodPost, path: wire.AppendsPath,
 		body: body, contentType: wire.AppendsContentType,
+		// Binary answers where the broker has them (JSON otherwise).
+		accept: wire.AppendsResultContentType + ", " + wire.JSONContentType + ", " + wire.ProblemContentType,
 	})
 	switch {
 	case errors.Is(err, wire.RouteNotFound) || errors.Is(err, wire.MethodNotAllowed) || errors.Is(err, wire.UnsupportedMediaType):
@@ -212,7 +214,9 @@ func (q *coalescer) send(batch []*queuedAppend) {
 	}
 	var out wire.AppendsResult
 	if err == nil {
-		err = decode("appends", resp, &out)
+		if out.Results, err = wire.DecodeAppendsAnswer(resp.header.Get("Content-Type"), resp.body); err != nil {
+			err = stream.StreamBackendFailed.Wrap(err, "op", "http.appends.decode")
+		}
 	}
 	if err == nil && len(out.Results) != len(batch) {
 		err = stream.StreamBackendFailed.With("op", "http.appends.decode", "reason", "answer count differs", "sent", len(batch), "answered", len(out.Results))

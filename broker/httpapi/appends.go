@@ -3,6 +3,7 @@ package httpapi
 import (
 	"errors"
 	"net/http"
+	"strconv"
 	"sync"
 
 	"github.com/picomq/picomq/broker/errs"
@@ -82,7 +83,23 @@ func (s *Server) appends(w http.ResponseWriter, r *http.Request) {
 		}
 		out[i].AppendResult = &wire.AppendResult{Partition: res.Partition, First: res.First, Last: res.Last, Next: res.Next, Duplicate: res.Duplicate}
 	}
+	if wire.AcceptsAppendsResult(r.Header.Get("Accept")) {
+		writeAppendsBinary(w, out)
+		return
+	}
 	s.writeJSON(w, http.StatusOK, wire.AppendsResult{Results: out})
+}
+
+// writeAppendsBinary answers an appends request in binary
+// (wire.AppendsResultContentType), to a client that accepts it.
+func writeAppendsBinary(w http.ResponseWriter, out []wire.AppendsItemResult) {
+	body := wire.EncodeAppendsResult(make([]byte, 0, 16+len(out)*24), out)
+	h := w.Header()
+	h.Set("Content-Type", wire.AppendsResultContentType)
+	h.Set("Content-Length", strconv.Itoa(len(body)))
+	h.Set("Cache-Control", "no-store")
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(body)
 }
 
 // admitItem checks one item as append checks a request, and admits it: it

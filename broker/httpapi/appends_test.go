@@ -228,3 +228,34 @@ func TestLargeBodiesAreRecycled(t *testing.T) {
 		}
 	}
 }
+
+// TestAppendsAnswerTypes: a client that accepts the binary answer gets
+// it, with the same items a JSON client gets — results and refusals alike.
+func TestAppendsAnswerTypes(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, Options{})
+	f.create("a", stream.PolicyValue{})
+	var body []byte
+	body = wire.AppendItemTo(body, "a", -1, wire.EncodeRecords([]stream.RecordValue{rec("", "one"), rec("", "two")}))
+	body = wire.AppendItemTo(body, "missing", -1, wire.EncodeRecords([]stream.RecordValue{rec("", "x")}))
+	for i, accept := range []string{"", wire.AppendsResultContentType + ", " + wire.JSONContentType} {
+		resp, data := f.do("POST", wire.AppendsPath, hdr{"Content-Type": wire.AppendsContentType, "Accept": accept}, body)
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("accept %q: %d %s", accept, resp.StatusCode, data)
+		}
+		ct := resp.Header.Get("Content-Type")
+		if binary := ct == wire.AppendsResultContentType; binary != (accept != "") {
+			t.Fatalf("accept %q: answered %s", accept, ct)
+		}
+		items, err := wire.DecodeAppendsAnswer(ct, data)
+		if err != nil || len(items) != 2 {
+			t.Fatalf("accept %q: %+v, %v", accept, items, err)
+		}
+		if r := items[0].AppendResult; r == nil || r.First != uint64(2*i) || r.Last != uint64(2*i+1) || r.Next != uint64(2*i+2) {
+			t.Errorf("accept %q: the append: %+v", accept, r)
+		}
+		if e, err := errs.Unmarshal(items[1].Error); err != nil || !errors.Is(e, meta.StreamNotFound) {
+			t.Errorf("accept %q: the refusal: %v, %v", accept, e, err)
+		}
+	}
+}

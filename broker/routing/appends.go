@@ -71,12 +71,19 @@ func (rt *Router) serveAppends(w http.ResponseWriter, r *http.Request) {
 	if len(order) == 1 && order[0] == "" && len(refused) == 0 {
 		rec := &bufferedResponse{header: http.Header{}}
 		rt.local(rec, r, body)
-		var res wire.AppendsResult
-		// An answer with no refused item (no "error" key: a string's
-		// quotes are escaped, so none holds it) has none to turn Alone:
-		// it goes out as written, not decoded and encoded again.
-		if rec.status != http.StatusOK || !bytes.Contains(rec.body.Bytes(), []byte(`"error":`)) ||
-			json.Unmarshal(rec.body.Bytes(), &res) != nil || rt.aloneIfMoved(res.Results) == 0 {
+		// An answer with no item to turn Alone goes out as written, not
+		// decoded and encoded again: a JSON one with no "error" key (a
+		// string's quotes are escaped, so none holds it) has none.
+		ct := rec.header.Get("Content-Type")
+		var results []wire.AppendsItemResult
+		var err error
+		pass := rec.status != http.StatusOK ||
+			!wire.AcceptsAppendsResult(ct) && !bytes.Contains(rec.body.Bytes(), []byte(`"error":`))
+		if !pass {
+			results, err = wire.DecodeAppendsAnswer(ct, rec.body.Bytes())
+			pass = err != nil || rt.aloneIfMoved(results) == 0
+		}
+		if pass {
 			for k, v := range rec.header {
 				w.Header()[k] = v
 			}
@@ -84,7 +91,7 @@ func (rt *Router) serveAppends(w http.ResponseWriter, r *http.Request) {
 			_, _ = w.Write(rec.body.Bytes())
 			return
 		}
-		writeAppendsResult(w, res.Results)
+		writeAppendsResult(w, r, results)
 		return
 	}
 	out := make([]wire.AppendsItemResult, len(items))
@@ -116,15 +123,22 @@ func (rt *Router) serveAppends(w http.ResponseWriter, r *http.Request) {
 	}
 	wg.Wait()
 	rt.aloneIfMoved(out)
-	writeAppendsResult(w, out)
+	writeAppendsResult(w, r, out)
 }
 
-// writeAppendsResult answers an appends request with its items' results.
-func writeAppendsResult(w http.ResponseWriter, out []wire.AppendsItemResult) {
-	raw, _ := json.Marshal(wire.AppendsResult{Results: out})
-	raw = append(raw, '\n')
+// writeAppendsResult answers an appends request with its items' results:
+// in binary to a client that accepts it, JSON to any other.
+func writeAppendsResult(w http.ResponseWriter, r *http.Request, out []wire.AppendsItemResult) {
+	var raw []byte
+	ct := wire.JSONContentType
+	if wire.AcceptsAppendsResult(r.Header.Get("Accept")) {
+		raw, ct = wire.EncodeAppendsResult(make([]byte, 0, 16+len(out)*24), out), wire.AppendsResultContentType
+	} else {
+		raw, _ = json.Marshal(wire.AppendsResult{Results: out})
+		raw = append(raw, '\n')
+	}
 	h := w.Header()
-	h.Set("Content-Type", wire.JSONContentType)
+	h.Set("Content-Type", ct)
 	h.Set("Content-Length", strconv.Itoa(len(raw)))
 	h.Set("Cache-Control", "no-store")
 	w.WriteHeader(http.StatusOK)
@@ -206,19 +220,22 @@ var errNotDelivered = errors.New("routing: the group was not delivered")
 func (rt *Router) sendGroup(r *http.Request, g *group) ([]wire.AppendsItemResult, error) {
 	var status int
 	var raw []byte
+	var contentType string
 	if g.member == "" {
 		rec := &bufferedResponse{header: http.Header{}}
 		sub := r.Clone(r.Context())
 		sub.Body = io.NopCloser(bytes.NewReader(g.body))
 		sub.ContentLength = int64(len(g.body))
+		sub.Header.Set("Accept", wire.AppendsResultContentType+", "+wire.JSONContentType)
 		rt.cfg.Local.ServeHTTP(rec, sub)
-		status, raw = rec.status, rec.body.Bytes()
+		status, raw, contentType = rec.status, rec.body.Bytes(), rec.header.Get("Content-Type")
 	} else {
 		req, err := http.NewRequestWithContext(r.Context(), http.MethodPost, rt.scheme+"://"+g.addr+wire.AppendsPath, bytes.NewReader(g.body))
 		if err != nil {
 			return nil, errNotDelivered
 		}
 		req.Header.Set("Content-Type", wire.AppendsContentType)
+		req.Header.Set("Accept", wire.AppendsResultContentType+", "+wire.JSONContentType)
 		req.Header.Set(RouteHeader, g.member+";-1")
 		if a := r.Header.Get("Authorization"); a != "" {
 			req.Header.Set("Authorization", a) // the owner checks the token again (see Config.TLS)
@@ -233,7 +250,7 @@ func (rt *Router) sendGroup(r *http.Request, g *group) ([]wire.AppendsItemResult
 			return nil, OutcomeUnknown.Wrap(err, "owner", g.member)
 		}
 		defer resp.Body.Close()
-		status = resp.StatusCode
+		status, contentType = resp.StatusCode, resp.Header.Get("Content-Type")
 		if raw, err = io.ReadAll(io.LimitReader(resp.Body, 64<<20)); err != nil {
 			rt.metrics.proxied.WithLabelValues("unknown").Inc()
 			return nil, OutcomeUnknown.Wrap(err, "owner", g.member)
@@ -245,11 +262,11 @@ func (rt *Router) sendGroup(r *http.Request, g *group) ([]wire.AppendsItemResult
 		// (a malformed body, a route to a broker that is not the member).
 		return nil, errNotDelivered
 	}
-	var res wire.AppendsResult
-	if err := json.Unmarshal(raw, &res); err != nil || len(res.Results) != len(g.index) {
+	results, err := wire.DecodeAppendsAnswer(contentType, raw)
+	if err != nil || len(results) != len(g.index) {
 		return nil, OutcomeUnknown.With("owner", g.member, "reason", "the owner's answer does not match its request")
 	}
-	return res.Results, nil
+	return results, nil
 }
 
 // problem encodes err as an item's refusal.

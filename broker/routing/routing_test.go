@@ -816,47 +816,68 @@ func TestAppendsItemsRefusedForAMoveGoAlone(t *testing.T) {
 		node.MetadataUnavailable.With("op", "metalog.apply.open"),
 		node.MetadataUnavailable.With("op", "metalog.apply.checkpoint"),
 	}
-	for _, owner := range []string{"a", "b"} {
-		w := newWorld(t)
-		for s := range 4 {
-			w.set(s, owner)
-		}
-		w.routers[owner].cfg.Local = http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
-			var out wire.AppendsResult
-			for _, e := range refusals {
-				if e == nil {
-					out.Results = append(out.Results, wire.AppendsItemResult{AppendResult: &wire.AppendResult{Partition: 0}})
-					continue
+	// Both answer types: JSON, and binary to a client that accepts it (the
+	// owner's answer too, then: the router asks for it).
+	for _, binary := range []bool{false, true} {
+		for _, owner := range []string{"a", "b"} {
+			w := newWorld(t)
+			for s := range 4 {
+				w.set(s, owner)
+			}
+			w.routers[owner].cfg.Local = http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+				var out wire.AppendsResult
+				for _, e := range refusals {
+					if e == nil {
+						out.Results = append(out.Results, wire.AppendsItemResult{AppendResult: &wire.AppendResult{Partition: 0}})
+						continue
+					}
+					raw, _ := errs.Marshal(e)
+					out.Results = append(out.Results, wire.AppendsItemResult{Error: raw})
 				}
-				raw, _ := errs.Marshal(e)
-				out.Results = append(out.Results, wire.AppendsItemResult{Error: raw})
+				if binary && wire.AcceptsAppendsResult(r.Header.Get("Accept")) {
+					rw.Header().Set("Content-Type", wire.AppendsResultContentType)
+					_, _ = rw.Write(wire.EncodeAppendsResult(nil, out.Results))
+					return
+				}
+				_ = json.NewEncoder(rw).Encode(out)
+			})
+			var body []byte
+			for range refusals {
+				body = wire.AppendItemTo(body, "one", 0, []byte("x"))
 			}
-			_ = json.NewEncoder(rw).Encode(out)
-		})
-		var body []byte
-		for range refusals {
-			body = wire.AppendItemTo(body, "one", 0, []byte("x"))
-		}
-		resp, err := http.Post(w.servers["a"].URL+wire.AppendsPath, wire.AppendsContentType, strings.NewReader(string(body)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		var res wire.AppendsResult
-		err = json.NewDecoder(resp.Body).Decode(&res)
-		resp.Body.Close()
-		if err != nil || len(res.Results) != len(refusals) {
-			t.Fatalf("owner %s: answer %+v, %v", owner, res, err)
-		}
-		if r := res.Results[0]; r.AppendResult == nil {
-			t.Errorf("owner %s: the item served: %+v", owner, r)
-		}
-		for i := 1; i <= 2; i++ {
-			if r := res.Results[i]; !r.Alone {
-				t.Errorf("owner %s: item refused for a move (%s): %+v %s, want Alone", owner, refusals[i].Name(), r, r.Error)
+			req, _ := http.NewRequest(http.MethodPost, w.servers["a"].URL+wire.AppendsPath, strings.NewReader(string(body)))
+			req.Header.Set("Content-Type", wire.AppendsContentType)
+			if binary {
+				req.Header.Set("Accept", wire.AppendsResultContentType)
 			}
-		}
-		if r := res.Results[3]; r.Alone || !strings.Contains(string(r.Error), "METADATA_UNAVAILABLE") {
-			t.Errorf("owner %s: a checkpoint's refusal: %+v %s, want it passed on", owner, r, r.Error)
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			raw, err := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ct := resp.Header.Get("Content-Type"); (ct == wire.AppendsResultContentType) != binary {
+				t.Errorf("owner %s: answered %s to a client accepting binary: %v", owner, ct, binary)
+			}
+			var res wire.AppendsResult
+			res.Results, err = wire.DecodeAppendsAnswer(resp.Header.Get("Content-Type"), raw)
+			if err != nil || len(res.Results) != len(refusals) {
+				t.Fatalf("owner %s: answer %+v, %v", owner, res, err)
+			}
+			if r := res.Results[0]; r.AppendResult == nil {
+				t.Errorf("owner %s: the item served: %+v", owner, r)
+			}
+			for i := 1; i <= 2; i++ {
+				if r := res.Results[i]; !r.Alone {
+					t.Errorf("owner %s: item refused for a move (%s): %+v %s, want Alone", owner, refusals[i].Name(), r, r.Error)
+				}
+			}
+			if r := res.Results[3]; r.Alone || !strings.Contains(string(r.Error), "METADATA_UNAVAILABLE") {
+				t.Errorf("owner %s: a checkpoint's refusal: %+v %s, want it passed on", owner, r, r.Error)
+			}
 		}
 	}
 }

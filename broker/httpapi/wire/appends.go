@@ -20,7 +20,8 @@ import (
 //
 // The answer, 200 application/json, is AppendsResult: one item per append,
 // in order: its result, its refusal as a problem, or "alone" (see
-// AppendsItemResult). A request that
+// AppendsItemResult) — or, to a request that accepts it, the same items in
+// binary (AppendsResultContentType, appendsresult.go). A request that
 // cannot be read at all (malformed, too many appends) is refused whole.
 const (
 	AppendsPath        = "/v1/appends"
