@@ -2,6 +2,7 @@ package core
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"time"
 
@@ -146,13 +147,19 @@ func (b *Broker) maintain(ctx context.Context) {
 	budget := b.backgroundBudget()
 	for _, o := range loaded {
 		for _, id := range o.streams {
+			if errors.Is(ctx.Err(), context.Canceled) {
+				// The broker is stopping (maintainLoop): the pass ends
+				// here, and the merges it cut are no failures to report —
+				// one warning a stream was what a stop logged.
+				return
+			}
 			if b.cfg.Ownership.MayOpen(id) != nil {
 				continue // another node writes it, and rewrites and trims it
 			}
-			if err := b.persistRetention(ctx, o.n, id); err != nil {
+			if err := b.persistRetention(ctx, o.n, id); err != nil && !errors.Is(ctx.Err(), context.Canceled) {
 				b.cfg.Logger.Warn("retention failed", "name", o.n.name, "err", err)
 			}
-			if err := b.merge(ctx, o.n, id, &budget); err != nil {
+			if err := b.merge(ctx, o.n, id, &budget); err != nil && !errors.Is(ctx.Err(), context.Canceled) {
 				b.cfg.Logger.Warn("merge failed", "name", o.n.name, "err", err)
 			}
 		}
