@@ -402,6 +402,14 @@ func TestRecoveryCopyPassesTheFenceOfItsEpoch(t *testing.T) {
 	if err != nil || string(p) != "adopted" || parts[0].Epoch != 3 {
 		t.Fatalf("the copy after a crash: %v %q %v; want epoch 3's object", parts, p, err)
 	}
+	// Parts answers from the index what Read reads, and nothing for an
+	// object never held (the stale copy refused above).
+	if indexed, ok := j.Parts(2); !ok || !slices.Equal(indexed, parts) {
+		t.Fatalf("Parts(2) = %v, %v; Read's %v", indexed, ok, parts)
+	}
+	if indexed, ok := j.Parts(3); ok {
+		t.Fatalf("Parts of a refused object: %v", indexed)
+	}
 	if got := ids(j.Objects(7)); !slices.Equal(got, []uint64{1, 2}) {
 		t.Fatalf("stream 7 holds %v", got)
 	}
