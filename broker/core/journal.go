@@ -735,7 +735,10 @@ func (b *Broker) releaseJournal() {
 			return
 		}
 		// The segment goes: the objects wanted here are read, and those
-		// whose frames are in the journal written to files first.
+		// whose frames are in the journal written to files first. A dead
+		// object is not read at all — nothing needs its bytes, so one that
+		// could no longer be read does not keep its segment (and every
+		// later one) for ever.
 		want := map[uint64][]byte{}
 		for _, id := range files {
 			_, payload, err := b.journal.Read(id)

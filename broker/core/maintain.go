@@ -52,6 +52,12 @@ func (b *Broker) maintainLoop() {
 		}
 		ctx, cancel := context.WithTimeout(stopping, 30*time.Second)
 		b.maintain(ctx)
+		if errors.Is(ctx.Err(), context.Canceled) {
+			// Stopping: the rest of the pass would only fail (and warn);
+			// the stop case above persists the touches.
+			cancel()
+			continue
+		}
 		b.snapshotIfDue()
 		if time.Since(lastTouch) >= b.cfg.TouchInterval {
 			b.persistTouches(ctx)
@@ -97,7 +103,7 @@ func addGrowth(c prometheus.Counter, last *int64, total int64) {
 func (b *Broker) maintain(ctx context.Context) {
 	// Retention, merges and compaction work on the log's state: what the
 	// journal acknowledged joins it first.
-	if err := b.checkpoint(ctx); err != nil {
+	if err := b.checkpoint(ctx); err != nil && !errors.Is(ctx.Err(), context.Canceled) {
 		b.cfg.Logger.Warn("checkpoint before maintenance failed", "err", err)
 	}
 	now := b.now().UnixNano()

@@ -60,14 +60,6 @@ func (rt *Router) serveAppends(w http.ResponseWriter, r *http.Request) {
 		g.partitions = append(g.partitions, p)
 		g.size += wire.AppendItemSize(it.Name, p, it.Batch)
 	}
-	// Each group's body in one allocation: grown item by item, its copies
-	// cost a router 2% of its CPU under 1 KiB appends.
-	for _, g := range groups {
-		g.body = make([]byte, 0, g.size)
-		for k, i := range g.index {
-			g.body = wire.AppendItemTo(g.body, items[i].Name, g.partitions[k], items[i].Batch)
-		}
-	}
 	if len(order) == 1 && order[0] == "" && len(refused) == 0 {
 		rec := &bufferedResponse{header: http.Header{}}
 		rt.local(rec, r, body)
@@ -93,6 +85,14 @@ func (rt *Router) serveAppends(w http.ResponseWriter, r *http.Request) {
 		}
 		writeAppendsResult(w, r, results)
 		return
+	}
+	// Each group's body in one allocation: grown item by item, its copies
+	// cost a router 2% of its CPU under 1 KiB appends.
+	for _, g := range groups {
+		g.body = make([]byte, 0, g.size)
+		for k, i := range g.index {
+			g.body = wire.AppendItemTo(g.body, items[i].Name, g.partitions[k], items[i].Batch)
+		}
 	}
 	out := make([]wire.AppendsItemResult, len(items))
 	for i, err := range refused {

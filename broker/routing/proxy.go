@@ -368,7 +368,9 @@ func readBounded(r *http.Request, limit int64) ([]byte, error) {
 	if r.ContentLength >= 0 {
 		size = int(min(r.ContentLength, 1<<20))
 	}
-	buf := bytes.NewBuffer(make([]byte, 0, size+1))
+	// MinRead spare: ReadFrom grows a buffer with less room than that before
+	// every read, the last one (which finds the end) included.
+	buf := bytes.NewBuffer(make([]byte, 0, size+bytes.MinRead))
 	if _, err := buf.ReadFrom(io.LimitReader(r.Body, limit+1)); err != nil {
 		return nil, err
 	}

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"mime"
+	"strconv"
 	"strings"
 )
 
@@ -19,6 +20,7 @@ import (
 //	                                          flags bit 0: duplicate; bit 1: producer follows
 //	       | 1 n:uvarint problem              the refusal, a problem's JSON as in AppendsItemResult.Error
 //	       | 2                                alone
+//	       | 3                                none of these (an older broker's empty item)
 //
 // A broker that does not know the type answers JSON, so a client decodes
 // by the answer's Content-Type (DecodeAppendsAnswer).
@@ -30,18 +32,27 @@ const (
 	itemResult  = 0
 	itemProblem = 1
 	itemAlone   = 2
+	itemEmpty   = 3
 
 	flagDuplicate = 1 << 0
 	flagProducer  = 1 << 1
 )
 
 // AcceptsAppendsResult reports whether an Accept header lists
-// AppendsResultContentType.
+// AppendsResultContentType (and not with q=0, which refuses it).
 func AcceptsAppendsResult(accept string) bool {
+	if !strings.Contains(accept, AppendsResultContentType) {
+		return false // most requests: no parse
+	}
 	for part := range strings.SplitSeq(accept, ",") {
-		if mt, _, err := mime.ParseMediaType(strings.TrimSpace(part)); err == nil && mt == AppendsResultContentType {
-			return true
+		mt, params, err := mime.ParseMediaType(strings.TrimSpace(part))
+		if err != nil || mt != AppendsResultContentType {
+			continue
 		}
+		if q, err := strconv.ParseFloat(params["q"], 64); err == nil && q <= 0 {
+			return false
+		}
+		return true
 	}
 	return false
 }
@@ -51,15 +62,20 @@ func EncodeAppendsResult(dst []byte, items []AppendsItemResult) []byte {
 	dst = append(dst, appendsResultMagic...)
 	dst = binary.AppendUvarint(dst, uint64(len(items)))
 	for _, it := range items {
+		// In the order a client reads an item (Alone, then Error, then
+		// the result), so that an item means in binary what it meant in
+		// JSON whatever it holds.
 		switch {
-		case it.Error != nil:
+		case it.Alone:
+			dst = append(dst, itemAlone)
+		case len(it.Error) > 0: // JSON's omitempty drops an empty one too
 			dst = append(dst, itemProblem)
 			dst = binary.AppendUvarint(dst, uint64(len(it.Error)))
 			dst = append(dst, it.Error...)
-		case it.Alone || it.AppendResult == nil:
-			// An item with neither (never written by a broker) travels as
-			// alone: the client sends it again on its own.
-			dst = append(dst, itemAlone)
+		case it.AppendResult == nil:
+			// Never written by a broker of this build; passed on as it came
+			// (from an older owner), the client fails it as it did in JSON.
+			dst = append(dst, itemEmpty)
 		default:
 			r := it.AppendResult
 			dst = append(dst, itemResult)
@@ -111,8 +127,8 @@ func DecodeAppendsResult(body []byte) ([]AppendsItemResult, error) {
 		return v, true
 	}
 	n, ok := uvarint()
-	if !ok || n > MaxAppendsPerRequest {
-		return bad(pos, "count is not a uvarint of at most MaxAppendsPerRequest")
+	if !ok || n > MaxAppendsPerRequest || n > uint64(len(body)-pos) { // an item is a byte at least
+		return bad(pos, "count is not a uvarint of at most MaxAppendsPerRequest and the bytes left")
 	}
 	out := make([]AppendsItemResult, n)
 	results := make([]AppendResult, n) // one allocation for every item's result
@@ -125,10 +141,15 @@ func DecodeAppendsResult(body []byte) ([]AppendsItemResult, error) {
 		switch kind {
 		case itemAlone:
 			out[i].Alone = true
+		case itemEmpty:
 		case itemProblem:
 			m, ok := uvarint()
-			if !ok || m > uint64(len(body)-pos) {
-				return bad(pos, "problem length past the end")
+			if !ok || m == 0 || m > uint64(len(body)-pos) {
+				return bad(pos, "problem length zero or past the end")
+			}
+			if !json.Valid(body[pos : pos+int(m)]) {
+				// Passed on in a JSON answer it would break the whole answer.
+				return bad(pos, "problem is not JSON")
 			}
 			out[i].Error = json.RawMessage(body[pos : pos+int(m) : pos+int(m)])
 			pos += int(m)
@@ -140,7 +161,7 @@ func DecodeAppendsResult(body []byte) ([]AppendsItemResult, error) {
 			r.First, ok2 = uvarint()
 			r.Last, ok3 = uvarint()
 			r.Next, ok4 = uvarint()
-			if !ok1 || !ok2 || !ok3 || !ok4 || p > 1<<31 || pos >= len(body) {
+			if !ok1 || !ok2 || !ok3 || !ok4 || p >= 1<<31 || pos >= len(body) {
 				return bad(pos, "result truncated")
 			}
 			r.Partition = int(p)

@@ -65,6 +65,7 @@ func TestAcceptsAppendsResult(t *testing.T) {
 		AppendsResultContentType + ", " + JSONContentType:             true,
 		JSONContentType + " , " + AppendsResultContentType + ";q=0.9": true,
 		"application/vnd.picomq.appends-results":                      false,
+		AppendsResultContentType + ";q=0, " + JSONContentType:         false,
 	} {
 		if got := AcceptsAppendsResult(accept); got != want {
 			t.Errorf("AcceptsAppendsResult(%q) = %v, want %v", accept, got, want)
@@ -77,17 +78,52 @@ func TestAcceptsAppendsResult(t *testing.T) {
 func TestAppendsResultRefusesDamage(t *testing.T) {
 	body := EncodeAppendsResult(nil, sampleAppendsResult(t))
 	for name, b := range map[string][]byte{
-		"empty":      {},
-		"no magic":   body[4:],
-		"truncated":  body[:len(body)-1],
-		"padded":     append(bytes.Clone(body), 0),
-		"bad kind":   append(EncodeAppendsResult(nil, nil)[:4], 1, 9),
-		"bad flags":  append(EncodeAppendsResult(nil, nil)[:4], 1, itemResult, 0, 0, 0, 1, 0x80),
-		"huge count": append([]byte("PMQA"), 0xff, 0xff, 0x03),
+		"empty":                {},
+		"no magic":             body[4:],
+		"truncated":            body[:len(body)-1],
+		"padded":               append(bytes.Clone(body), 0),
+		"bad kind":             append(EncodeAppendsResult(nil, nil)[:4], 1, 9),
+		"bad flags":            append(EncodeAppendsResult(nil, nil)[:4], 1, itemResult, 0, 0, 0, 1, 0x80),
+		"huge count":           append([]byte("PMQA"), 0xff, 0xff, 0x03),
+		"count past the bytes": []byte("PMQA\x03\x02\x02"),
+		"problem not JSON":     []byte("PMQA\x01\x01\x03{x}"),
+		"empty problem":        []byte("PMQA\x01\x01\x00"),
+		"partition 2^31":       append(EncodeAppendsResult(nil, nil)[:4], 1, itemResult, 0x80, 0x80, 0x80, 0x80, 0x08, 0, 0, 1, 0),
 	} {
 		if _, err := DecodeAppendsResult(b); !errors.Is(err, MalformedBatch) {
 			t.Errorf("%s: %v, want MALFORMED_BATCH", name, err)
 		}
+	}
+}
+
+// TestAppendsResultMeansWhatJSONMeant: an item holding more than one
+// answer, or none, reads in binary as a client read it in JSON (Alone
+// first, then the refusal, then the result; an empty refusal is none).
+func TestAppendsResultMeansWhatJSONMeant(t *testing.T) {
+	problem, _ := errs.Marshal(MalformedBatch.With("position", 1))
+	result := &AppendResult{Next: 1}
+	in := []AppendsItemResult{
+		{Alone: true, Error: problem},
+		{Alone: true, AppendResult: result},
+		{Error: problem, AppendResult: result},
+		{Error: json.RawMessage{}, AppendResult: result},
+		{},
+	}
+	out, err := DecodeAppendsResult(EncodeAppendsResult(nil, in))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !out[0].Alone || !out[1].Alone {
+		t.Errorf("alone with a refusal or a result: %+v %+v, want alone", out[0], out[1])
+	}
+	if out[2].Error == nil || out[2].AppendResult != nil {
+		t.Errorf("a refusal with a result: %+v, want the refusal", out[2])
+	}
+	if out[3].Error != nil || out[3].AppendResult == nil {
+		t.Errorf("an empty refusal with a result: %+v, want the result", out[3])
+	}
+	if e := out[4]; e.Alone || e.Error != nil || e.AppendResult != nil {
+		t.Errorf("an empty item: %+v, want empty (the client fails it)", e)
 	}
 }
 
