@@ -86,7 +86,7 @@ func (o *inlineObjects) restore(s *objstore.Store, st *meta.State) error {
 // replay at start meets: its frames wait for restore. Once the store is
 // open, it is held (see below).
 func (b *Broker) applied(c *meta.Command, res any) {
-	b.cfg.Metrics.MetadataCommands.Inc()
+	b.cfg.Metrics.MetadataCommands.WithLabelValues(string(c.Op)).Inc()
 	if c.Op == meta.OpOpen && c.Open != nil && c.Open.Owner != b.self() {
 		if r, ok := res.(*meta.OpenResult); ok {
 			b.fence(c.Open.Stream, r.Internal.Epoch)

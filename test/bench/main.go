@@ -182,7 +182,7 @@ func run() error {
 			ms(time.Duration(after.delta(before, "picomq_metadata_commit_seconds")*1e9)), unzeroed)
 		// The journal's data path: a checkpoint takes many group commits,
 		// so the log's commands per acknowledged append tend to zero.
-		commands := after["picomq_metadata_commands_total"] - before["picomq_metadata_commands_total"]
+		commands := after.sum("picomq_metadata_commands_total") - before.sum("picomq_metadata_commands_total")
 		acked := after["picomq_appends_total"] - before["picomq_appends_total"]
 		fmt.Printf("%-22s   metadata-log commands per 1,000 acknowledged appends: %.2f (%.0f commands, %.0f checkpoints)\n", "",
 			1000*commands/max(acked, 1), commands, after["picomq_checkpoints_total"]-before["picomq_checkpoints_total"])
@@ -253,6 +253,7 @@ type metrics map[string]float64
 // _total.
 func scrape(url string) metrics {
 	return scrapeWith(http.DefaultClient, url, func(name string) bool {
+		name, _, _ = strings.Cut(name, "{") // the metric's name, its labels aside
 		return strings.HasSuffix(name, "_sum") || strings.HasSuffix(name, "_count") || strings.HasSuffix(name, "_total")
 	})
 }
