@@ -45,6 +45,15 @@ func (rt *Router) forwardUntil(w http.ResponseWriter, r *http.Request, id uint64
 		write := r.Method != http.MethodGet && r.Method != http.MethodHead
 		rerouted := !until.IsZero() && !time.Now().Before(until) // no more tries
 		again := func() {
+			if routed, _ := r.Context().Value(routedKey{}).(bool); routed {
+				// Routed here by another broker's proxy: looking again
+				// finds this broker for ever (targetOf), so the write would
+				// wait out ownerWait here and be refused after all —
+				// longer than a client waits. The proxy looks the owner up
+				// again instead (421, see retrying).
+				rt.fail(w, r, NotSlotOwner.With("slot", t.slot, "routed_to", rt.cfg.Self, "self", rt.cfg.Self, "reason", "the slot left this broker"))
+				return
+			}
 			rt.metrics.rerouted.Inc()
 			if until.IsZero() {
 				until = time.Now().Add(ownerWait)

@@ -767,6 +767,40 @@ func TestWriteReroutedWhenTheSlotLeftWhileServedHere(t *testing.T) {
 		}
 	}
 
+	// Routed to a by b's proxy and refused there for the move: a answers
+	// 421 at once (looking again finds only itself for a routed request),
+	// and b, the slot's new owner, serves it — well within the ownerWait a
+	// would otherwise have spent retrying itself, past a client's patience.
+	{
+		w := newWorld(t)
+		w.set(2, "a")
+		ra := w.routers["a"]
+		local := ra.cfg.Local
+		var refused atomic.Int32
+		ra.cfg.Local = http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+			if r.Method == http.MethodPost {
+				refused.Add(1)
+				w.set(2, "b")
+				frontend.WriteProblem(rw, r, slog.New(slog.DiscardHandler), ownershipRefusal.With("slot", 2, "reason", "handing off"), 503)
+				return
+			}
+			local.ServeHTTP(rw, r)
+		})
+		start := time.Now()
+		resp, err := http.Post(w.servers["b"].URL+"/v1/log/one", "text/plain", strings.NewReader("payload"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || string(got) != "b" || refused.Load() != 1 {
+			t.Fatalf("routed and refused for the move: %d %q after %d refusals at a, want b's answer after one", resp.StatusCode, got, refused.Load())
+		}
+		if d := time.Since(start); d >= ownerWait {
+			t.Fatalf("routed and refused for the move: answered after %v, the ownerWait a spent retrying itself", d)
+		}
+	}
+
 	// The slot still served here, or a refusal that may have written: the
 	// client gets it.
 	for name, c := range map[string]struct {
