@@ -21,6 +21,7 @@ import (
 	"github.com/picomq/picomq/broker/meta"
 	"github.com/picomq/picomq/broker/node"
 	"github.com/picomq/picomq/broker/stream"
+	"github.com/picomq/picomq/internal/syncbuf"
 	"github.com/picomq/picomq/internal/testwait"
 )
 
@@ -1049,7 +1050,7 @@ func TestNoRoomWaitReturnsAtOnce(t *testing.T) {
 // pass that ran out of time still reports the merge it could not make.
 func TestStoppedMaintenanceLogsNoFailures(t *testing.T) {
 	t.Parallel()
-	var logged syncBuffer
+	var logged syncbuf.Buffer
 	b := openTest(t, t.TempDir(), func(c *Config) {
 		c.MergeMinRanges = 2
 		c.InlineBytes = -1
@@ -1077,22 +1078,4 @@ func TestStoppedMaintenanceLogsNoFailures(t *testing.T) {
 	if s := logged.String(); !strings.Contains(s, "merge failed") {
 		t.Fatalf("a pass out of time logged no merge failure:\n%s", s)
 	}
-}
-
-// syncBuffer is a log destination safe for the broker's goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

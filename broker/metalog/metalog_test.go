@@ -1,7 +1,6 @@
 package metalog
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"maps"
@@ -15,32 +14,14 @@ import (
 
 	"github.com/hashicorp/raft"
 
+	"github.com/picomq/picomq/internal/syncbuf"
 	"github.com/picomq/picomq/internal/testwait"
 )
-
-// syncBuffer collects a node's log lines; they are printed only if the test
-// fails, so a passing run stays quiet.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
 
 // testConfig is a single-node configuration with short timeouts, so that
 // each Open elects itself in tens of milliseconds.
 func testConfig(t testing.TB, dir string) Config {
-	logs := &syncBuffer{}
+	logs := &syncbuf.Buffer{}
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("raft log of %s:\n%s", dir, logs.String())
@@ -534,7 +515,7 @@ func TestOpenRejectsBadConfig(t *testing.T) {
 		"unadvertisable bind":    {Dir: dir, NodeID: "n", BindAddr: "0.0.0.0:0"},
 		"unknown log level":      {Dir: dir, NodeID: "n", LogLevel: "loud"},
 	} {
-		cfg.LogOutput = &syncBuffer{}
+		cfg.LogOutput = &syncbuf.Buffer{}
 		if l, err := Open(cfg, newToyFSM()); err == nil {
 			_ = l.Close()
 			t.Errorf("%s: Open succeeded", name)
@@ -571,7 +552,7 @@ func TestConfigRefusedByField(t *testing.T) {
 		{"too many append entries", Config{MaxAppendEntries: 5000}, []string{"Config.MaxAppendEntries 5000", "1024"}},
 		{"tiny WAL segments", Config{SegmentBytes: 4096}, []string{"Config.SegmentBytes 4096", "1 MiB"}},
 	} {
-		c.cfg.Dir, c.cfg.NodeID, c.cfg.LogOutput = dir, "n", &syncBuffer{}
+		c.cfg.Dir, c.cfg.NodeID, c.cfg.LogOutput = dir, "n", &syncbuf.Buffer{}
 		l, err := Open(c.cfg, newToyFSM())
 		if err == nil {
 			_ = l.Close()
@@ -600,7 +581,7 @@ func TestConfigRefusedByField(t *testing.T) {
 // With the default timeouts a single node still starts quickly: it waits
 // 1-2x HeartbeatTimeout (500ms) before electing itself.
 func TestOpenWithDefaults(t *testing.T) {
-	cfg := Config{Dir: t.TempDir(), NodeID: "solo", Bootstrap: true, LogOutput: &syncBuffer{}}
+	cfg := Config{Dir: t.TempDir(), NodeID: "solo", Bootstrap: true, LogOutput: &syncbuf.Buffer{}}
 	start := time.Now()
 	l := open(t, cfg, newToyFSM())
 	if d := time.Since(start); d > 3*time.Second {

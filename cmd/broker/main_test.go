@@ -13,6 +13,7 @@ import (
 
 	"github.com/picomq/picomq/broker/httpapi/wire"
 	"github.com/picomq/picomq/broker/stream"
+	"github.com/picomq/picomq/internal/syncbuf"
 )
 
 func env(kv map[string]string) func(string) string {
@@ -23,7 +24,7 @@ func env(kv map[string]string) func(string) string {
 // runs with, 64 on one it refuses, and starts nothing either way.
 func TestCheckConfig(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "never-created")
-	var out syncBuffer
+	var out syncbuf.Buffer
 	if code := run(context.Background(), []string{"--check-config", "--data-dir", dir}, env(nil), &out, nil); code != 0 {
 		t.Fatalf("check of a good configuration: exit %d\n%s", code, out.String())
 	}
@@ -72,7 +73,7 @@ func started(t *testing.T, args ...string) (base string, stop func() int) {
 	ctx, cancel := context.WithCancel(context.Background())
 	addrc := make(chan string, 1)
 	done := make(chan int, 1)
-	var logs syncBuffer
+	var logs syncbuf.Buffer
 	go func() {
 		done <- run(ctx, append([]string{"--listen", "127.0.0.1:0", "--log-level", "warn"}, args...), env(nil), &logs,
 			func(addr string) { addrc <- addr })
@@ -199,7 +200,7 @@ func TestRunServesDrainsAndKeepsData(t *testing.T) {
 // TestRunExitCodes: usage errors exit 64; an unusable data directory exits
 // with its coded error's exit code (EX_CONFIG).
 func TestRunExitCodes(t *testing.T) {
-	var out syncBuffer
+	var out syncbuf.Buffer
 	if code := run(context.Background(), nil, env(nil), &out, nil); code != 64 || !strings.Contains(out.String(), "--data-dir") {
 		t.Fatalf("no --data-dir: %d %s", code, out.String())
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/picomq/picomq/broker/auth"
 	"github.com/picomq/picomq/broker/certreload/certgen"
 	"github.com/picomq/picomq/broker/errs"
+	"github.com/picomq/picomq/internal/syncbuf"
 )
 
 // TestTLSAndTokens runs a lone broker with a certificate and a tokens
@@ -47,7 +48,7 @@ func TestTLSAndTokens(t *testing.T) {
 	defer cancel()
 	addrc := make(chan string, 1)
 	done := make(chan int, 1)
-	var logs syncBuffer
+	var logs syncbuf.Buffer
 	go func() {
 		done <- run(ctx, []string{"--listen", "127.0.0.1:0", "--log-level", "warn", "--data-dir", filepath.Join(dir, "data"),
 			"--tls-cert-file", files.Cert, "--tls-key-file", files.Key, "--auth-tokens-dir", tokens, "--metrics-auth", "token"},

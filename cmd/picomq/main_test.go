@@ -8,12 +8,12 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/picomq/picomq/broker/core"
 	"github.com/picomq/picomq/broker/httpapi"
+	"github.com/picomq/picomq/internal/syncbuf"
 )
 
 // broker is a broker of the test's own, in this process, on a loopback
@@ -203,7 +203,7 @@ func TestTailFollowsUntilInterrupted(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	out := &syncBuffer{}
+	out := &syncbuf.Buffer{}
 	done := make(chan int, 1)
 	go func() {
 		code := run(ctx, []string{"tail", "live", "-o", "raw", "--wait", "1s"}, func(k string) string {
@@ -301,22 +301,4 @@ func TestExitCodes(t *testing.T) {
 			t.Errorf("picomq %s: exit %d %q, want %d and %q", strings.Join(c.args, " "), code, errOut, c.code, c.want)
 		}
 	}
-}
-
-// syncBuffer is a bytes.Buffer that tail's goroutines and the test share.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

@@ -1,9 +1,9 @@
 package subscriber_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http/httptest"
 	"strings"
@@ -270,26 +270,9 @@ func fast(group string, h subscriber.Handler) subscriber.Options {
 	}
 }
 
-// logBuffer is a slog destination tests read.
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
-func (l *logBuffer) logger() *slog.Logger {
-	return slog.New(slog.NewTextHandler(l, &slog.HandlerOptions{Level: slog.LevelDebug}))
+// debugLogger logs at debug level to w (a syncbuf.Buffer the test reads).
+func debugLogger(w io.Writer) *slog.Logger {
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelDebug}))
 }
 
 // metric returns the value of the metric name labelled group and

@@ -15,6 +15,7 @@ import (
 	"github.com/picomq/picomq/broker/stream/memory"
 	"github.com/picomq/picomq/broker/stream/sqlstream"
 	"github.com/picomq/picomq/broker/stream/subscriber"
+	"github.com/picomq/picomq/internal/syncbuf"
 	"github.com/picomq/picomq/internal/testwait"
 )
 
@@ -221,9 +222,9 @@ func TestPoisonParksOnlyItsPartition(t *testing.T) {
 			return nil
 		})
 		reg := prometheus.NewRegistry()
-		var logs logBuffer
+		var logs syncbuf.Buffer
 		o := fast("g", rec.handle)
-		o.Registerer, o.Logger = reg, logs.logger()
+		o.Registerer, o.Logger = reg, debugLogger(&logs)
 		sub, err := subscriber.New(s, o)
 		if err != nil {
 			t.Fatal(err)
@@ -289,7 +290,7 @@ func TestPanickingHandlerParks(t *testing.T) {
 	st := newStore(t, "memory", stream.PolicyValue{Partitions: 2})
 	s := st.open(t)
 	appendN(t, s, 3)
-	var logs logBuffer
+	var logs syncbuf.Buffer
 	rec := &recorder{}
 	rec.setFail(func(e stream.EntryValue) error {
 		if e.Partition == 1 && e.Offset == 1 {
@@ -298,7 +299,7 @@ func TestPanickingHandlerParks(t *testing.T) {
 		return nil
 	})
 	o := fast("g", rec.handle)
-	o.Logger = logs.logger()
+	o.Logger = debugLogger(&logs)
 	sub, err := subscriber.New(s, o)
 	if err != nil {
 		t.Fatal(err)
@@ -333,9 +334,9 @@ func TestTrimmedOnResume(t *testing.T) {
 				}
 				rec := &recorder{}
 				reg := prometheus.NewRegistry()
-				var logs logBuffer
+				var logs syncbuf.Buffer
 				o := fast("g", rec.handle)
-				o.OnTrimmed, o.Registerer, o.Logger = policy, reg, logs.logger()
+				o.OnTrimmed, o.Registerer, o.Logger = policy, reg, debugLogger(&logs)
 				sub, err := subscriber.New(s, o)
 				if err != nil {
 					t.Fatal(err)
@@ -605,9 +606,9 @@ func TestEngineFailureRetried(t *testing.T) {
 	appendN(t, s, 3)
 	rec := &recorder{}
 	reg := prometheus.NewRegistry()
-	var logs logBuffer
+	var logs syncbuf.Buffer
 	o := fast("g", rec.handle)
-	o.Registerer, o.Logger = reg, logs.logger()
+	o.Registerer, o.Logger = reg, debugLogger(&logs)
 	sub, err := subscriber.New(f, o)
 	if err != nil {
 		t.Fatal(err)
