@@ -197,7 +197,7 @@ func (q *coalescer) send(batch []*queuedAppend) {
 		op: "appends", method: http.MethodPost, path: wire.AppendsPath,
 		body: body, contentType: wire.AppendsContentType,
 		// Binary answers where the broker has them (JSON otherwise).
-		accept: wire.AppendsResultContentType + ", " + wire.JSONContentType + ", " + wire.ProblemContentType,
+		accept: wire.AppendsAccept + ", " + wire.ProblemContentType,
 	})
 	switch {
 	case errors.Is(err, wire.RouteNotFound) || errors.Is(err, wire.MethodNotAllowed) || errors.Is(err, wire.UnsupportedMediaType):

@@ -52,7 +52,7 @@ func (b *Broker) maintainLoop() {
 		}
 		ctx, cancel := context.WithTimeout(stopping, 30*time.Second)
 		b.maintain(ctx)
-		if errors.Is(ctx.Err(), context.Canceled) {
+		if cutByStop(ctx) {
 			// Stopping: the rest of the pass would only fail (and warn);
 			// the stop case above persists the touches.
 			cancel()
@@ -90,6 +90,11 @@ func (b *Broker) maintainLoop() {
 	}
 }
 
+// cutByStop reports whether a maintenance pass's ctx ended because the
+// broker is stopping (maintainLoop cancels it), not because the pass ran
+// out of time: what fails then is no failure to report.
+func cutByStop(ctx context.Context) bool { return errors.Is(ctx.Err(), context.Canceled) }
+
 // addGrowth adds to c what the running count total has grown by since
 // *last, and remembers total.
 func addGrowth(c prometheus.Counter, last *int64, total int64) {
@@ -103,7 +108,7 @@ func addGrowth(c prometheus.Counter, last *int64, total int64) {
 func (b *Broker) maintain(ctx context.Context) {
 	// Retention, merges and compaction work on the log's state: what the
 	// journal acknowledged joins it first.
-	if err := b.checkpoint(ctx); err != nil && !errors.Is(ctx.Err(), context.Canceled) {
+	if err := b.checkpoint(ctx); err != nil && !cutByStop(ctx) {
 		b.cfg.Logger.Warn("checkpoint before maintenance failed", "err", err)
 	}
 	now := b.now().UnixNano()
@@ -153,7 +158,7 @@ func (b *Broker) maintain(ctx context.Context) {
 	budget := b.backgroundBudget()
 	for _, o := range loaded {
 		for _, id := range o.streams {
-			if errors.Is(ctx.Err(), context.Canceled) {
+			if cutByStop(ctx) {
 				// The broker is stopping (maintainLoop): the pass ends
 				// here, and the merges it cut are no failures to report —
 				// one warning a stream was what a stop logged.
@@ -162,10 +167,10 @@ func (b *Broker) maintain(ctx context.Context) {
 			if b.cfg.Ownership.MayOpen(id) != nil {
 				continue // another node writes it, and rewrites and trims it
 			}
-			if err := b.persistRetention(ctx, o.n, id); err != nil && !errors.Is(ctx.Err(), context.Canceled) {
+			if err := b.persistRetention(ctx, o.n, id); err != nil && !cutByStop(ctx) {
 				b.cfg.Logger.Warn("retention failed", "name", o.n.name, "err", err)
 			}
-			if err := b.merge(ctx, o.n, id, &budget); err != nil && !errors.Is(ctx.Err(), context.Canceled) {
+			if err := b.merge(ctx, o.n, id, &budget); err != nil && !cutByStop(ctx) {
 				b.cfg.Logger.Warn("merge failed", "name", o.n.name, "err", err)
 			}
 		}

@@ -93,7 +93,7 @@ func (s *Server) appends(w http.ResponseWriter, r *http.Request) {
 // writeAppendsBinary answers an appends request in binary
 // (wire.AppendsResultContentType), to a client that accepts it.
 func writeAppendsBinary(w http.ResponseWriter, out []wire.AppendsItemResult) {
-	body := wire.EncodeAppendsResult(make([]byte, 0, 16+len(out)*24), out)
+	body := wire.EncodeAppendsResult(nil, out)
 	h := w.Header()
 	h.Set("Content-Type", wire.AppendsResultContentType)
 	h.Set("Content-Length", strconv.Itoa(len(body)))

@@ -132,7 +132,7 @@ func writeAppendsResult(w http.ResponseWriter, r *http.Request, out []wire.Appen
 	var raw []byte
 	ct := wire.JSONContentType
 	if wire.AcceptsAppendsResult(r.Header.Get("Accept")) {
-		raw, ct = wire.EncodeAppendsResult(make([]byte, 0, 16+len(out)*24), out), wire.AppendsResultContentType
+		raw, ct = wire.EncodeAppendsResult(nil, out), wire.AppendsResultContentType
 	} else {
 		raw, _ = json.Marshal(wire.AppendsResult{Results: out})
 		raw = append(raw, '\n')
@@ -226,7 +226,7 @@ func (rt *Router) sendGroup(r *http.Request, g *group) ([]wire.AppendsItemResult
 		sub := r.Clone(r.Context())
 		sub.Body = io.NopCloser(bytes.NewReader(g.body))
 		sub.ContentLength = int64(len(g.body))
-		sub.Header.Set("Accept", wire.AppendsResultContentType+", "+wire.JSONContentType)
+		sub.Header.Set("Accept", wire.AppendsAccept)
 		rt.cfg.Local.ServeHTTP(rec, sub)
 		status, raw, contentType = rec.status, rec.body.Bytes(), rec.header.Get("Content-Type")
 	} else {
@@ -235,7 +235,7 @@ func (rt *Router) sendGroup(r *http.Request, g *group) ([]wire.AppendsItemResult
 			return nil, errNotDelivered
 		}
 		req.Header.Set("Content-Type", wire.AppendsContentType)
-		req.Header.Set("Accept", wire.AppendsResultContentType+", "+wire.JSONContentType)
+		req.Header.Set("Accept", wire.AppendsAccept)
 		req.Header.Set(RouteHeader, g.member+";-1")
 		if a := r.Header.Get("Authorization"); a != "" {
 			req.Header.Set("Authorization", a) // the owner checks the token again (see Config.TLS)

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"mime"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -25,6 +26,10 @@ import (
 // A broker that does not know the type answers JSON, so a client decodes
 // by the answer's Content-Type (DecodeAppendsAnswer).
 const AppendsResultContentType = "application/vnd.picomq.appends-result"
+
+// AppendsAccept is the Accept header of a request that takes the binary
+// answer where the broker has it, and JSON from one that has not.
+const AppendsAccept = AppendsResultContentType + ", " + JSONContentType
 
 var appendsResultMagic = []byte("PMQA")
 
@@ -57,8 +62,10 @@ func AcceptsAppendsResult(accept string) bool {
 	return false
 }
 
-// EncodeAppendsResult appends items' answer to dst.
+// EncodeAppendsResult appends items' answer to dst, grown once for a
+// typical answer (a result is a few varints).
 func EncodeAppendsResult(dst []byte, items []AppendsItemResult) []byte {
+	dst = slices.Grow(dst, 16+len(items)*24)
 	dst = append(dst, appendsResultMagic...)
 	dst = binary.AppendUvarint(dst, uint64(len(items)))
 	for _, it := range items {
