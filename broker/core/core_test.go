@@ -328,11 +328,11 @@ func TestMergeAndGarbageCollection(t *testing.T) {
 		return len(infos)
 	}
 	filesBefore := objects()
-	replaces := testutil.ToFloat64(b.cfg.Metrics.MetadataCommands.WithLabelValues(string(meta.OpReplace)))
+	replaces := testutil.ToFloat64(b.cfg.Metrics.MetadataCommands.WithLabelValues(string(meta.OpReplaceMany)))
 	b.maintain(ctx)
-	// The merge is one replace command, counted under its op.
-	if got := testutil.ToFloat64(b.cfg.Metrics.MetadataCommands.WithLabelValues(string(meta.OpReplace))) - replaces; got != 1 {
-		t.Errorf("the merge counted %v replace commands, want 1", got)
+	// The pass's merge is one replaceMany command, counted under its op.
+	if got := testutil.ToFloat64(b.cfg.Metrics.MetadataCommands.WithLabelValues(string(meta.OpReplaceMany))) - replaces; got != 1 {
+		t.Errorf("the merge counted %v replaceMany commands, want 1", got)
 	}
 	e, _ := b.Get("a")
 	in, _ := b.fsm.Internal(e.Partitions[0])

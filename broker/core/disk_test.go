@@ -146,11 +146,11 @@ func TestMergeWritesWithinItsBudget(t *testing.T) {
 	one := ranges()[0].Len
 
 	budget := int64(0)
-	if err := b.merge(ctx, n, id, &budget); err != nil || len(ranges()) != 20 {
+	if err := b.merge(ctx, n, id, &budget, nil); err != nil || len(ranges()) != 20 {
 		t.Fatalf("with no budget: %d ranges, %v; want the 20 untouched", len(ranges()), err)
 	}
 	budget = 5*one + one/2
-	if err := b.merge(ctx, n, id, &budget); err != nil {
+	if err := b.merge(ctx, n, id, &budget, nil); err != nil {
 		t.Fatal(err)
 	}
 	if got := len(ranges()); got != 16 {
@@ -160,7 +160,7 @@ func TestMergeWritesWithinItsBudget(t *testing.T) {
 		t.Fatalf("budget left %d, want %d", budget, one/2)
 	}
 	budget = 1 << 30
-	if err := b.merge(ctx, n, id, &budget); err != nil {
+	if err := b.merge(ctx, n, id, &budget, nil); err != nil {
 		t.Fatal(err)
 	}
 	if got := len(ranges()); got != 1 {
@@ -243,7 +243,7 @@ func TestSmallSegmentsAreNotMergedAgain(t *testing.T) {
 		return out
 	}
 	budget := int64(1 << 30)
-	if err := b.merge(ctx, n, id, &budget); err != nil {
+	if err := b.merge(ctx, n, id, &budget, nil); err != nil {
 		t.Fatal(err)
 	}
 	first := objects()
@@ -251,7 +251,7 @@ func TestSmallSegmentsAreNotMergedAgain(t *testing.T) {
 		t.Fatalf("the first merge merged nothing: %d ranges", len(first))
 	}
 	for range 3 {
-		if err := b.merge(ctx, n, id, &budget); err != nil {
+		if err := b.merge(ctx, n, id, &budget, nil); err != nil {
 			t.Fatal(err)
 		}
 	}

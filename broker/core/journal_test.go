@@ -269,7 +269,7 @@ func TestJournalRetainedWhileItsObjectsHoldRanges(t *testing.T) {
 	budget := int64(1 << 30)
 	id := mustGet(t, b, "s").Partitions[0]
 	n, _ := b.stream("s")
-	if err := b.merge(context.Background(), n, id, &budget); err != nil {
+	if err := b.merge(context.Background(), n, id, &budget, nil); err != nil {
 		t.Fatal(err)
 	}
 	b.releaseJournal()

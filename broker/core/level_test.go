@@ -6,7 +6,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/picomq/picomq/broker/meta"
 	"github.com/picomq/picomq/broker/node"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 // TestMovesWaitForEveryMembersLevel: while a current member recorded a
@@ -45,5 +47,77 @@ func TestMovesWaitForEveryMembersLevel(t *testing.T) {
 	}
 	if m, _ := b.Member("m-old"); m.Level != Level {
 		t.Errorf("m-old's level %d after it recorded %d", m.Level, Level)
+	}
+}
+
+// TestMergesOfAPassAreOneCommand: a maintenance pass that merges several
+// streams sends one replaceMany for all of them, and every stream reads
+// as before from its one merged range. While a current member's build
+// predates replaceMany (a rolling upgrade half done), each merge goes as a
+// replace of its own, which that member can apply.
+func TestMergesOfAPassAreOneCommand(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := openTest(t, t.TempDir(), func(c *Config) {
+		c.MergeMinRanges = 8
+		c.InlineBytes = -1
+		c.LogCommits = true
+	})
+	defer b.Close()
+	count := func(op meta.Op) float64 {
+		return testutil.ToFloat64(b.cfg.Metrics.MetadataCommands.WithLabelValues(string(op)))
+	}
+	names := []string{"s0", "s1", "s2", "s3", "s4"}
+	fill := func() map[string]int {
+		for _, name := range names {
+			for i := 0; i < 10; i++ {
+				if _, err := b.Append(ctx, name, recs(name), node.AppendOptions{Partition: -1}); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		n := map[string]int{}
+		for _, name := range names {
+			n[name] = len(readAll(t, b, name, 0))
+		}
+		return n
+	}
+	ranges := func(name string) int {
+		e, _ := b.Get(name)
+		in, _ := b.fsm.Internal(e.Partitions[0])
+		return len(in.Ranges)
+	}
+	for _, name := range names {
+		mustCreate(t, b, name, node.CreateOptions{})
+	}
+	want := fill()
+	many, one := count(meta.OpReplaceMany), count(meta.OpReplace)
+	b.maintain(ctx)
+	if got := count(meta.OpReplaceMany) - many; got != 1 || count(meta.OpReplace) != one {
+		t.Fatalf("a pass merging %d streams: %v replaceMany and %v replace commands, want 1 and 0", len(names), got, count(meta.OpReplace)-one)
+	}
+	for _, name := range names {
+		if got := ranges(name); got != 1 {
+			t.Errorf("%s: %d ranges after the pass, want 1 merged", name, got)
+		}
+		if got := len(readAll(t, b, name, 0)); got != want[name] {
+			t.Errorf("%s: %d records after the merge, want %d", name, got, want[name])
+		}
+	}
+
+	// A member at the level before replaceMany: one replace a merge.
+	if _, err := b.RecordMember(ctx, Member{ID: "m-old", Node: "m-1", Level: meta.LevelTier}); err != nil {
+		t.Fatal(err)
+	}
+	want = fill()
+	many, one = count(meta.OpReplaceMany), count(meta.OpReplace)
+	b.maintain(ctx)
+	if got := count(meta.OpReplace) - one; got != float64(len(names)) || count(meta.OpReplaceMany) != many {
+		t.Fatalf("with a member at level %d: %v replace and %v replaceMany commands, want %d and 0", meta.LevelTier, got, count(meta.OpReplaceMany)-many, len(names))
+	}
+	for _, name := range names {
+		if got := len(readAll(t, b, name, 0)); got != want[name] {
+			t.Errorf("%s: %d records after the merge, want %d", name, got, want[name])
+		}
 	}
 }

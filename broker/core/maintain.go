@@ -156,6 +156,7 @@ func (b *Broker) maintain(ctx context.Context) {
 	}
 	// What the merges of this pass may write, in all (the disk's headroom).
 	budget := b.backgroundBudget()
+	merges := b.newMergeBatch()
 	for _, o := range loaded {
 		for _, id := range o.streams {
 			if cutByStop(ctx) {
@@ -170,11 +171,12 @@ func (b *Broker) maintain(ctx context.Context) {
 			if err := b.persistRetention(ctx, o.n, id); err != nil && !cutByStop(ctx) {
 				b.cfg.Logger.Warn("retention failed", "name", o.n.name, "err", err)
 			}
-			if err := b.merge(ctx, o.n, id, &budget); err != nil && !cutByStop(ctx) {
+			if err := b.merge(ctx, o.n, id, &budget, merges); err != nil && !cutByStop(ctx) {
 				b.cfg.Logger.Warn("merge failed", "name", o.n.name, "err", err)
 			}
 		}
 	}
+	b.flushMerges(ctx, merges)
 }
 
 // persistTouches writes, in one command, the in-memory last accesses that

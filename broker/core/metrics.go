@@ -66,7 +66,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		ObjectsDeleted: prometheus.NewCounter(prometheus.CounterOpts{Name: "picomq_objects_deleted_total", Help: "Object files deleted (garbage and orphans)."}),
 		ExpiredStreams: prometheus.NewCounter(prometheus.CounterOpts{Name: "picomq_expired_streams_total", Help: "Streams deleted by their TTL or expiry."}),
 
-		MetadataCommands:       prometheus.NewCounterVec(prometheus.CounterOpts{Name: "picomq_metadata_commands_total", Help: "Commands this broker's metadata log applied (a replay at start included), by op: what fills the log (checkpoint, replace for merges, ...)."}, []string{"op"}),
+		MetadataCommands:       prometheus.NewCounterVec(prometheus.CounterOpts{Name: "picomq_metadata_commands_total", Help: "Commands this broker's metadata log applied (a replay at start included), by op: what fills the log (checkpoint, replaceMany for a pass's merges, ...)."}, []string{"op"}),
 		Checkpoints:            prometheus.NewCounter(prometheus.CounterOpts{Name: "picomq_checkpoints_total", Help: "Checkpoints: one metadata command taking the group commits the journal acknowledged since the last."}),
 		CheckpointCommits:      prometheus.NewHistogram(prometheus.HistogramOpts{Name: "picomq_checkpoint_commits", Help: "Group commits per checkpoint.", Buckets: prometheus.ExponentialBuckets(1, 2, 16)}),
 		CheckpointRefused:      prometheus.NewCounter(prometheus.CounterOpts{Name: "picomq_checkpoint_refused_appends_total", Help: "Acknowledged appends a checkpoint's state machine refused (other than for a stream deleted since): should stay 0."}),

@@ -146,10 +146,17 @@ type placed struct {
 // replace swaps old, ranges of internal stream id, for fresh, written in
 // object obj, with one command.
 func (b *Broker) replace(ctx context.Context, id uint64, old []meta.Range, obj placed, fresh []meta.Range) error {
+	_, err := b.apply(ctx, &meta.Command{Op: meta.OpReplace, Replace: replaceOf(id, old, obj, fresh)})
+	return err
+}
+
+// replaceOf is the Replace swapping old, ranges of internal stream id, for
+// fresh, written in object obj.
+func replaceOf(id uint64, old []meta.Range, obj placed, fresh []meta.Range) *meta.Replace {
 	c := &meta.Replace{Stream: id, Object: obj.id, Size: obj.size, Replicas: obj.replicas, New: fresh}
+	c.Old = make([]meta.RangeRef, 0, len(old))
 	for _, r := range old {
 		c.Old = append(c.Old, meta.RangeRef{Object: r.Object, Pos: r.Pos})
 	}
-	_, err := b.apply(ctx, &meta.Command{Op: meta.OpReplace, Replace: c})
-	return err
+	return c
 }

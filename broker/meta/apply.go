@@ -47,6 +47,14 @@ func (s *State) Apply(c *Command) any {
 		if c.Replace != nil {
 			return s.replace(c.Replace)
 		}
+	case OpReplaceMany:
+		if c.ReplaceMany != nil {
+			res := &ReplaceManyResult{Errs: make([]error, len(c.ReplaceMany.Replaces))}
+			for i := range c.ReplaceMany.Replaces {
+				res.Errs[i], _ = s.replace(&c.ReplaceMany.Replaces[i]).(error)
+			}
+			return res
+		}
 	case OpGroup:
 		if c.Group != nil {
 			return s.group(c.Group)

@@ -31,6 +31,7 @@ import (
 //	replace v2: 0x05 as replace v1, then len(Replicas) { string }
 //	checkpoint: 0x06 len(Commits) { the commit's own entry, as a uvarint
 //	            length and the bytes }
+//	replaceMany: 0x07 len(Replaces) { the replace's own entry, likewise }
 //	Range:      First Next Object Pos Len Bytes Count MinTime MaxTime
 //	Producer:   ID Epoch Seq
 //
@@ -41,12 +42,13 @@ import (
 // broker's entries stay readable by the version before it unless they need
 // what it lacks.
 const (
-	tagCommitV1   = 0x01
-	tagReplaceV1  = 0x02
-	tagCommitV2   = 0x03 // v1 + Frames; v1 still written when there are none
-	tagCommitV3   = 0x04 // v2 + Replicas, written only when there are some
-	tagReplaceV2  = 0x05 // v1 + Replicas, written only when there are some
-	tagCheckpoint = 0x06
+	tagCommitV1    = 0x01
+	tagReplaceV1   = 0x02
+	tagCommitV2    = 0x03 // v1 + Frames; v1 still written when there are none
+	tagCommitV3    = 0x04 // v2 + Replicas, written only when there are some
+	tagReplaceV2   = 0x05 // v1 + Replicas, written only when there are some
+	tagCheckpoint  = 0x06
+	tagReplaceMany = 0x07
 	// tagLimit: bytes below it are binary tags, known or not.
 	tagLimit = 0x09
 )
@@ -85,6 +87,15 @@ func Encode(c *Command) ([]byte, error) {
 		b = binary.AppendUvarint(b, uint64(len(c.Checkpoint.Commits)))
 		for i := range c.Checkpoint.Commits {
 			e := encodeCommit(&c.Checkpoint.Commits[i])
+			b = binary.AppendUvarint(b, uint64(len(e)))
+			b = append(b, e...)
+		}
+		return b, nil
+	case c.Op == OpReplaceMany && c.ReplaceMany != nil && *c == (Command{Op: OpReplaceMany, ReplaceMany: c.ReplaceMany}):
+		b := []byte{tagReplaceMany}
+		b = binary.AppendUvarint(b, uint64(len(c.ReplaceMany.Replaces)))
+		for i := range c.ReplaceMany.Replaces {
+			e := encodeReplace(&c.ReplaceMany.Replaces[i])
 			b = binary.AppendUvarint(b, uint64(len(e)))
 			b = append(b, e...)
 		}
@@ -138,6 +149,29 @@ func Decode(data []byte, c *Command) error {
 			cp.Commits = append(cp.Commits, *one.Commit)
 		}
 		*c = Command{Op: OpCheckpoint, Checkpoint: cp}
+	case tagReplaceMany:
+		n := d.uvarint()
+		if d.err == nil && n > uint64(len(d.b)) {
+			d.fail("replaceMany replace count past the entry")
+		}
+		rm := &ReplaceMany{}
+		for i := uint64(0); i < n && d.err == nil; i++ {
+			e := d.bytes()
+			if d.err != nil {
+				break
+			}
+			var one Command
+			if len(e) == 0 || e[0] != tagReplaceV1 && e[0] != tagReplaceV2 {
+				d.fail("replaceMany holds an entry that is not a replace")
+				break
+			}
+			if err := Decode(e, &one); err != nil || one.Op != OpReplace || one.Replace == nil {
+				d.fail("replaceMany holds an entry that is not a replace")
+				break
+			}
+			rm.Replaces = append(rm.Replaces, *one.Replace)
+		}
+		*c = Command{Op: OpReplaceMany, ReplaceMany: rm}
 	default:
 		// A later version's entry read by an older broker.
 		return fmt.Errorf("meta: unknown binary command tag %#x", data[0])

@@ -1,6 +1,7 @@
 package meta
 
 import (
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -84,9 +85,14 @@ func randString(r *rand.Rand) string {
 	return string(b)
 }
 
-// randBinaryCommand returns a random commit or replace.
+// randBinaryCommand returns a random commit, replace, checkpoint or
+// replaceMany.
 func randBinaryCommand(r *rand.Rand) *Command {
-	switch r.IntN(3) {
+	switch r.IntN(4) {
+	case 3:
+		c := &ReplaceMany{}
+		randFill(r, reflect.ValueOf(c).Elem())
+		return &Command{Op: OpReplaceMany, ReplaceMany: c}
 	case 2:
 		c := &Checkpoint{}
 		randFill(r, reflect.ValueOf(c).Elem())
@@ -645,5 +651,95 @@ func TestCheckpointAppliesAsItsCommits(t *testing.T) {
 	}
 	if folded == 0 {
 		t.Fatal("no commit was checkpointed: the test proves nothing")
+	}
+}
+
+// TestReplaceManyAppliesAsItsReplaces: the random histories above, with
+// runs of consecutive replaces folded into one replaceMany each (as a
+// maintenance pass sends its merges), encoded and decoded as the log
+// would: each replace's refusal, or none, and the final state are those of
+// the replaces applied one by one.
+func TestReplaceManyAppliesAsItsReplaces(t *testing.T) {
+	t.Parallel()
+	var folded, refused int
+	for seed := uint64(1); seed <= 30; seed++ {
+		r := rand.New(rand.NewPCG(seed, seed*31))
+		s := NewState() // drives the generator, one command at a time
+		f := NewFSM()
+		var obj uint64
+		names := []string{"a", "b", "c"}
+		var run []Replace
+		var want []any
+		index := uint64(0)
+		flush := func() {
+			if len(run) == 0 {
+				return
+			}
+			index++
+			res := f.Apply(&raft.Log{Index: index, Data: mustEncode(t, &Command{Op: OpReplaceMany, ReplaceMany: &ReplaceMany{Replaces: run}})})
+			rm, ok := res.(*ReplaceManyResult)
+			if !ok || len(rm.Errs) != len(want) {
+				t.Fatalf("seed %d: replaceMany result %s", seed, show(res))
+			}
+			for i := range want {
+				wantErr, _ := want[i].(error)
+				if (rm.Errs[i] == nil) != (wantErr == nil) || rm.Errs[i] != nil && rm.Errs[i].Error() != wantErr.Error() {
+					t.Fatalf("seed %d: replace %d of a replaceMany: got %v, want %v", seed, i, rm.Errs[i], wantErr)
+				}
+				if wantErr != nil {
+					refused++
+				}
+			}
+			folded += len(run)
+			run, want = nil, nil
+		}
+		for step := 0; step < 400; step++ {
+			c := randomCommand(r, s, names, &obj)
+			res := s.Apply(c)
+			if c.Op == OpReplace && c.Replace != nil {
+				run = append(run, *c.Replace)
+				want = append(want, res)
+				if r.IntN(4) == 0 {
+					flush()
+				}
+				continue
+			}
+			flush()
+			index++
+			f.Apply(&raft.Log{Index: index, Data: mustEncode(t, c)})
+		}
+		flush()
+		if !reflect.DeepEqual(normalize(f.State()), normalize(s)) {
+			t.Fatalf("seed %d: replaceManys reached another state than their replaces", seed)
+		}
+	}
+	if folded == 0 || refused == 0 || refused == folded {
+		t.Fatalf("%d replaces folded, %d of them refused: the test proves nothing unless some apply and some are refused", folded, refused)
+	}
+	t.Logf("%d replaces folded, %d refused", folded, refused)
+}
+
+// TestReplaceManyHoldsOnlyReplaces: a replaceMany entry holding any other
+// entry (a commit, a nested replaceMany) is refused, not applied as
+// something else.
+func TestReplaceManyHoldsOnlyReplaces(t *testing.T) {
+	t.Parallel()
+	nested := mustEncode(t, &Command{Op: OpReplaceMany, ReplaceMany: &ReplaceMany{Replaces: []Replace{{Stream: 1}}}})
+	for name, inner := range map[string][]byte{
+		"commit":      mustEncode(t, &Command{Op: OpCommit, Commit: &Commit{Object: 1}}),
+		"replaceMany": nested,
+		"json":        []byte(`{"op":"replace","replace":{"stream":1}}`),
+		"empty":       nil,
+	} {
+		raw := binary.AppendUvarint([]byte{tagReplaceMany}, 1)
+		raw = binary.AppendUvarint(raw, uint64(len(inner)))
+		raw = append(raw, inner...)
+		var c Command
+		if err := Decode(raw, &c); err == nil {
+			t.Errorf("%s inside a replaceMany: decoded as %s", name, show(&c))
+		}
+	}
+	if got := decode(t, nested); len(got.ReplaceMany.Replaces) != 1 || got.ReplaceMany.Replaces[0].Stream != 1 {
+		t.Fatalf("a replaceMany of one replace decoded as %s", show(got))
 	}
 }

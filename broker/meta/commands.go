@@ -29,6 +29,7 @@ const (
 	OpCheckpoint     Op = "checkpoint"
 	OpTiered         Op = "tiered"
 	OpEvict          Op = "evict"
+	OpReplaceMany    Op = "replaceMany"
 )
 
 // Command is one entry of the metadata log: Op and the matching field.
@@ -53,6 +54,7 @@ type Command struct {
 	Checkpoint     *Checkpoint     `json:"checkpoint,omitempty"`
 	Tiered         *Tiered         `json:"tiered,omitempty"`
 	Evict          *Evict          `json:"evict,omitempty"`
+	ReplaceMany    *ReplaceMany    `json:"replaceMany,omitempty"`
 }
 
 // Create allocates one internal stream per partition and stores the entry
@@ -230,6 +232,20 @@ type Replace struct {
 	// Replicas names the members holding a durable copy of Object's file
 	// (see Commit.Replicas).
 	Replicas []string `json:"replicas,omitempty"`
+}
+
+// ReplaceMany applies its Replaces in one command, each exactly as the
+// command of that name would, in order; one refused (a trim raced its
+// merge) changes nothing for the others. A broker's maintenance pass sends
+// all its merges as one: the log holds one command a pass, not one a
+// merged stream (LevelReplaceMany).
+type ReplaceMany struct {
+	Replaces []Replace `json:"replaces"`
+}
+
+// ReplaceManyResult holds one error per Replace (nil: applied).
+type ReplaceManyResult struct {
+	Errs []error
 }
 
 // GroupOffset records Next as the offset Group reads next on Stream. Inside a

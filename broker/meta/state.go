@@ -184,8 +184,11 @@ const (
 	LevelEnsemble = 4
 	// LevelTier: OpTiered and OpEvict (segments in object storage).
 	LevelTier = 5
+	// LevelReplaceMany: OpReplaceMany (a maintenance pass's merges in one
+	// command).
+	LevelReplaceMany = 6
 	// Level is this build's.
-	Level = LevelTier
+	Level = LevelReplaceMany
 )
 
 // EffectiveLevel is m's level, a build from before levels counting as
