@@ -311,8 +311,8 @@ const openRetryFor = 3 * time.Second
 
 // applyOpen builds internal stream id's open (its recovery included) and
 // commits it, doing both again while the log answers METADATA_UNAVAILABLE
-// (no leader, or an outcome lost to a leader change) for up to
-// openRetryFor. Doing it again is safe whatever became of the first try,
+// (no leader, or an outcome lost to a leader change) or OFFSET_MISMATCH
+// (the end moved under the recovery) for up to openRetryFor. Doing it again is safe whatever became of the first try,
 // as a client's retry would: nothing was written under an open whose
 // answer never came, and the next one fences it with a later epoch.
 func (b *Broker) applyOpen(ctx context.Context, id uint64) (any, error) {
@@ -323,9 +323,16 @@ func (b *Broker) applyOpen(ctx context.Context, id uint64) (any, error) {
 		if err == nil {
 			res, err = b.apply(ctx, &meta.Command{Op: meta.OpOpen, Open: open})
 		}
-		if err == nil || !errors.Is(err, node.MetadataUnavailable) {
+		if err == nil || !errors.Is(err, node.MetadataUnavailable) && !errors.Is(err, node.OffsetMismatch) {
 			return res, err
 		}
+		// OFFSET_MISMATCH: the stream's end moved between the recovery's
+		// read of the state and the open's apply — the previous owner's
+		// checkpoint of the tail the recovery also found landed first
+		// (a hand-off in a rolling restart). The log did not raise the
+		// epoch (meta's open: the recovered appends before the refused
+		// one stand); built again from the state as it is now, the
+		// recovery adopts only what is past its end.
 		if mayErr := b.cfg.Ownership.MayOpen(id); mayErr != nil {
 			// No longer ours to open (a hand-off began meanwhile): that
 			// is the answer, one that says nothing was written.
@@ -334,7 +341,7 @@ func (b *Broker) applyOpen(ctx context.Context, id uint64) (any, error) {
 		if time.Now().Add(wait).After(give) {
 			return nil, err
 		}
-		b.cfg.Logger.Debug("open tried again after the metadata log could not commit it", "stream", id, "err", err)
+		b.cfg.Logger.Debug("open tried again", "stream", id, "err", err)
 		select {
 		case <-ctx.Done():
 			return nil, err
