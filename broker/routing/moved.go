@@ -17,13 +17,24 @@ import (
 // rather than hand the client a refusal for a move it planned.
 
 // slotLeft reports whether err, a refusal of a write served here, says
-// nothing was written and the slot is no longer served here.
+// nothing was written and the slot is no longer served here — or names a
+// state of the slot that is past: ownership's refusal (NOT_SLOT_OWNER)
+// always names the slot's state when it refused ("handing off", "not
+// held", ...), and one made while the slot was not served here, though it
+// is served here now (a hand-off called off, a restarted broker taking
+// its slot back), is stale. Sent again, the write finds where it is served
+// now, here included (for up to ownerWait).
 func (rt *Router) slotLeft(slot int, err error) bool {
-	if rt.cfg.Serving(slot) {
+	coded, ok := errs.As(err)
+	if !ok || !refusedForAMove(coded) {
 		return false
 	}
-	coded, ok := errs.As(err)
-	return ok && refusedForAMove(coded)
+	if rt.cfg.Serving(slot) {
+		reason, _ := errs.FieldOf(coded, "reason")
+		named, _ := reason.(string)
+		return coded.Name() == "NOT_SLOT_OWNER" && named != ""
+	}
+	return true
 }
 
 // refusedForAMove reports whether a refusal of a write says its owner no

@@ -230,7 +230,19 @@ func (x *retrying) RoundTrip(req *http.Request) (*http.Response, error) {
 			// The partition moved here meanwhile: serve it here.
 			if x.rt.cfg.Fresh != nil {
 				if err := x.rt.cfg.Fresh(req.Context(), x.id); err != nil {
-					return nil, err
+					if !x.rt.slotLeft(next.slot, err) || time.Now().After(giveUp) {
+						return nil, err
+					}
+					// Gone again before it opened here (or refused for a
+					// state that is past): nothing was written; the
+					// holder it came from is asked again, and the slot
+					// looked up again after its refusal.
+					select {
+					case <-req.Context().Done():
+						return nil, req.Context().Err()
+					case <-time.After(50 * time.Millisecond):
+					}
+					continue
 				}
 			}
 			x.rt.metrics.local.Inc()

@@ -801,6 +801,82 @@ func TestWriteReroutedWhenTheSlotLeftWhileServedHere(t *testing.T) {
 		}
 	}
 
+	// Routed to a by b's proxy, refused there for the move, and b's open
+	// of the slot it now serves refused once for a state that is past (the
+	// slot "not held" a moment before): b looks again instead of handing
+	// the client that refusal, and serves it.
+	{
+		w := newWorld(t)
+		w.set(2, "a")
+		ra, rb := w.routers["a"], w.routers["b"]
+		local := ra.cfg.Local
+		ra.cfg.Local = http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+			if r.Method == http.MethodPost {
+				w.set(2, "b")
+				frontend.WriteProblem(rw, r, slog.New(slog.DiscardHandler), ownershipRefusal.With("slot", 2, "reason", "handing off"), 503)
+				return
+			}
+			local.ServeHTTP(rw, r)
+		})
+		var opens atomic.Int32
+		rb.cfg.Fresh = func(context.Context, uint64) error {
+			if opens.Add(1) == 1 {
+				return ownershipRefusal.With("slot", 2, "reason", "not held")
+			}
+			return nil
+		}
+		resp, err := http.Post(w.servers["b"].URL+"/v1/log/one", "text/plain", strings.NewReader("payload"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || string(got) != "b" || opens.Load() < 2 {
+			t.Fatalf("b's open refused once for a past state: %d %q after %d opens at b, want b's answer", resp.StatusCode, got, opens.Load())
+		}
+	}
+
+	// Refused for a state of the slot that is past by the time the router
+	// looks — a hand-off called off, or a slot not held yet that a
+	// restarted broker has taken back — by the open (Fresh) or by the
+	// write: the slot is served here now, so the write is sent again, here,
+	// and served.
+	for _, reason := range []string{"handing off", "not held"} {
+		for _, where := range []string{"open", "write"} {
+			w := newWorld(t)
+			w.set(2, "a")
+			ra := w.routers["a"]
+			local := ra.cfg.Local
+			var refused atomic.Int32
+			refusal := ownershipRefusal.With("slot", 2, "reason", reason)
+			if where == "open" {
+				ra.cfg.Fresh = func(context.Context, uint64) error {
+					if refused.Add(1) == 1 {
+						return refusal
+					}
+					return nil
+				}
+			} else {
+				ra.cfg.Local = http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+					if r.Method == http.MethodPost && refused.Add(1) == 1 {
+						frontend.WriteProblem(rw, r, slog.New(slog.DiscardHandler), refusal, 503)
+						return
+					}
+					local.ServeHTTP(rw, r)
+				})
+			}
+			resp, err := http.Post(w.servers["a"].URL+"/v1/log/one", "text/plain", strings.NewReader("payload"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != 200 || string(got) != "a" || refused.Load() != 2 {
+				t.Fatalf("refused %q by the %s, the slot served here since: %d %q after %d tries at a, want a's answer on the second", reason, where, resp.StatusCode, got, refused.Load())
+			}
+		}
+	}
+
 	// The slot still served here, or a refusal that may have written: the
 	// client gets it.
 	for name, c := range map[string]struct {
