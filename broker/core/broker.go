@@ -303,7 +303,10 @@ func (b *Broker) backgroundBudget() int64 {
 // volume: the objects no other range references, each rounded up to whole
 // 4 KiB blocks — their files, or for those held in memory their frames in
 // the metadata log, which the next snapshot lets go without writing them.
-func (b *Broker) freedBy(old []meta.Range) int64 {
+// pending counts, by object, ranges that replaces not applied yet drop (a
+// pass's batch of merges): an object they free already is not counted
+// again, one they and old free together is.
+func (b *Broker) freedBy(old []meta.Range, pending map[uint64]int) int64 {
 	uses := map[uint64]int{}
 	for _, r := range old {
 		uses[r.Object]++
@@ -311,7 +314,7 @@ func (b *Broker) freedBy(old []meta.Range) int64 {
 	sizes := map[uint64]int64{}
 	b.fsm.View(func(s *meta.State) {
 		for id, n := range uses {
-			if o, ok := s.Objects[id]; ok && o.Refs <= n {
+			if o, ok := s.Objects[id]; ok && o.Refs > pending[id] && o.Refs <= pending[id]+n {
 				sizes[id] = o.Size
 			}
 		}

@@ -92,7 +92,7 @@ func (b *Broker) Compact(ctx context.Context, name string, partition int) (strea
 			writes += int64(len(rec.key) + len(rec.value) + 24)
 		}
 	}
-	if !b.background("compaction", writes, b.freedBy(old)) {
+	if !b.background("compaction", writes, b.freedBy(old, nil)) {
 		// Into the headroom a compaction must free what it writes; this
 		// one would not (its objects hold other streams' ranges too).
 		d := b.cfg.Disk

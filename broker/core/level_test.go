@@ -121,3 +121,78 @@ func TestMergesOfAPassAreOneCommand(t *testing.T) {
 		}
 	}
 }
+
+// TestMergeBatchSentHoweverThePassEnds: merges a pass wrote go in their
+// command even when the pass ended before it sent them (out of time, or
+// the broker stopping: the command gets a moment of its own), and a batch
+// begun while every member could apply replaceMany is sent one replace a
+// command if a member recorded an older build meanwhile (a rollback).
+func TestMergeBatchSentHoweverThePassEnds(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := openTest(t, t.TempDir(), func(c *Config) {
+		c.MergeMinRanges = 4
+		c.InlineBytes = -1
+		c.LogCommits = true
+	})
+	defer b.Close()
+	count := func(op meta.Op) float64 {
+		return testutil.ToFloat64(b.cfg.Metrics.MetadataCommands.WithLabelValues(string(op)))
+	}
+	ranges := func(name string) int {
+		e, _ := b.Get(name)
+		in, _ := b.fsm.Internal(e.Partitions[0])
+		return len(in.Ranges)
+	}
+	// batched merges a and b into a batch, unsent.
+	batched := func(names ...string) *mergeBatch {
+		batch := b.newMergeBatch()
+		if batch == nil {
+			t.Fatal("no batch: every member is at this build's level")
+		}
+		for _, name := range names {
+			if _, err := b.Get(name); err != nil {
+				mustCreate(t, b, name, node.CreateOptions{})
+			}
+			for range 6 {
+				if _, err := b.Append(ctx, name, recs(name), node.AppendOptions{Partition: -1}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			n, err := b.stream(name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			budget := int64(1 << 30)
+			if err := b.merge(ctx, n, mustGet(t, b, name).Partitions[0], &budget, batch); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if len(batch.replaces) != len(names) {
+			t.Fatalf("%d merges batched, want %d", len(batch.replaces), len(names))
+		}
+		return batch
+	}
+
+	batch := batched("a", "b")
+	if ranges("a") == 1 || ranges("b") == 1 {
+		t.Fatal("a batched merge applied before its batch was sent")
+	}
+	ended, cancel := context.WithCancel(ctx)
+	cancel()
+	many := count(meta.OpReplaceMany)
+	b.sendMerges(ended, batch)
+	if count(meta.OpReplaceMany)-many != 1 || ranges("a") != 1 || ranges("b") != 1 {
+		t.Fatalf("a batch sent after its pass ended: %v replaceMany commands, ranges a %d b %d; want 1, 1, 1", count(meta.OpReplaceMany)-many, ranges("a"), ranges("b"))
+	}
+
+	batch = batched("c", "d")
+	if _, err := b.RecordMember(ctx, Member{ID: "m-old", Node: "m-1", Level: meta.LevelTier}); err != nil {
+		t.Fatal(err)
+	}
+	many, one := count(meta.OpReplaceMany), count(meta.OpReplace)
+	b.sendMerges(ctx, batch)
+	if count(meta.OpReplaceMany) != many || count(meta.OpReplace)-one != 2 || ranges("c") != 1 || ranges("d") != 1 {
+		t.Fatalf("a batch sent after a member recorded level %d: %v replaceMany and %v replace commands; want 0 and 2, every merge applied", meta.LevelTier, count(meta.OpReplaceMany)-many, count(meta.OpReplace)-one)
+	}
+}

@@ -159,10 +159,16 @@ func (b *Broker) maintain(ctx context.Context) {
 	merges := b.newMergeBatch()
 	for _, o := range loaded {
 		for _, id := range o.streams {
-			if cutByStop(ctx) {
-				// The broker is stopping (maintainLoop): the pass ends
-				// here, and the merges it cut are no failures to report —
-				// one warning a stream was what a stop logged.
+			if ctx.Err() != nil {
+				// The broker is stopping (maintainLoop), or the pass is
+				// out of time: it ends here, and sends the merges
+				// written so far. A stop cuts no failure to report (one
+				// warning a stream was what a stop logged); running out
+				// of time is one.
+				if !cutByStop(ctx) {
+					b.cfg.Logger.Warn("maintenance pass out of time: retention and merges of the streams left wait for the next pass", "err", ctx.Err())
+				}
+				b.sendMerges(ctx, merges)
 				return
 			}
 			if b.cfg.Ownership.MayOpen(id) != nil {
@@ -175,6 +181,26 @@ func (b *Broker) maintain(ctx context.Context) {
 				b.cfg.Logger.Warn("merge failed", "name", o.n.name, "err", err)
 			}
 		}
+	}
+	b.sendMerges(ctx, merges)
+}
+
+// sendMerges sends the merges a pass batched. A pass that ended (out of
+// time, or the broker stopping) gives them a moment of their own, when a
+// leader is known — a cluster stopping as a whole may have no quorum left
+// to wait for —: their objects are written, and would otherwise wait as
+// orphans for OrphanGrace.
+func (b *Broker) sendMerges(ctx context.Context, merges *mergeBatch) {
+	if merges == nil || len(merges.replaces) == 0 {
+		return
+	}
+	if ctx.Err() != nil {
+		if _, leader := b.log.Leader(); leader == "" {
+			return
+		}
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+		defer cancel()
 	}
 	b.flushMerges(ctx, merges)
 }

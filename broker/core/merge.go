@@ -3,6 +3,7 @@ package core
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/picomq/picomq/broker/meta"
 )
@@ -50,6 +51,12 @@ func (b *Broker) merge(ctx context.Context, n *named, id uint64, budget *int64, 
 	// Cut the run into objects of at most SegmentBytes, frames of at most
 	// FrameBytes.
 	for len(run) > 0 {
+		if batch != nil && ctx.Err() != nil {
+			// Out of time, or stopping: an object written now would only
+			// wait for a command that cannot be sent (maintain sends
+			// what the batch holds).
+			return nil
+		}
 		var take []meta.Range
 		var size int64
 		limit := min(segmentBytes, *budget)
@@ -84,7 +91,7 @@ func (b *Broker) merge(ctx context.Context, n *named, id uint64, budget *int64, 
 		if len(cur) > 0 {
 			groups = append(groups, cur)
 		}
-		if !b.background("merge", size, b.freedBy(take)) {
+		if !b.background("merge", size, b.freedBy(take, batch.dropping())) {
 			return nil // put off until there is room
 		}
 		*budget -= size
@@ -94,8 +101,8 @@ func (b *Broker) merge(ctx context.Context, n *named, id uint64, budget *int64, 
 		}
 		c := replaceOf(id, take, obj, fresh)
 		if batch != nil {
-			batch.add(n.name, c)
-			if batch.full() {
+			batch.add(n.name, c, take)
+			if batch.due() {
 				b.flushMerges(ctx, batch)
 			}
 			continue
@@ -113,20 +120,32 @@ func (b *Broker) merge(ctx context.Context, n *named, id uint64, budget *int64, 
 // two thirds of what the metadata log carried under load. The pass sends
 // its merges as one OpReplaceMany instead — each replace applies or is
 // refused on its own, as it would alone — once every current member's
-// build can apply it (LevelReplaceMany; until then, one command each).
-// The objects written wait for the command a little longer, at most a
-// pass: an orphan is collected only after OrphanGrace, and a replace
-// refused in the batch leaves its object an orphan as one refused alone
-// did.
+// build can apply it (LevelReplaceMany, checked again when it is sent;
+// until then, one command each). A batch is sent when it names
+// maxMergeBatchRefs ranges, when it is maxMergeBatchAge old, and at the
+// end of the pass — its deadline or the broker's stop included (see
+// maintain): an object written waits for its command at most that long,
+// far below OrphanGrace, and a replace refused in the batch leaves its
+// object an orphan as one refused alone did.
 type mergeBatch struct {
 	replaces []meta.Replace
 	names    []string // the stream each replace is for, for the logs
 	refs     int      // ranges the replaces name, which size the command
+	since    time.Time
+	// drops counts, by object, the ranges the replaces drop: the disk
+	// check of the next merge counts an object they free as freed
+	// already (freedBy).
+	drops map[uint64]int
 }
 
-// maxMergeBatchRefs bounds the ranges one command replaces (a few bytes
-// each): 64 merges of MergeMinRanges (256) ranges, about 100 KiB.
-const maxMergeBatchRefs = 16384
+const (
+	// maxMergeBatchRefs bounds the ranges one command replaces (a few
+	// bytes each): 64 merges of MergeMinRanges (256) ranges, about
+	// 100 KiB.
+	maxMergeBatchRefs = 16384
+	// maxMergeBatchAge bounds how long a merge waits for its command.
+	maxMergeBatchAge = 2 * time.Second
+)
 
 // newMergeBatch returns a batch for a pass's merges, or nil when a
 // current member's build could not apply OpReplaceMany.
@@ -134,26 +153,58 @@ func (b *Broker) newMergeBatch() *mergeBatch {
 	if b.needLevel(meta.LevelReplaceMany, meta.OpReplaceMany) != nil {
 		return nil
 	}
-	return &mergeBatch{}
+	return &mergeBatch{drops: map[uint64]int{}}
 }
 
-func (m *mergeBatch) add(name string, c *meta.Replace) {
+// add puts c, the replace of the ranges old, in the batch.
+func (m *mergeBatch) add(name string, c *meta.Replace, old []meta.Range) {
+	if len(m.replaces) == 0 {
+		m.since = time.Now()
+	}
 	m.replaces = append(m.replaces, *c)
 	m.names = append(m.names, name)
 	m.refs += len(c.Old) + len(c.New)
+	for _, r := range old {
+		m.drops[r.Object]++
+	}
 }
 
-func (m *mergeBatch) full() bool { return m.refs >= maxMergeBatchRefs }
+// due reports whether the batch is to be sent now.
+func (m *mergeBatch) due() bool {
+	return m.refs >= maxMergeBatchRefs || len(m.replaces) > 0 && time.Since(m.since) >= maxMergeBatchAge
+}
+
+// dropping is the ranges the batch drops, by object (nil: no batch).
+func (m *mergeBatch) dropping() map[uint64]int {
+	if m == nil {
+		return nil
+	}
+	return m.drops
+}
 
 // flushMerges applies the batch's replaces in one command and empties it.
 // A replace refused, or the command failing, is logged as a failed merge
-// was: the next pass merges again.
+// was: the next pass merges again. A member that recorded a build without
+// OpReplaceMany since the batch began (a rollback under way) gets one
+// replace a command.
 func (b *Broker) flushMerges(ctx context.Context, m *mergeBatch) {
 	if m == nil || len(m.replaces) == 0 {
 		return
 	}
 	replaces, names := m.replaces, m.names
-	*m = mergeBatch{}
+	*m = mergeBatch{drops: map[uint64]int{}}
+	if b.needLevel(meta.LevelReplaceMany, meta.OpReplaceMany) != nil {
+		for i := range replaces {
+			if _, err := b.apply(ctx, &meta.Command{Op: meta.OpReplace, Replace: &replaces[i]}); err != nil {
+				if !cutByStop(ctx) {
+					b.cfg.Logger.Warn("merge failed", "name", names[i], "err", err)
+				}
+				continue
+			}
+			b.cfg.Metrics.MergedRanges.Add(float64(len(replaces[i].Old)))
+		}
+		return
+	}
 	res, err := b.apply(ctx, &meta.Command{Op: meta.OpReplaceMany, ReplaceMany: &meta.ReplaceMany{Replaces: replaces}})
 	if err != nil {
 		if !cutByStop(ctx) {

@@ -7,7 +7,8 @@ import (
 )
 
 // Merging and compaction both rewrite ranges of one partition into a new
-// object and swap them in with one Replace command; every record keeps its
+// object and swap them in with one Replace (a maintenance pass's merges
+// go together, as one ReplaceMany: merge.go); every record keeps its
 // offset. A rewrite that raced a trim is refused (RANGES_CHANGED) and its
 // object is collected as an orphan; the next pass tries again.
 
