@@ -28,6 +28,8 @@ type fakePeers struct {
 	down     map[string]bool
 	// gone are left out of the ensembles chosen (removed or draining).
 	gone map[string]bool
+	// onFence, when set, runs as each fence arrives, before it is made.
+	onFence func()
 }
 
 func newFakePeers(t *testing.T, self string, ids ...string) *fakePeers {
@@ -118,6 +120,12 @@ func (p *fakePeers) Append(ctx context.Context, member string, o journal.Object)
 }
 
 func (p *fakePeers) Fence(ctx context.Context, member string, stream uint64, epoch int64) ([]journal.Ref, error) {
+	p.mu.Lock()
+	hook := p.onFence
+	p.mu.Unlock()
+	if hook != nil {
+		hook()
+	}
 	j, err := p.reach(member)
 	if err != nil {
 		return nil, err
@@ -560,4 +568,49 @@ func TestReensembleMovesWhatAnEarlierProcessLeftOpen(t *testing.T) {
 	}
 	appendNumbered(t, b, "s", 4, 2)
 	checkNumbered(t, b, "s", 6)
+}
+
+// TestOpenBuiltAgainWhenTheEndMovedUnderItsRecovery: the appends a
+// reopen's recovery finds past the stream's end may be checkpointed by
+// their owner's previous process (a hand-off) between the recovery's read
+// of the state and the open's apply; the log refuses that open
+// (OFFSET_MISMATCH), and the opener builds it again from the state as it
+// is now, adopting nothing twice — it is not handed to the appends
+// waiting for the open (a rolling restart's planned move refused them).
+func TestOpenBuiltAgainWhenTheEndMovedUnderItsRecovery(t *testing.T) {
+	t.Parallel()
+	peers := newFakePeers(t, "m-0~test", "p1", "p2", "p3")
+	peers.setGone("p3", true) // the ensemble starts as m-0, p1, p2
+	b := openOnPeers(t, peers)
+	ctx := context.Background()
+	mustCreate(t, b, "s", node.CreateOptions{})
+	appendNumbered(t, b, "s", 0, 5)
+	checkpointed(t, b)
+	appendNumbered(t, b, "s", 5, 5) // acknowledged, in the tail only
+	id := mustGet(t, b, "s").Partitions[0]
+	// The tail's checkpoint is held back and lands while the reopen's
+	// recovery fences the ensemble, as a previous owner's late one does.
+	late := b.tail.take()
+	b.tail.drop(len(late))
+	var once sync.Once
+	peers.mu.Lock()
+	peers.onFence = func() {
+		once.Do(func() {
+			if err := b.applyCheckpoint(ctx, late); err != nil {
+				t.Errorf("the late checkpoint: %v", err)
+			}
+		})
+	}
+	peers.mu.Unlock()
+	peers.setGone("p3", false)
+	peers.setGone("p2", true)
+	if n, err := b.Reensemble(ctx, onlyGone("p2", Leaving)); err != nil || n != 1 {
+		t.Fatalf("reopened %d, %v; want the partition reopened", n, err)
+	}
+	in, _ := b.fsm.Internal(id)
+	if in.Epoch != 1 || in.End != 10 || !slices.Equal(in.Ensemble, []string{"m-0~test", "p1", "p3"}) {
+		t.Fatalf("after the reopen: epoch %d end %d ensemble %v; want 1, 10, the new ensemble", in.Epoch, in.End, in.Ensemble)
+	}
+	appendNumbered(t, b, "s", 10, 2)
+	checkNumbered(t, b, "s", 12)
 }

@@ -310,11 +310,14 @@ func (b *Broker) openPart(ctx context.Context, n *named, pt *part) error {
 const openRetryFor = 3 * time.Second
 
 // applyOpen builds internal stream id's open (its recovery included) and
-// commits it, doing both again while the log answers METADATA_UNAVAILABLE
-// (no leader, or an outcome lost to a leader change) or OFFSET_MISMATCH
-// (the end moved under the recovery) for up to openRetryFor. Doing it again is safe whatever became of the first try,
-// as a client's retry would: nothing was written under an open whose
-// answer never came, and the next one fences it with a later epoch.
+// commits it, doing both again for up to openRetryFor while the log
+// answers METADATA_UNAVAILABLE (no leader, or an outcome lost to a leader
+// change), or OFFSET_MISMATCH with the stream's end moved since the
+// recovery read it. Doing it again is safe whatever became of the first
+// try, as a client's retry would: the log raised no epoch for an open it
+// refused (the recovered appends before a refused one stand, and the next
+// recovery starts past them), and an open whose answer never came is
+// fenced by the next one's later epoch.
 func (b *Broker) applyOpen(ctx context.Context, id uint64) (any, error) {
 	give := time.Now().Add(openRetryFor)
 	for wait := 20 * time.Millisecond; ; wait = min(2*wait, 200*time.Millisecond) {
@@ -326,13 +329,17 @@ func (b *Broker) applyOpen(ctx context.Context, id uint64) (any, error) {
 		if err == nil || !errors.Is(err, node.MetadataUnavailable) && !errors.Is(err, node.OffsetMismatch) {
 			return res, err
 		}
-		// OFFSET_MISMATCH: the stream's end moved between the recovery's
-		// read of the state and the open's apply — the previous owner's
-		// checkpoint of the tail the recovery also found landed first
-		// (a hand-off in a rolling restart). The log did not raise the
-		// epoch (meta's open: the recovered appends before the refused
-		// one stand); built again from the state as it is now, the
-		// recovery adopts only what is past its end.
+		if errors.Is(err, node.OffsetMismatch) && !b.endMovedSince(id, open) {
+			// The copies the recovery adopted contradict the log: no
+			// second try would read otherwise.
+			b.cfg.Logger.Warn("open refused: the appends its recovery adopted do not continue the stream", "stream", id, "err", err)
+			return nil, err
+		}
+		// OFFSET_MISMATCH with the end moved: between the recovery's read
+		// of the state and the open's apply, the previous owner's
+		// checkpoint of the tail the recovery also found landed first (a
+		// hand-off in a rolling restart). Built again from the state as
+		// it is now, the recovery adopts only what is past its end.
 		if mayErr := b.cfg.Ownership.MayOpen(id); mayErr != nil {
 			// No longer ours to open (a hand-off began meanwhile): that
 			// is the answer, one that says nothing was written.
@@ -370,6 +377,22 @@ func (b *Broker) open(ctx context.Context, id uint64) (*meta.Internal, error) {
 		return nil, err
 	}
 	return r.Internal, nil
+}
+
+// endMovedSince reports whether internal stream id's end is no longer the
+// one open's recovery read: where its first recovered append starts.
+func (b *Broker) endMovedSince(id uint64, open *meta.Open) bool {
+	if open == nil || len(open.Recovered) == 0 || len(open.Recovered[0].Appends) == 0 {
+		return false
+	}
+	read := open.Recovered[0].Appends[0].First
+	moved := false
+	b.fsm.View(func(s *meta.State) {
+		if in, ok := s.Streams[id]; ok {
+			moved = in.End != read
+		}
+	})
+	return moved
 }
 
 // takeOpen returns the partitions this node opened that which selects,
