@@ -208,41 +208,44 @@ func (x *retrying) RoundTrip(req *http.Request) (*http.Response, error) {
 		// to the same holder again (a hand-off it gave up, a take it had
 		// not finished).
 		var next target
-		same := time.Now().Add(sameOwnerPause)
+	lookup:
 		for {
-			next, err = x.rt.targetOf(req.Context(), x.id)
-			if err == nil && (next != t || !time.Now().Before(same)) {
-				break
-			}
-			if time.Now().After(giveUp) {
-				if err == nil {
-					err = NoSlotOwner.With("slot", t.slot, "holder", t.member, "reason", "the holder refused or could not be reached, and no other took the slot")
+			same := time.Now().Add(sameOwnerPause)
+			for {
+				next, err = x.rt.targetOf(req.Context(), x.id)
+				if err == nil && (next != t || !time.Now().Before(same)) {
+					break
 				}
-				return nil, err
+				if time.Now().After(giveUp) {
+					if err == nil {
+						err = NoSlotOwner.With("slot", t.slot, "holder", t.member, "reason", "the holder refused or could not be reached, and no other took the slot")
+					}
+					return nil, err
+				}
+				select {
+				case <-req.Context().Done():
+					return nil, req.Context().Err()
+				case <-time.After(50 * time.Millisecond):
+				}
 			}
-			select {
-			case <-req.Context().Done():
-				return nil, req.Context().Err()
-			case <-time.After(50 * time.Millisecond):
+			if next.addr != "" {
+				break lookup
 			}
-		}
-		if next.addr == "" {
 			// The partition moved here meanwhile: serve it here.
 			if x.rt.cfg.Fresh != nil {
 				if err := x.rt.cfg.Fresh(req.Context(), x.id); err != nil {
 					if !x.rt.slotLeft(next.slot, err) || time.Now().After(giveUp) {
 						return nil, err
 					}
-					// Gone again before it opened here (or refused for a
-					// state that is past): nothing was written; the
-					// holder it came from is asked again, and the slot
-					// looked up again after its refusal.
+					// Refused for a state of the slot that is past, or
+					// gone again before it opened here: nothing was
+					// written; the slot is looked up again.
 					select {
 					case <-req.Context().Done():
 						return nil, req.Context().Err()
 					case <-time.After(50 * time.Millisecond):
 					}
-					continue
+					continue lookup
 				}
 			}
 			x.rt.metrics.local.Inc()
