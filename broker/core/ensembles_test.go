@@ -15,6 +15,7 @@ import (
 
 	"github.com/picomq/picomq/broker/diskio"
 	"github.com/picomq/picomq/broker/journal"
+	"github.com/picomq/picomq/broker/meta"
 	"github.com/picomq/picomq/broker/node"
 	"github.com/picomq/picomq/internal/testwait"
 )
@@ -613,4 +614,48 @@ func TestOpenBuiltAgainWhenTheEndMovedUnderItsRecovery(t *testing.T) {
 	}
 	appendNumbered(t, b, "s", 10, 2)
 	checkNumbered(t, b, "s", 12)
+}
+
+// TestOpenLostToAnotherOwnerIsTheSlotsRefusal: an open that another
+// owner's open beat to the log (STALE_EPOCH: refused before anything of it
+// applied), with the slot no longer this broker's, answers the Ownership's
+// refusal — the one a router sends to the slot's next owner — not the
+// stale epoch (a rolling restart's planned move refused an append so).
+func TestOpenLostToAnotherOwnerIsTheSlotsRefusal(t *testing.T) {
+	t.Parallel()
+	peers := newFakePeers(t, "m-0~test", "p1", "p2", "p3")
+	peers.setGone("p3", true)
+	own := &testOwnership{refuse: map[uint64]bool{}}
+	b := openMember(t, t.TempDir(), func(c *Config) { c.CheckpointInterval, c.Peers, c.Ownership = time.Hour, peers, own })
+	t.Cleanup(func() { b.Close() })
+	ctx := context.Background()
+	mustCreate(t, b, "s", node.CreateOptions{})
+	appendNumbered(t, b, "s", 0, 5)
+	id := mustGet(t, b, "s").Partitions[0]
+	var once sync.Once
+	peers.mu.Lock()
+	peers.onFence = func() {
+		once.Do(func() {
+			// The slot's next owner opens it first; this broker's
+			// Lease is gone.
+			own.mu.Lock()
+			own.refuse[id] = true
+			own.mu.Unlock()
+			in, _ := b.fsm.Internal(id)
+			expect := in.Epoch
+			if _, err := b.apply(ctx, &meta.Command{Op: meta.OpOpen, Open: &meta.Open{Stream: id, Owner: "m-9~next", Expect: &expect}}); err != nil {
+				t.Errorf("the other owner's open: %v", err)
+			}
+		})
+	}
+	peers.mu.Unlock()
+	peers.setGone("p3", false)
+	peers.setGone("p2", true)
+	_, err := b.Reensemble(ctx, onlyGone("p2", Leaving))
+	if !errors.Is(err, notOwner) {
+		t.Fatalf("an open another owner's beat to the log: %v, want the Ownership's refusal", err)
+	}
+	if in, _ := b.fsm.Internal(id); in.Owner != "m-9~next" || in.Epoch != 1 {
+		t.Fatalf("after the lost open: owner %s epoch %d, want m-9~next at 1", in.Owner, in.Epoch)
+	}
 }

@@ -364,6 +364,15 @@ func (b *Broker) open(ctx context.Context, id uint64) (*meta.Internal, error) {
 	}
 	res, err := b.applyOpen(ctx, id)
 	if err != nil {
+		if errors.Is(err, node.StaleEpoch) {
+			// Another owner's open came first (checked before anything
+			// of this one applies): the slot moved on, and the
+			// Ownership's refusal says so to a router, which sends the
+			// write to the slot's owner.
+			if mayErr := b.cfg.Ownership.MayOpen(id); mayErr != nil {
+				return nil, mayErr
+			}
+		}
 		return nil, err
 	}
 	r, ok := res.(*meta.OpenResult)
