@@ -485,6 +485,11 @@ func waitScaled(t *testing.T, n int, timeout time.Duration) {
 // under-replicated.
 func waitBalancedAndReplicated(t *testing.T, n int, timeout time.Duration) {
 	t.Helper()
+	defer func() {
+		if t.Failed() {
+			logRepairTrail(t)
+		}
+	}()
 	ctx := context.Background()
 	testwait.NoError(t, timeout, fmt.Sprintf("slots balanced over %d brokers, nothing under-replicated", n), func() error {
 		leases, err := env.k.CoordinationV1().Leases(stack.SampleNamespace).List(ctx, metav1.ListOptions{})
@@ -515,6 +520,31 @@ func waitBalancedAndReplicated(t *testing.T, n int, timeout time.Duration) {
 		}
 		return nil
 	})
+}
+
+// logRepairTrail logs, from every broker's log, the last lines about
+// repairs, members and ensembles: what a wait for "nothing
+// under-replicated" needs to be diagnosed from a CI run's output, where
+// the stack's logs are gone and the run's final dump shows only its last
+// warnings.
+func logRepairTrail(t *testing.T) {
+	logs, _ := filepath.Glob(filepath.Join(env.opts.StateDir, "agent", "logs", "*", "*", "broker.log"))
+	for _, path := range logs {
+		raw, err := os.ReadFile(path)
+		if err != nil {
+			continue
+		}
+		var trail []string
+		for _, line := range strings.Split(string(raw), "\n") {
+			if strings.Contains(line, "repair") || strings.Contains(line, "member") && !strings.Contains(line, "renewals failed") || strings.Contains(line, "ensemble") {
+				trail = append(trail, line)
+			}
+		}
+		if len(trail) > 25 {
+			trail = trail[len(trail)-25:]
+		}
+		t.Logf("%s: last lines about repairs, members and ensembles:\n%s", path, strings.Join(trail, "\n"))
+	}
 }
 
 // TestScaleUpAndDownUnderLoad takes the cluster from 3 to 5 brokers and
