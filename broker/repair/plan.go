@@ -76,11 +76,16 @@ type Summary struct {
 	// Stuck objects need a move no member can make now: no live holder
 	// (every copy is down or lost), or no member to copy to.
 	Stuck int
+	// StuckExamples are the first few stuck objects, for the logs.
+	StuckExamples []Object
 	// Held counts, per member, the objects whose replica set names it.
 	Held map[string]int
 	// HeldBytes is the size of those objects, per member.
 	HeldBytes map[string]int64
 }
+
+// maxStuckExamples bounds Summary.StuckExamples.
+const maxStuckExamples = 3
 
 // Plan returns the moves of one round, in object order, at most one per
 // object (each makes one copy: an object short of several copies gets
@@ -161,6 +166,9 @@ func Plan(in Input) ([]Move, Summary) {
 		}
 		if from == "" || to == "" {
 			sum.Stuck++
+			if len(sum.StuckExamples) < maxStuckExamples {
+				sum.StuckExamples = append(sum.StuckExamples, o)
+			}
 			continue
 		}
 		var next []string

@@ -3,6 +3,7 @@ package repair
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 	"time"
@@ -66,6 +67,7 @@ type Runner struct {
 	downSince map[string]time.Time
 	last      Summary
 	held      string // why the last round moved nothing ("" when it could)
+	stuck     int    // stuck objects as last logged
 }
 
 type metrics struct {
@@ -225,7 +227,20 @@ func (r *Runner) round(ctx context.Context) (Summary, int, error) {
 	r.m.stuck.Set(float64(sum.Stuck))
 	r.mu.Lock()
 	r.last = sum
+	stuckChanged := sum.Stuck != r.stuck
+	r.stuck = sum.Stuck
 	r.mu.Unlock()
+	if stuckChanged {
+		// Said when the count changes, not every round: an operator
+		// sees which objects wait for a member to come back, or for one
+		// to copy to, and with which replica sets.
+		if sum.Stuck > 0 {
+			r.cfg.Logger.Warn("repair stuck: objects need a copy no member can make now (no live holder, or no live member to copy to)",
+				"stuck", sum.Stuck, "examples", stuckExamples(sum.StuckExamples), "members", memberStates(members))
+		} else {
+			r.cfg.Logger.Info("repair no longer stuck")
+		}
+	}
 	if len(moves) > 0 {
 		r.cfg.Logger.Info("repair round", "moves", len(moves), "done", done, "failed", len(errs), "pending", sum.Pending, "stuck", sum.Stuck)
 	}
@@ -274,4 +289,33 @@ func (r *Runner) move(ctx context.Context, mv Move) error {
 		return err
 	}
 	return nil
+}
+
+// stuckExamples formats stuck objects for a log line: id and replica set.
+func stuckExamples(objs []Object) []string {
+	out := make([]string, 0, len(objs))
+	for _, o := range objs {
+		out = append(out, fmt.Sprintf("%d:%v", o.ID, o.Replicas))
+	}
+	return out
+}
+
+// memberStates formats members for a log line: id and what the round saw.
+func memberStates(members []Member) []string {
+	out := make([]string, 0, len(members))
+	for _, m := range members {
+		state := "down"
+		switch {
+		case m.Removed:
+			state = "removed"
+		case m.Leaving:
+			state = "leaving"
+		case m.Draining:
+			state = "draining"
+		case m.Live:
+			state = "live"
+		}
+		out = append(out, m.ID+"="+state)
+	}
+	return out
 }

@@ -3,12 +3,15 @@ package repair
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/picomq/picomq/broker/meta"
+	"github.com/picomq/picomq/internal/syncbuf"
 )
 
 // fakeCluster keeps objects as the log would: Commit is meta's replicas
@@ -143,5 +146,44 @@ func TestRunnerHeldWhileAMemberCannotCommit(t *testing.T) {
 	f.mu.Unlock()
 	if sum, err = r.Round(ctx); err != nil || sum.Pending != 0 || f.copied != 3 {
 		t.Fatalf("resumed: %+v %v, %d copies", sum, err, f.copied)
+	}
+}
+
+// TestRunnerSaysWhenStuck: objects no member can repair now (their only
+// live holder gone, nowhere to copy) are named in one warning, with their
+// replica sets and the members as the round saw them — not one a round —
+// and the end of it is said once too.
+func TestRunnerSaysWhenStuck(t *testing.T) {
+	st := meta.NewState()
+	f := &fakeCluster{state: st, copies: map[uint64][]string{}}
+	for id := uint64(1); id <= 4; id++ {
+		st.Objects[id] = &meta.Object{ID: id, Size: 10, Replicas: []string{"a", "b"}}
+		f.copies[id] = []string{"a", "b"}
+	}
+	// b removed for good, a live but no other member to copy to.
+	f.members = []Member{{ID: "a", Live: true}, {ID: "b", Removed: true}}
+	var logged syncbuf.Buffer
+	r := New(Config{Logger: slog.New(slog.NewTextHandler(&logged, nil))}, f)
+	ctx := context.Background()
+	for range 3 {
+		if sum, err := r.Round(ctx); err != nil || sum.Stuck != 4 {
+			t.Fatalf("nowhere to copy to: %+v %v, want 4 stuck", sum, err)
+		}
+	}
+	out := logged.String()
+	if n := strings.Count(out, "repair stuck"); n != 1 {
+		t.Fatalf("%d stuck warnings over 3 rounds, want 1:\n%s", n, out)
+	}
+	if !strings.Contains(out, "stuck=4") || !strings.Contains(out, "1:[a b]") || !strings.Contains(out, "b=removed") || strings.Contains(out, "4:[a b]") {
+		t.Fatalf("the warning should count 4, name the first %d with their sets and the members' states:\n%s", maxStuckExamples, out)
+	}
+	f.mu.Lock()
+	f.members = append(f.members, Member{ID: "c", Live: true})
+	f.mu.Unlock()
+	if sum, err := r.Round(ctx); err != nil || sum.Stuck != 0 || sum.Pending != 0 {
+		t.Fatalf("c joined: %+v %v, want all repaired", sum, err)
+	}
+	if out := logged.String(); !strings.Contains(out, "repair no longer stuck") {
+		t.Fatalf("the end of it not said:\n%s", out)
 	}
 }
