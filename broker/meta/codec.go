@@ -83,23 +83,9 @@ func Encode(c *Command) ([]byte, error) {
 	case c.Op == OpReplace && c.Replace != nil && *c == (Command{Op: OpReplace, Replace: c.Replace}):
 		return encodeReplace(c.Replace), nil
 	case c.Op == OpCheckpoint && c.Checkpoint != nil && *c == (Command{Op: OpCheckpoint, Checkpoint: c.Checkpoint}):
-		b := []byte{tagCheckpoint}
-		b = binary.AppendUvarint(b, uint64(len(c.Checkpoint.Commits)))
-		for i := range c.Checkpoint.Commits {
-			e := encodeCommit(&c.Checkpoint.Commits[i])
-			b = binary.AppendUvarint(b, uint64(len(e)))
-			b = append(b, e...)
-		}
-		return b, nil
+		return appendEntries(tagCheckpoint, len(c.Checkpoint.Commits), func(i int) []byte { return encodeCommit(&c.Checkpoint.Commits[i]) }), nil
 	case c.Op == OpReplaceMany && c.ReplaceMany != nil && *c == (Command{Op: OpReplaceMany, ReplaceMany: c.ReplaceMany}):
-		b := []byte{tagReplaceMany}
-		b = binary.AppendUvarint(b, uint64(len(c.ReplaceMany.Replaces)))
-		for i := range c.ReplaceMany.Replaces {
-			e := encodeReplace(&c.ReplaceMany.Replaces[i])
-			b = binary.AppendUvarint(b, uint64(len(e)))
-			b = append(b, e...)
-		}
-		return b, nil
+		return appendEntries(tagReplaceMany, len(c.ReplaceMany.Replaces), func(i int) []byte { return encodeReplace(&c.ReplaceMany.Replaces[i]) }), nil
 	}
 	return json.Marshal(c)
 }
@@ -131,46 +117,29 @@ func Decode(data []byte, c *Command) error {
 		}
 		*c = Command{Op: OpReplace, Replace: rp}
 	case tagCheckpoint:
-		n := d.uvarint()
-		if d.err == nil && n > uint64(len(d.b)) {
-			d.fail("checkpoint commit count past the entry")
-		}
 		cp := &Checkpoint{}
-		for i := uint64(0); i < n && d.err == nil; i++ {
-			e := d.bytes()
-			if d.err != nil {
-				break
-			}
+		d.entries("checkpoint", "a commit", func(e []byte) bool {
 			var one Command
 			if err := Decode(e, &one); err != nil || one.Op != OpCommit || one.Commit == nil {
-				d.fail("checkpoint holds an entry that is not a commit")
-				break
+				return false
 			}
 			cp.Commits = append(cp.Commits, *one.Commit)
-		}
+			return true
+		})
 		*c = Command{Op: OpCheckpoint, Checkpoint: cp}
 	case tagReplaceMany:
-		n := d.uvarint()
-		if d.err == nil && n > uint64(len(d.b)) {
-			d.fail("replaceMany replace count past the entry")
-		}
 		rm := &ReplaceMany{}
-		for i := uint64(0); i < n && d.err == nil; i++ {
-			e := d.bytes()
-			if d.err != nil {
-				break
-			}
+		d.entries("replaceMany", "a replace", func(e []byte) bool {
 			var one Command
 			if len(e) == 0 || e[0] != tagReplaceV1 && e[0] != tagReplaceV2 {
-				d.fail("replaceMany holds an entry that is not a replace")
-				break
+				return false // no nesting: only a replace's own entry
 			}
 			if err := Decode(e, &one); err != nil || one.Op != OpReplace || one.Replace == nil {
-				d.fail("replaceMany holds an entry that is not a replace")
-				break
+				return false
 			}
 			rm.Replaces = append(rm.Replaces, *one.Replace)
-		}
+			return true
+		})
 		*c = Command{Op: OpReplaceMany, ReplaceMany: rm}
 	default:
 		// A later version's entry read by an older broker.
@@ -254,6 +223,19 @@ func appendStrings(b []byte, ss []string) []byte {
 	b = binary.AppendUvarint(b, uint64(len(ss)))
 	for _, s := range ss {
 		b = appendString(b, s)
+	}
+	return b
+}
+
+// appendEntries is a command of n others, each written as its own entry
+// by entry: tag, then n, then each entry as a uvarint length and the bytes
+// (the checkpoint's commits, the replaceMany's replaces).
+func appendEntries(tag byte, n int, entry func(i int) []byte) []byte {
+	b := binary.AppendUvarint([]byte{tag}, uint64(n))
+	for i := range n {
+		e := entry(i)
+		b = binary.AppendUvarint(b, uint64(len(e)))
+		b = append(b, e...)
 	}
 	return b
 }
@@ -478,6 +460,26 @@ func (d *decoder) commit() *Commit {
 		}
 	}
 	return c
+}
+
+// entries reads what appendEntries wrote, handing each entry to add; one
+// add refuses fails the decoder ("<what> holds an entry that is not
+// <want>"), as does a count past the entry's bytes.
+func (d *decoder) entries(what, want string, add func(e []byte) bool) {
+	n := d.uvarint()
+	if d.err == nil && n > uint64(len(d.b)) {
+		d.fail(what + " entry count past the entry")
+	}
+	for i := uint64(0); i < n && d.err == nil; i++ {
+		e := d.bytes()
+		if d.err != nil {
+			return
+		}
+		if !add(e) {
+			d.fail(what + " holds an entry that is not " + want)
+			return
+		}
+	}
 }
 
 func (d *decoder) replace() *Replace {
