@@ -659,3 +659,53 @@ func TestOpenLostToAnotherOwnerIsTheSlotsRefusal(t *testing.T) {
 		t.Fatalf("after the lost open: owner %s epoch %d, want m-9~next at 1", in.Owner, in.Epoch)
 	}
 }
+
+// TestOpenBuiltAgainWhenAnotherOwnersOpenCameFirst: an open refused
+// STALE_EPOCH because another owner's open landed between its read and
+// its apply — while the slot is still this broker's (a slot handed off and
+// back in a rolling restart, the other holder's open still in flight when
+// it let go) — is built again at the epoch now current, fencing that open,
+// instead of answering the writes STALE_EPOCH (the rolling-restart trial
+// saw one refused so).
+func TestOpenBuiltAgainWhenAnotherOwnersOpenCameFirst(t *testing.T) {
+	t.Parallel()
+	peers := newFakePeers(t, "m-0~test", "p1", "p2", "p3")
+	peers.setGone("p3", true)
+	own := &testOwnership{refuse: map[uint64]bool{}}
+	b := openMember(t, t.TempDir(), func(c *Config) { c.CheckpointInterval, c.Peers, c.Ownership = time.Hour, peers, own })
+	t.Cleanup(func() { b.Close() })
+	ctx := context.Background()
+	mustCreate(t, b, "s", node.CreateOptions{})
+	appendNumbered(t, b, "s", 0, 5)
+	id := mustGet(t, b, "s").Partitions[0]
+	var once sync.Once
+	var other int64 // the epoch the other owner's open made
+	peers.mu.Lock()
+	peers.onFence = func() {
+		once.Do(func() {
+			// Another broker's open, sent while it still held the slot,
+			// lands now; the slot stays this broker's.
+			in, _ := b.fsm.Internal(id)
+			expect := in.Epoch
+			if _, err := b.apply(ctx, &meta.Command{Op: meta.OpOpen, Open: &meta.Open{Stream: id, Owner: "m-9~before", Expect: &expect}}); err != nil {
+				t.Errorf("the other owner's open: %v", err)
+			}
+			other = expect + 1
+		})
+	}
+	peers.mu.Unlock()
+	peers.setGone("p3", false)
+	peers.setGone("p2", true)
+	if _, err := b.Reensemble(ctx, onlyGone("p2", Leaving)); err != nil {
+		t.Fatalf("a reopen whose epoch another owner's open took first: %v, want it built again", err)
+	}
+	if other == 0 {
+		t.Fatal("the other owner's open never ran: the reopen fenced nothing")
+	}
+	in, _ := b.fsm.Internal(id)
+	if in.Owner != "m-0~test" || in.Epoch != other+1 {
+		t.Fatalf("after the reopen: owner %s epoch %d, want m-0~test at %d (past the other owner's)", in.Owner, in.Epoch, other+1)
+	}
+	appendNumbered(t, b, "s", 5, 3)
+	checkNumbered(t, b, "s", 8)
+}

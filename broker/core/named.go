@@ -312,8 +312,9 @@ const openRetryFor = 3 * time.Second
 // applyOpen builds internal stream id's open (its recovery included) and
 // commits it, doing both again for up to openRetryFor while the log
 // answers METADATA_UNAVAILABLE (no leader, or an outcome lost to a leader
-// change), or OFFSET_MISMATCH with the stream's end moved since the
-// recovery read it. Doing it again is safe whatever became of the first
+// change), OFFSET_MISMATCH with the stream's end moved since the recovery
+// read it, or STALE_EPOCH for the epoch the open expected (another
+// owner's open came first) while the slot is still this broker's. Doing it again is safe whatever became of the first
 // try, as a client's retry would: the log raised no epoch for an open it
 // refused (the recovered appends before a refused one stand, and the next
 // recovery starts past them), and an open whose answer never came is
@@ -326,7 +327,15 @@ func (b *Broker) applyOpen(ctx context.Context, id uint64) (any, error) {
 		if err == nil {
 			res, err = b.apply(ctx, &meta.Command{Op: meta.OpOpen, Open: open})
 		}
-		if err == nil || !errors.Is(err, node.MetadataUnavailable) && !errors.Is(err, node.OffsetMismatch) {
+		// STALE_EPOCH with an Expect: another owner's open landed between
+		// this one's read and its apply, nothing of this one applied.
+		// While the slot is still this broker's (below) — a holder that
+		// handed the slot off and back in a rolling restart, whose open
+		// was still in flight when it let go —, this open is built again
+		// at the epoch now current: it fences and recovers that open, as
+		// any takeover does.
+		restale := errors.Is(err, node.StaleEpoch) && open != nil && open.Expect != nil
+		if err == nil || !errors.Is(err, node.MetadataUnavailable) && !errors.Is(err, node.OffsetMismatch) && !restale {
 			return res, err
 		}
 		if errors.Is(err, node.OffsetMismatch) && !b.endMovedSince(id, open) {
@@ -348,7 +357,11 @@ func (b *Broker) applyOpen(ctx context.Context, id uint64) (any, error) {
 		if time.Now().Add(wait).After(give) {
 			return nil, err
 		}
-		b.cfg.Logger.Debug("open tried again", "stream", id, "err", err)
+		if restale {
+			b.cfg.Logger.Info("open built again: another owner's open came first while the slot is this broker's", "stream", id, "err", err)
+		} else {
+			b.cfg.Logger.Debug("open tried again", "stream", id, "err", err)
+		}
 		select {
 		case <-ctx.Done():
 			return nil, err
