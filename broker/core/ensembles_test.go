@@ -31,6 +31,33 @@ type fakePeers struct {
 	gone map[string]bool
 	// onFence, when set, runs as each fence arrives, before it is made.
 	onFence func()
+	// gate, when set for a member, holds each object sent to it until
+	// closed (a member restarting: its journal takes the object later).
+	gate map[string]chan struct{}
+	held int // objects waiting at a gate
+}
+
+// hold makes objects sent to id wait until the returned release.
+func (p *fakePeers) hold(id string) (release func()) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.gate == nil {
+		p.gate = map[string]chan struct{}{}
+	}
+	g := make(chan struct{})
+	p.gate[id] = g
+	return sync.OnceFunc(func() {
+		p.mu.Lock()
+		delete(p.gate, id)
+		p.mu.Unlock()
+		close(g)
+	})
+}
+
+func (p *fakePeers) heldObjects() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.held
 }
 
 func newFakePeers(t *testing.T, self string, ids ...string) *fakePeers {
@@ -113,6 +140,18 @@ func (p *fakePeers) Ensemble() ([]string, error) {
 }
 
 func (p *fakePeers) Append(ctx context.Context, member string, o journal.Object) error {
+	p.mu.Lock()
+	g := p.gate[member]
+	if g != nil {
+		p.held++
+	}
+	p.mu.Unlock()
+	if g != nil {
+		<-g
+		p.mu.Lock()
+		p.held--
+		p.mu.Unlock()
+	}
 	j, err := p.reach(member)
 	if err != nil {
 		return err
@@ -708,4 +747,85 @@ func TestOpenBuiltAgainWhenAnotherOwnersOpenCameFirst(t *testing.T) {
 	}
 	appendNumbered(t, b, "s", 5, 3)
 	checkNumbered(t, b, "s", 8)
+}
+
+// TestOpenWaitsForTheAppendsOfTheEpochItEnds: while a reopen (an ensemble
+// change) waits for a partition's appends in flight — one member of a
+// two-member ensemble is slow to take their object, as a member
+// restarting is —, an append arriving meanwhile waits for the reopen; it
+// never opens the partition itself, whose recovery would fence the slow
+// member and answer the appends in flight APPEND_OUTCOME_UNKNOWN although
+// their object reaches its quorum a moment later (the rolling-restart
+// trial saw four answered so).
+func TestOpenWaitsForTheAppendsOfTheEpochItEnds(t *testing.T) {
+	t.Parallel()
+	peers := newFakePeers(t, "m-0~test", "p1", "p2")
+	peers.setGone("p2", true) // the ensemble: m-0 and p1, both needed
+	b := openMember(t, t.TempDir(), func(c *Config) { c.CheckpointInterval, c.Peers = time.Hour, peers })
+	t.Cleanup(func() { b.Close() })
+	ctx := context.Background()
+	mustCreate(t, b, "s", node.CreateOptions{})
+	appendNumbered(t, b, "s", 0, 3)
+	n, err := b.stream("s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pt := n.parts[0]
+	fenced := make(chan struct{}, 16)
+	peers.mu.Lock()
+	peers.onFence = func() { fenced <- struct{}{} }
+	peers.mu.Unlock()
+
+	release := peers.hold("p1")
+	defer release()
+	first := make(chan error, 1)
+	go func() {
+		_, err := b.Append(ctx, "s", recs("rec-3"), node.AppendOptions{Partition: -1})
+		first <- err
+	}()
+	testwait.Until(t, 10*time.Second, "the append held at p1", func() bool { return peers.heldObjects() == 1 })
+
+	// p1 leaves: the partition moves to m-0 and p2 once its append in
+	// flight is answered.
+	peers.setGone("p1", true)
+	peers.setGone("p2", false)
+	moved := make(chan error, 1)
+	go func() {
+		_, err := b.Reensemble(ctx, onlyGone("p1", Leaving))
+		moved <- err
+	}()
+	testwait.Until(t, 10*time.Second, "the partition out of service", func() bool {
+		n.mu.Lock()
+		defer n.mu.Unlock()
+		return !pt.opened && n.releasing == 1
+	})
+	second := make(chan error, 1)
+	go func() {
+		_, err := b.Append(ctx, "s", recs("rec-4"), node.AppendOptions{Partition: -1})
+		second <- err
+	}()
+	// The second append either waits for the answer of the first (two
+	// waiting) or, as it did, opens the partition and fences p1.
+	testwait.Until(t, 10*time.Second, "the second append waiting, or a fence", func() bool {
+		if len(fenced) > 0 {
+			return true
+		}
+		n.mu.Lock()
+		defer n.mu.Unlock()
+		return n.releasing == 2
+	})
+	release()
+	if err := <-first; err != nil {
+		t.Fatalf("the append in flight when the partition moved: %v, want it acknowledged once p1 took its object", err)
+	}
+	if err := <-moved; err != nil {
+		t.Fatalf("Reensemble: %v", err)
+	}
+	if err := <-second; err != nil {
+		t.Fatalf("the append that came while it moved: %v", err)
+	}
+	checkNumbered(t, b, "s", 5)
+	if in, _ := b.fsm.Internal(pt.id); !slices.Equal(in.Ensemble, []string{"m-0~test", "p2"}) {
+		t.Fatalf("ensemble %v after the move, want [m-0~test p2]", in.Ensemble)
+	}
 }

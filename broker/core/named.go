@@ -274,7 +274,20 @@ func (b *Broker) openPart(ctx context.Context, n *named, pt *part) error {
 	pt.opening = a
 	n.mu.Unlock()
 
-	in, err := b.open(ctx, pt.id)
+	// The appends still in flight at the epoch this open ends finish
+	// first, as Release and Reensemble let them (awaitAnswered): the
+	// open's recovery fences their ensemble, which would answer them
+	// APPEND_OUTCOME_UNKNOWN although their objects may reach a quorum a
+	// moment later — a member restarting in a rolling restart, whose
+	// journal takes the object when it is back. (The rolling-restart
+	// trial saw an append arriving while Reensemble waited for them open
+	// the partition itself, and fence them.) New appends cannot join
+	// them meanwhile: they wait for this open.
+	err := n.awaitAnswered(ctx, []meta.Close{{Stream: pt.id}})
+	var in *meta.Internal
+	if err == nil {
+		in, err = b.open(ctx, pt.id)
+	}
 	n.mu.Lock()
 	pt.opening = nil
 	a.err = err
