@@ -443,6 +443,20 @@ func (c *Cluster) Leave(ctx context.Context) {
 	if n := len(c.owners.Held()); n > 0 {
 		c.log.Warn("slots still held when stopping: they expire for the others to take", "slots", n)
 	}
+	// Another owner's partition on an ensemble of two naming this member
+	// (opened while a third was away: the last broker of a rolling
+	// restart) would stall until this one is back; its owner moves it
+	// off this member, seen draining, within reensembleEvery.
+	self := c.member.Identity().ID()
+	for c.broker().EnsemblesNeeding(self) > 0 && ctx.Err() == nil && hasLeader() {
+		select {
+		case <-ctx.Done():
+		case <-t.C:
+		}
+	}
+	if n := c.broker().EnsemblesNeeding(self); n > 0 {
+		c.log.Warn("stopping while other owners' partitions need this member for their write quorum: their appends wait until it is back, or until their owner moves them", "partitions", n)
+	}
 	if l := c.broker().Log(); l.IsLeader() {
 		if err := l.TransferLeadership(ctx, ""); err != nil {
 			c.log.Warn("handing the metadata log's leadership over failed", "err", err)

@@ -739,6 +739,25 @@ func (b *Broker) EnsemblesNaming(member string) int {
 	return n
 }
 
+// EnsemblesNeeding counts the open partitions, owned by another member,
+// whose recorded ensemble cannot reach its write quorum without member:
+// an ensemble of two opened while a third member was away. A member
+// stopping for a restart waits for their owners to move them (Reensemble
+// sees it draining), or their appends would stall while it is away and
+// those in flight be answered APPEND_OUTCOME_UNKNOWN.
+func (b *Broker) EnsemblesNeeding(member string) int {
+	n := 0
+	b.fsm.View(func(s *meta.State) {
+		for _, in := range s.Streams {
+			if in.Open && in.Owner != member && slices.Contains(in.Ensemble, member) &&
+				len(in.Ensemble)-1 < ensemble.WriteQuorum(len(in.Ensemble)) {
+				n++
+			}
+		}
+	})
+	return n
+}
+
 // loneTail refuses a lone broker's directory opened as a cluster member
 // never recorded before (ClusterConfig.Number 0): such a member's first
 // start finds an empty journal, so one that holds objects is a lone

@@ -829,3 +829,36 @@ func TestOpenWaitsForTheAppendsOfTheEpochItEnds(t *testing.T) {
 		t.Fatalf("ensemble %v after the move, want [m-0~test p2]", in.Ensemble)
 	}
 }
+
+// TestEnsemblesNeedingCountsTwoMemberEnsembles: a member stopping waits
+// for the open partitions whose ensemble cannot reach its write quorum
+// without it — two members, one of them it — and for no other: a
+// three-member ensemble still has its quorum while one is away, and an
+// owner is never waited for (its own partitions are handed off).
+func TestEnsemblesNeedingCountsTwoMemberEnsembles(t *testing.T) {
+	t.Parallel()
+	peers := newFakePeers(t, "m-0~test", "p1", "p2")
+	b := openMember(t, t.TempDir(), func(c *Config) { c.CheckpointInterval, c.Peers = time.Hour, peers })
+	t.Cleanup(func() { b.Close() })
+	ctx := context.Background()
+	mustCreate(t, b, "three", node.CreateOptions{})
+	appendNumbered(t, b, "three", 0, 2) // opened on m-0, p1, p2
+	peers.setGone("p2", true)
+	mustCreate(t, b, "two", node.CreateOptions{})
+	appendNumbered(t, b, "two", 0, 2) // opened on m-0, p1
+	for member, want := range map[string]int{"p1": 1, "p2": 0, "m-0~test": 0} {
+		if n := b.EnsemblesNeeding(member); n != want {
+			t.Errorf("EnsemblesNeeding(%s) = %d, want %d", member, n, want)
+		}
+	}
+	// p1 stops: its owner moves the two-member partition to m-0 and p2.
+	peers.setGone("p2", false)
+	peers.setGone("p1", true)
+	if _, err := b.Reensemble(ctx, onlyGone("p1", Leaving)); err != nil {
+		t.Fatal(err)
+	}
+	if n := b.EnsemblesNeeding("p1"); n != 0 {
+		t.Fatalf("after the move %d partitions still need p1", n)
+	}
+	checkNumbered(t, b, "two", 2)
+}
