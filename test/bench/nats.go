@@ -195,6 +195,8 @@ type natsResult struct {
 	cpuOK      bool
 	replicas   int    // from the stream's configuration, after the run
 	storage    string // idem
+	errs       int64  // refused or unanswered publishes (natsload)
+	firstErr   string
 }
 
 // natsArgs is the nats bench command line.
