@@ -425,7 +425,9 @@ func (c *Cluster) NodeInfo(info *wire.NodeInfo) {
 func (c *Cluster) Leave(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, leaveTimeout)
 	defer cancel()
+	draining := true
 	if err := c.owners.SetDraining(ctx, true); err != nil {
+		draining = false // the other owners never see it: they move nothing off it
 		c.log.Warn("handing the slots off before stopping failed; they expire instead", "err", err)
 	}
 	t := time.NewTicker(50 * time.Millisecond)
@@ -446,14 +448,18 @@ func (c *Cluster) Leave(ctx context.Context) {
 	// Another owner's partition on an ensemble of two naming this member
 	// (opened while a third was away: the last broker of a rolling
 	// restart) would stall until this one is back; its owner moves it
-	// off this member, seen draining, within reensembleEvery.
+	// off this member, seen draining, within reensembleEvery. The wait
+	// leaves the leadership's hand-over below time of its own.
 	self := c.member.Identity().ID()
-	for c.broker().EnsemblesNeeding(self) > 0 && ctx.Err() == nil && hasLeader() {
+	dl, _ := ctx.Deadline() // leaveTimeout's
+	wctx, wcancel := context.WithDeadline(ctx, dl.Add(-leaderHandOver))
+	for draining && c.broker().EnsemblesNeeding(self) > 0 && wctx.Err() == nil && hasLeader() {
 		select {
-		case <-ctx.Done():
+		case <-wctx.Done():
 		case <-t.C:
 		}
 	}
+	wcancel()
 	if n := c.broker().EnsemblesNeeding(self); n > 0 {
 		c.log.Warn("stopping while other owners' partitions need this member for their write quorum: their appends wait until it is back, or until their owner moves them", "partitions", n)
 	}
@@ -464,8 +470,12 @@ func (c *Cluster) Leave(ctx context.Context) {
 	}
 }
 
-// leaveTimeout bounds the hand-over a stopping broker makes.
-const leaveTimeout = 8 * time.Second
+// leaveTimeout bounds the hand-over a stopping broker makes; the last
+// leaderHandOver of it is kept for the metadata log's leadership.
+const (
+	leaveTimeout   = 8 * time.Second
+	leaderHandOver = 2 * time.Second
+)
 
 // SetRestart gives the cluster the way to stop the broker so that it
 // starts again (a drain cancelled after its removal, a recovery).

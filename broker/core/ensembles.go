@@ -45,7 +45,11 @@ import (
 //      with those appends (meta.Open.Expect, Recovered). Everything before
 //      the new epoch is then in the state, so only the last open's
 //      ensemble is ever read — never an older one's. Two openers both
-//      fence; one commits, the other is refused STALE_EPOCH.
+//      fence; one commits, the other is refused STALE_EPOCH — and builds
+//      its open again at the epoch now current if the slot is still its
+//      own (the other's open was sent before a hand-off back; named.go
+//      applyOpen). An open first lets the appends in flight at the epoch
+//      it ends be answered (openPart): its fence would make them unknown.
 //  13. A member holds its peers' objects in its journal until the state
 //      says what they are: one a checkpoint names among its replicas is
 //      written to a file of its own (then served as any replica is); one

@@ -761,7 +761,8 @@ func TestOpenWaitsForTheAppendsOfTheEpochItEnds(t *testing.T) {
 	t.Parallel()
 	peers := newFakePeers(t, "m-0~test", "p1", "p2")
 	peers.setGone("p2", true) // the ensemble: m-0 and p1, both needed
-	b := openMember(t, t.TempDir(), func(c *Config) { c.CheckpointInterval, c.Peers = time.Hour, peers })
+	// The held object waits for p1, not for the ack timeout.
+	b := openMember(t, t.TempDir(), func(c *Config) { c.CheckpointInterval, c.Peers, c.AckTimeout = time.Hour, peers, time.Minute })
 	t.Cleanup(func() { b.Close() })
 	ctx := context.Background()
 	mustCreate(t, b, "s", node.CreateOptions{})
@@ -815,13 +816,23 @@ func TestOpenWaitsForTheAppendsOfTheEpochItEnds(t *testing.T) {
 		return n.releasing == 2
 	})
 	release()
-	if err := <-first; err != nil {
+	answer := func(what string, ch <-chan error) error {
+		t.Helper()
+		select {
+		case err := <-ch:
+			return err
+		case <-time.After(30 * time.Second):
+			t.Fatalf("%s: no answer in 30 s", what)
+			return nil
+		}
+	}
+	if err := answer("the append in flight", first); err != nil {
 		t.Fatalf("the append in flight when the partition moved: %v, want it acknowledged once p1 took its object", err)
 	}
-	if err := <-moved; err != nil {
+	if err := answer("Reensemble", moved); err != nil {
 		t.Fatalf("Reensemble: %v", err)
 	}
-	if err := <-second; err != nil {
+	if err := answer("the append that came while it moved", second); err != nil {
 		t.Fatalf("the append that came while it moved: %v", err)
 	}
 	checkNumbered(t, b, "s", 5)
@@ -861,4 +872,54 @@ func TestEnsemblesNeedingCountsTwoMemberEnsembles(t *testing.T) {
 		t.Fatalf("after the move %d partitions still need p1", n)
 	}
 	checkNumbered(t, b, "two", 2)
+}
+
+// TestOpenRefusedAtOnceWhenTheSlotLeft: an append to a partition this
+// broker no longer may open gets the Ownership's refusal at once — it does
+// not wait for the appends still in flight at the old epoch (which wait
+// for a slow member, here until released) as an open would.
+func TestOpenRefusedAtOnceWhenTheSlotLeft(t *testing.T) {
+	t.Parallel()
+	peers := newFakePeers(t, "m-0~test", "p1", "p2")
+	peers.setGone("p2", true)
+	own := &testOwnership{refuse: map[uint64]bool{}}
+	b := openMember(t, t.TempDir(), func(c *Config) {
+		c.CheckpointInterval, c.Peers, c.Ownership, c.AckTimeout = time.Hour, peers, own, time.Minute
+	})
+	t.Cleanup(func() { b.Close() })
+	ctx := context.Background()
+	mustCreate(t, b, "s", node.CreateOptions{})
+	appendNumbered(t, b, "s", 0, 2)
+	id := mustGet(t, b, "s").Partitions[0]
+	release := peers.hold("p1")
+	defer release()
+	first := make(chan error, 1)
+	go func() {
+		_, err := b.Append(ctx, "s", recs("rec-2"), node.AppendOptions{Partition: -1})
+		first <- err
+	}()
+	testwait.Until(t, 10*time.Second, "the append held at p1", func() bool { return peers.heldObjects() == 1 })
+	// The slot is lost: writing stops at once.
+	own.mu.Lock()
+	own.refuse[id] = true
+	own.mu.Unlock()
+	b.Revoke(func(x uint64) bool { return x == id })
+	second := make(chan error, 1)
+	go func() {
+		_, err := b.Append(ctx, "s", recs("rec-3"), node.AppendOptions{Partition: -1})
+		second <- err
+	}()
+	select {
+	case err := <-second:
+		if !errors.Is(err, notOwner) {
+			t.Fatalf("an append after the slot left: %v, want the Ownership's refusal", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("an append after the slot left waited for the appends in flight at the old epoch")
+	}
+	if peers.heldObjects() != 1 {
+		t.Fatal("the first append is no longer held: the test proved nothing")
+	}
+	release()
+	<-first // answered however its epoch's end made it; only the wait is under test
 }

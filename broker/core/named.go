@@ -282,8 +282,15 @@ func (b *Broker) openPart(ctx context.Context, n *named, pt *part) error {
 	// journal takes the object when it is back. (The rolling-restart
 	// trial saw an append arriving while Reensemble waited for them open
 	// the partition itself, and fence them.) New appends cannot join
-	// them meanwhile: they wait for this open.
-	err := n.awaitAnswered(ctx, []meta.Close{{Stream: pt.id}})
+	// them meanwhile: they wait for this open. Ownership is asked first:
+	// a slot that left answers its refusal at once, not after them. A
+	// lone broker's open fences nothing, and does not wait.
+	var err error
+	if b.cfg.Cluster != nil {
+		if err = b.cfg.Ownership.MayOpen(pt.id); err == nil {
+			err = n.awaitAnswered(ctx, []meta.Close{{Stream: pt.id}})
+		}
+	}
 	var in *meta.Internal
 	if err == nil {
 		in, err = b.open(ctx, pt.id)
