@@ -334,11 +334,12 @@ const openRetryFor = 3 * time.Second
 // answers METADATA_UNAVAILABLE (no leader, or an outcome lost to a leader
 // change), OFFSET_MISMATCH with the stream's end moved since the recovery
 // read it, or STALE_EPOCH for the epoch the open expected (another
-// owner's open came first) while the slot is still this broker's. Doing it again is safe whatever became of the first
-// try, as a client's retry would: the log raised no epoch for an open it
-// refused (the recovered appends before a refused one stand, and the next
-// recovery starts past them), and an open whose answer never came is
-// fenced by the next one's later epoch.
+// owner's open came first) while the slot is still this broker's. Doing
+// it again is safe whatever became of the first try, as a client's retry
+// would: the log raised no epoch for an open it refused (the recovered
+// appends before a refused one stand, and the next recovery starts past
+// them), and an open whose answer never came is fenced by the next one's
+// later epoch.
 func (b *Broker) applyOpen(ctx context.Context, id uint64) (any, error) {
 	give := time.Now().Add(openRetryFor)
 	for wait := 20 * time.Millisecond; ; wait = min(2*wait, 200*time.Millisecond) {
