@@ -432,16 +432,19 @@ func (c *Cluster) Leave(ctx context.Context) {
 	}
 	t := time.NewTicker(50 * time.Millisecond)
 	defer t.Stop()
-	// A hand-off closes streams through the log: without a leader (the
-	// whole cluster stopping) it cannot, and waiting would only delay the
-	// stop.
+	// What is waited for here is done by the others through the log:
+	// without a leader (the whole cluster stopping) it cannot be, and
+	// waiting would only delay the stop.
 	hasLeader := func() bool { _, id := c.broker().Log().Leader(); return id != "" }
-	for len(c.owners.Held()) > 0 && ctx.Err() == nil && hasLeader() {
-		select {
-		case <-ctx.Done():
-		case <-t.C:
+	waitWhile := func(ctx context.Context, cond func() bool) {
+		for cond() && ctx.Err() == nil && hasLeader() {
+			select {
+			case <-ctx.Done():
+			case <-t.C:
+			}
 		}
 	}
+	waitWhile(ctx, func() bool { return len(c.owners.Held()) > 0 }) // the hand-offs close streams
 	if n := len(c.owners.Held()); n > 0 {
 		c.log.Warn("slots still held when stopping: they expire for the others to take", "slots", n)
 	}
@@ -453,12 +456,7 @@ func (c *Cluster) Leave(ctx context.Context) {
 	self := c.member.Identity().ID()
 	dl, _ := ctx.Deadline() // leaveTimeout's
 	wctx, wcancel := context.WithDeadline(ctx, dl.Add(-leaderHandOver))
-	for draining && c.broker().EnsemblesNeeding(self) > 0 && wctx.Err() == nil && hasLeader() {
-		select {
-		case <-wctx.Done():
-		case <-t.C:
-		}
-	}
+	waitWhile(wctx, func() bool { return draining && c.broker().EnsemblesNeeding(self) > 0 })
 	wcancel()
 	if n := c.broker().EnsemblesNeeding(self); n > 0 {
 		c.log.Warn("stopping while other owners' partitions need this member for their write quorum: their appends wait until it is back, or until their owner moves them", "partitions", n)

@@ -732,15 +732,7 @@ func (b *Broker) Reensemble(ctx context.Context, gone func(member string) Gone) 
 // whose recorded ensemble names member: a draining member leaves only once
 // none is left (decision 16).
 func (b *Broker) EnsemblesNaming(member string) int {
-	n := 0
-	b.fsm.View(func(s *meta.State) {
-		for _, in := range s.Streams {
-			if in.Open && in.Owner != member && slices.Contains(in.Ensemble, member) {
-				n++
-			}
-		}
-	})
-	return n
+	return b.othersNaming(member, func(*meta.Internal) bool { return true })
 }
 
 // EnsemblesNeeding counts the open partitions, owned by another member,
@@ -750,11 +742,18 @@ func (b *Broker) EnsemblesNaming(member string) int {
 // sees it draining), or their appends would stall while it is away and
 // those in flight be answered APPEND_OUTCOME_UNKNOWN.
 func (b *Broker) EnsemblesNeeding(member string) int {
+	return b.othersNaming(member, func(in *meta.Internal) bool {
+		return len(in.Ensemble)-1 < ensemble.WriteQuorum(len(in.Ensemble))
+	})
+}
+
+// othersNaming counts the open partitions owned by another member whose
+// recorded ensemble names member and that keep selects.
+func (b *Broker) othersNaming(member string, keep func(*meta.Internal) bool) int {
 	n := 0
 	b.fsm.View(func(s *meta.State) {
 		for _, in := range s.Streams {
-			if in.Open && in.Owner != member && slices.Contains(in.Ensemble, member) &&
-				len(in.Ensemble)-1 < ensemble.WriteQuorum(len(in.Ensemble)) {
+			if in.Open && in.Owner != member && slices.Contains(in.Ensemble, member) && keep(in) {
 				n++
 			}
 		}

@@ -655,13 +655,14 @@ func TestOpenBuiltAgainWhenTheEndMovedUnderItsRecovery(t *testing.T) {
 	checkNumbered(t, b, "s", 12)
 }
 
-// TestOpenLostToAnotherOwnerIsTheSlotsRefusal: an open that another
-// owner's open beat to the log (STALE_EPOCH: refused before anything of it
-// applied), with the slot no longer this broker's, answers the Ownership's
-// refusal — the one a router sends to the slot's next owner — not the
-// stale epoch (a rolling restart's planned move refused an append so).
-func TestOpenLostToAnotherOwnerIsTheSlotsRefusal(t *testing.T) {
-	t.Parallel()
+// reopenBeatenByAnotherOpen writes five appends to stream "s" on a member,
+// then moves it off p2 (Reensemble) while, at the reopen's first fence,
+// owner's open of it lands in the log first — with the slot lost to this
+// member from then on when slotLost. It returns the member, the
+// partition, the epoch owner's open made (0: it never ran) and
+// Reensemble's error.
+func reopenBeatenByAnotherOpen(t *testing.T, owner string, slotLost bool) (*Broker, uint64, int64, error) {
+	t.Helper()
 	peers := newFakePeers(t, "m-0~test", "p1", "p2", "p3")
 	peers.setGone("p3", true)
 	own := &testOwnership{refuse: map[uint64]bool{}}
@@ -672,25 +673,39 @@ func TestOpenLostToAnotherOwnerIsTheSlotsRefusal(t *testing.T) {
 	appendNumbered(t, b, "s", 0, 5)
 	id := mustGet(t, b, "s").Partitions[0]
 	var once sync.Once
+	var other int64
 	peers.mu.Lock()
 	peers.onFence = func() {
 		once.Do(func() {
-			// The slot's next owner opens it first; this broker's
-			// Lease is gone.
-			own.mu.Lock()
-			own.refuse[id] = true
-			own.mu.Unlock()
+			if slotLost {
+				own.mu.Lock()
+				own.refuse[id] = true
+				own.mu.Unlock()
+			}
 			in, _ := b.fsm.Internal(id)
 			expect := in.Epoch
-			if _, err := b.apply(ctx, &meta.Command{Op: meta.OpOpen, Open: &meta.Open{Stream: id, Owner: "m-9~next", Expect: &expect}}); err != nil {
+			if _, err := b.apply(ctx, &meta.Command{Op: meta.OpOpen, Open: &meta.Open{Stream: id, Owner: owner, Expect: &expect}}); err != nil {
 				t.Errorf("the other owner's open: %v", err)
 			}
+			other = expect + 1
 		})
 	}
 	peers.mu.Unlock()
 	peers.setGone("p3", false)
 	peers.setGone("p2", true)
 	_, err := b.Reensemble(ctx, onlyGone("p2", Leaving))
+	return b, id, other, err
+}
+
+// TestOpenLostToAnotherOwnerIsTheSlotsRefusal: an open that another
+// owner's open beat to the log (STALE_EPOCH: refused before anything of it
+// applied), with the slot no longer this broker's, answers the Ownership's
+// refusal — the one a router sends to the slot's next owner — not the
+// stale epoch (a rolling restart's planned move refused an append so).
+func TestOpenLostToAnotherOwnerIsTheSlotsRefusal(t *testing.T) {
+	t.Parallel()
+	// The slot's next owner opens it first; this broker's Lease is gone.
+	b, id, _, err := reopenBeatenByAnotherOpen(t, "m-9~next", true)
 	if !errors.Is(err, notOwner) {
 		t.Fatalf("an open another owner's beat to the log: %v, want the Ownership's refusal", err)
 	}
@@ -708,34 +723,10 @@ func TestOpenLostToAnotherOwnerIsTheSlotsRefusal(t *testing.T) {
 // saw one refused so).
 func TestOpenBuiltAgainWhenAnotherOwnersOpenCameFirst(t *testing.T) {
 	t.Parallel()
-	peers := newFakePeers(t, "m-0~test", "p1", "p2", "p3")
-	peers.setGone("p3", true)
-	own := &testOwnership{refuse: map[uint64]bool{}}
-	b := openMember(t, t.TempDir(), func(c *Config) { c.CheckpointInterval, c.Peers, c.Ownership = time.Hour, peers, own })
-	t.Cleanup(func() { b.Close() })
-	ctx := context.Background()
-	mustCreate(t, b, "s", node.CreateOptions{})
-	appendNumbered(t, b, "s", 0, 5)
-	id := mustGet(t, b, "s").Partitions[0]
-	var once sync.Once
-	var other int64 // the epoch the other owner's open made
-	peers.mu.Lock()
-	peers.onFence = func() {
-		once.Do(func() {
-			// Another broker's open, sent while it still held the slot,
-			// lands now; the slot stays this broker's.
-			in, _ := b.fsm.Internal(id)
-			expect := in.Epoch
-			if _, err := b.apply(ctx, &meta.Command{Op: meta.OpOpen, Open: &meta.Open{Stream: id, Owner: "m-9~before", Expect: &expect}}); err != nil {
-				t.Errorf("the other owner's open: %v", err)
-			}
-			other = expect + 1
-		})
-	}
-	peers.mu.Unlock()
-	peers.setGone("p3", false)
-	peers.setGone("p2", true)
-	if _, err := b.Reensemble(ctx, onlyGone("p2", Leaving)); err != nil {
+	// Another broker's open, sent while it still held the slot, lands
+	// now; the slot stays this broker's.
+	b, id, other, err := reopenBeatenByAnotherOpen(t, "m-9~before", false)
+	if err != nil {
 		t.Fatalf("a reopen whose epoch another owner's open took first: %v, want it built again", err)
 	}
 	if other == 0 {

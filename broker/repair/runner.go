@@ -67,7 +67,6 @@ type Runner struct {
 	downSince map[string]time.Time
 	last      Summary
 	held      string // why the last round moved nothing ("" when it could)
-	stuck     int    // stuck objects as last logged
 }
 
 type metrics struct {
@@ -226,9 +225,8 @@ func (r *Runner) round(ctx context.Context) (Summary, int, error) {
 	r.m.pendingBytes.Set(float64(sum.PendingBytes))
 	r.m.stuck.Set(float64(sum.Stuck))
 	r.mu.Lock()
+	stuckChanged := sum.Stuck != r.last.Stuck
 	r.last = sum
-	stuckChanged := sum.Stuck != r.stuck
-	r.stuck = sum.Stuck
 	r.mu.Unlock()
 	if stuckChanged {
 		// Said when the count changes, not every round: an operator

@@ -79,16 +79,23 @@ func (f *fakeCluster) Commit(_ context.Context, id uint64, old, new []string) er
 	return nil
 }
 
+// onAAndB is a cluster's state with objects 1..n, each of 10 bytes, held
+// by members a and b (its members left to the test).
+func onAAndB(n int) (*meta.State, *fakeCluster) {
+	st := meta.NewState()
+	f := &fakeCluster{state: st, copies: map[uint64][]string{}}
+	for id := uint64(1); id <= uint64(n); id++ {
+		st.Objects[id] = &meta.Object{ID: id, Size: 10, Replicas: []string{"a", "b"}}
+		f.copies[id] = []string{"a", "b"}
+	}
+	return st, f
+}
+
 // TestRunnerRepairsAfterTheGrace: a member goes down; its copies are made
 // again only once it has been down longer than the grace; a copy that
 // fails is retried the next round; the summary and the set end right.
 func TestRunnerRepairsAfterTheGrace(t *testing.T) {
-	st := meta.NewState()
-	f := &fakeCluster{state: st, copies: map[uint64][]string{}}
-	for id := uint64(1); id <= 5; id++ {
-		st.Objects[id] = &meta.Object{ID: id, Size: 10, Replicas: []string{"a", "b"}}
-		f.copies[id] = []string{"a", "b"}
-	}
+	st, f := onAAndB(5)
 	f.members = []Member{{ID: "a", Live: true}, {ID: "b"}, {ID: "c", Live: true}}
 	now := time.Unix(1000, 0)
 	r := New(Config{DownGrace: time.Minute, Now: func() time.Time { return now }}, f)
@@ -122,12 +129,7 @@ func TestRunnerRepairsAfterTheGrace(t *testing.T) {
 // nothing, though it still reports what is pending; once it can, the
 // moves are made.
 func TestRunnerHeldWhileAMemberCannotCommit(t *testing.T) {
-	st := meta.NewState()
-	f := &fakeCluster{state: st, copies: map[uint64][]string{}}
-	for id := uint64(1); id <= 3; id++ {
-		st.Objects[id] = &meta.Object{ID: id, Size: 10, Replicas: []string{"a", "b"}}
-		f.copies[id] = []string{"a", "b"}
-	}
+	st, f := onAAndB(3)
 	f.members = []Member{{ID: "a", Live: true}, {ID: "b", Removed: true}, {ID: "c", Live: true}}
 	f.held = errors.New("LEVEL_TOO_LOW")
 	r := New(Config{}, f)
@@ -154,12 +156,7 @@ func TestRunnerHeldWhileAMemberCannotCommit(t *testing.T) {
 // replica sets and the members as the round saw them — not one a round —
 // and the end of it is said once too.
 func TestRunnerSaysWhenStuck(t *testing.T) {
-	st := meta.NewState()
-	f := &fakeCluster{state: st, copies: map[uint64][]string{}}
-	for id := uint64(1); id <= 4; id++ {
-		st.Objects[id] = &meta.Object{ID: id, Size: 10, Replicas: []string{"a", "b"}}
-		f.copies[id] = []string{"a", "b"}
-	}
+	_, f := onAAndB(4)
 	// b removed for good, a live but no other member to copy to.
 	f.members = []Member{{ID: "a", Live: true}, {ID: "b", Removed: true}}
 	var logged syncbuf.Buffer

@@ -1163,15 +1163,21 @@ func natsRate(r *natsResult) float64 {
 
 func sec(d time.Duration) string { return fmt.Sprintf("%.2fs", d.Seconds()) }
 
+// fromRepoRoot is rel, a path from the repository's root, made absolute
+// from the module the go command sees here (rel as it is when none).
+func fromRepoRoot(rel string) string {
+	gomod, err := exec.Command("go", "env", "GOMOD").Output()
+	if root := strings.TrimSpace(string(gomod)); err == nil && root != "" {
+		return filepath.Join(filepath.Dir(root), rel)
+	}
+	return rel
+}
+
 // ensureAssets sets KUBEBUILDER_ASSETS from hack/envtest-assets.sh when it
 // is not set: the cluster's slot Leases need envtest's kube-apiserver.
 func ensureAssets() error {
 	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
-		script := "hack/envtest-assets.sh"
-		if gomod, err := exec.Command("go", "env", "GOMOD").Output(); err == nil && len(strings.TrimSpace(string(gomod))) > 0 {
-			script = filepath.Join(filepath.Dir(strings.TrimSpace(string(gomod))), script)
-		}
-		cmd := exec.Command(script)
+		cmd := exec.Command(fromRepoRoot("hack/envtest-assets.sh"))
 		cmd.Stderr = os.Stderr
 		out, err := cmd.Output()
 		if err != nil {

@@ -25,10 +25,7 @@ func ensureNATSLoad() (string, error) {
 	if err != nil {
 		return "", err
 	}
-	src := natsLoadModule
-	if gomod, err := exec.Command("go", "env", "GOMOD").Output(); err == nil && len(strings.TrimSpace(string(gomod))) > 0 {
-		src = filepath.Join(filepath.Dir(strings.TrimSpace(string(gomod))), natsLoadModule)
-	}
+	src := fromRepoRoot(natsLoadModule)
 	bin := filepath.Join(dir, "natsload")
 	cmd := exec.Command("go", "build", "-o", bin, ".")
 	cmd.Dir = src
