@@ -133,7 +133,7 @@ fuzz: ## Run each fuzz target for FUZZTIME (default 1m).
 .PHONY: test
 test: manifests generate verify-fmt vet fuzz-brief conformance conformance-cluster ## Run every test (the README's test command).
 	hack/chromium.sh install
-	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" PICOMQ_CONTROLPLANE_ASSETS="$(CONTROLPLANE_ASSETS)" PICOMQ_HELM="$(HELM)" hack/postgres.sh run -- go test $(GO_TEST_FLAGS) ./...
+	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" PICOMQ_CONTROLPLANE_ASSETS="$(CONTROLPLANE_ASSETS)" PICOMQ_HELM="$(HELM)" hack/failures.sh hack/postgres.sh run -- go test $(GO_TEST_FLAGS) ./...
 	$(MAKE) e2e
 
 # The end-to-end suite on the local stack (picomq dev: needs root and
@@ -141,7 +141,7 @@ test: manifests generate verify-fmt vet fuzz-brief conformance conformance-clust
 # trials if it ran beside them.
 .PHONY: e2e
 e2e: ## Run the end-to-end suite on a local stack it starts (picomq dev).
-	PICOMQ_E2E=1 PICOMQ_CONTROLPLANE_ASSETS="$(CONTROLPLANE_ASSETS)" PICOMQ_HELM="$(HELM)" go test $(GO_TEST_FLAGS) ./test/e2e
+	PICOMQ_E2E=1 PICOMQ_CONTROLPLANE_ASSETS="$(CONTROLPLANE_ASSETS)" PICOMQ_HELM="$(HELM)" hack/failures.sh go test $(GO_TEST_FLAGS) ./test/e2e
 
 # The unit tier: -short skips, each saying which tier runs it, every test
 # that needs a control plane (envtest), PostgreSQL, Node or a broker binary
