@@ -66,6 +66,11 @@ type Move struct {
 	Size     int64
 	From, To string
 	Old, New []string
+	// Others are the live holders to copy from, in order, when From
+	// holds no copy after all: the runner then drops each that answered
+	// so from New (a set names copies, and repair counts each name as
+	// one).
+	Others []string
 }
 
 // Summary is what is left to do, for status and metrics.
@@ -150,12 +155,15 @@ func Plan(in Input) ([]Move, Summary) {
 			moves = append(moves, Move{Object: o.ID, Size: o.Size, Old: o.Replicas, New: stay})
 			continue
 		}
-		from := ""
+		var sources []string
 		for _, id := range append(slices.Clone(stay), leave...) {
 			if live(id) {
-				from = id
-				break
+				sources = append(sources, id)
 			}
+		}
+		from := ""
+		if len(sources) > 0 {
+			from = sources[0]
 		}
 		to := ""
 		for _, id := range replication.Rank(o.ID, targets) {
@@ -177,7 +185,7 @@ func Plan(in Input) ([]Move, Summary) {
 		} else {
 			next = append(slices.Clone(o.Replicas), to)
 		}
-		moves = append(moves, Move{Object: o.ID, Size: o.Size, From: from, To: to, Old: o.Replicas, New: next})
+		moves = append(moves, Move{Object: o.ID, Size: o.Size, From: from, To: to, Old: o.Replicas, New: next, Others: sources[1:]})
 	}
 	return moves, sum
 }

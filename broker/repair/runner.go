@@ -5,12 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/picomq/picomq/broker/node"
+	"github.com/picomq/picomq/broker/replication"
 )
 
 // Cluster is what the runner reads and does, in the cluster's terms (the
@@ -267,12 +269,28 @@ func (r *Runner) mayMove() bool {
 
 func (r *Runner) move(ctx context.Context, mv Move) error {
 	if mv.To != "" {
-		if err := r.cl.Copy(ctx, mv.Object, mv.From, mv.To); err != nil {
+		// A holder the set names may answer that it holds no copy (one
+		// named by an older build for having been sent it): the next live
+		// holder is the source, and the set stops naming the one without.
+		var missing []string
+		var err error
+		for _, from := range append([]string{mv.From}, mv.Others...) {
+			if err = r.cl.Copy(ctx, mv.Object, from, mv.To); !errors.Is(err, replication.ReplicaNotFound) {
+				break
+			}
+			missing = append(missing, from)
+		}
+		if err != nil {
 			r.m.failures.WithLabelValues("copy").Inc()
 			return err
 		}
 		r.m.copies.Inc()
 		r.m.bytes.Add(float64(mv.Size))
+		if len(missing) > 0 {
+			r.cfg.Logger.Warn("repair: members named among an object's replicas hold no copy of it; the set no longer names them",
+				"object", mv.Object, "missing", missing, "set", mv.Old)
+			mv.New = slices.DeleteFunc(slices.Clone(mv.New), func(id string) bool { return slices.Contains(missing, id) })
+		}
 	}
 	if err := r.cl.Commit(ctx, mv.Object, mv.Old, mv.New); err != nil {
 		// A refused commit leaves the copy an orphan on To, collected

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/picomq/picomq/broker/meta"
+	"github.com/picomq/picomq/broker/replication"
 	"github.com/picomq/picomq/internal/syncbuf"
 )
 
@@ -58,7 +59,8 @@ func (f *fakeCluster) Copy(_ context.Context, id uint64, from, to string) error 
 		return context.DeadlineExceeded
 	}
 	if !slices.Contains(f.copies[id], from) {
-		panic("copy from a member without a file")
+		// As CopyBetween answers when the source's handler finds no copy.
+		return replication.ReplicaUnavailable.Wrap(replication.ReplicaNotFound.With("object", id), "object", id, "member", from, "reason", "the source's copy could not be read")
 	}
 	f.copies[id] = append(f.copies[id], to)
 	f.copied++
@@ -182,5 +184,54 @@ func TestRunnerSaysWhenStuck(t *testing.T) {
 	}
 	if out := logged.String(); !strings.Contains(out, "repair no longer stuck") {
 		t.Fatalf("the end of it not said:\n%s", out)
+	}
+}
+
+// TestRunnerCopiesFromTheNextHolderWhenANamedOneHasNone: a set names a
+// member that holds no copy (an older build named every member an object
+// was sent to). The copy comes from the next live holder instead of
+// failing every round, the set stops naming the member without one, and
+// a later round gives it a real copy.
+func TestRunnerCopiesFromTheNextHolderWhenANamedOneHasNone(t *testing.T) {
+	st := meta.NewState()
+	f := &fakeCluster{state: st, copies: map[uint64][]string{}}
+	st.Objects[1] = &meta.Object{ID: 1, Size: 10, Replicas: []string{"a", "l"}}
+	f.copies[1] = []string{"l"} // a was named, never written
+	f.members = []Member{{ID: "a", Live: true}, {ID: "l", Live: true, Leaving: true}, {ID: "c", Live: true}}
+	var logged syncbuf.Buffer
+	r := New(Config{Logger: slog.New(slog.NewTextHandler(&logged, nil))}, f)
+	ctx := context.Background()
+	if _, err := r.Round(ctx); err != nil {
+		t.Fatalf("first round: %v\n%s", err, logged.String())
+	}
+	if got := st.Objects[1].Replicas; !slices.Equal(got, []string{"c"}) {
+		t.Fatalf("after the first round: replicas %v, want [c] (copied from l; a named no more)", got)
+	}
+	if out := logged.String(); !strings.Contains(out, "hold no copy") || !strings.Contains(out, "missing=[a]") {
+		t.Errorf("the member without a copy not logged:\n%s", out)
+	}
+	sum, err := r.Round(ctx)
+	if err != nil || sum.Pending != 0 || sum.Stuck != 0 {
+		t.Fatalf("second round: %+v %v", sum, err)
+	}
+	if got := st.Objects[1].Replicas; !slices.Equal(got, []string{"c", "a"}) || !slices.Contains(f.copies[1], "a") {
+		t.Fatalf("after the second round: replicas %v, files on %v; want [c a], a holding one", got, f.copies[1])
+	}
+}
+
+// TestRunnerFailsWhenNoNamedHolderHasACopy: every live member the set
+// names answers that it holds none: the move fails (nothing to copy from)
+// and the set is left as it is, never emptied.
+func TestRunnerFailsWhenNoNamedHolderHasACopy(t *testing.T) {
+	st := meta.NewState()
+	f := &fakeCluster{state: st, copies: map[uint64][]string{}}
+	st.Objects[1] = &meta.Object{ID: 1, Size: 10, Replicas: []string{"a", "l"}}
+	f.members = []Member{{ID: "a", Live: true}, {ID: "l", Live: true, Leaving: true}, {ID: "c", Live: true}}
+	r := New(Config{}, f)
+	if _, err := r.Round(context.Background()); !errors.Is(err, replication.ReplicaNotFound) {
+		t.Fatalf("round: %v, want REPLICA_NOT_FOUND", err)
+	}
+	if got := st.Objects[1].Replicas; !slices.Equal(got, []string{"a", "l"}) {
+		t.Fatalf("replicas %v after a failed move, want [a l] unchanged", got)
 	}
 }
