@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/picomq/picomq/broker/ensemble"
@@ -28,11 +29,15 @@ import (
 //      (replicate); the flusher settles objects in order, so an append is
 //      never acknowledged before an earlier one of its stream. A member
 //      that does not answer is sent the same bytes again until the ack
-//      timeout; a refusal (fenced, conflict) is final. Every member it is
-//      sent to is named among the object's replicas in its checkpoint —
-//      those not durable at the quorum go on receiving it in the
-//      background, and a reader tries each in turn (as BookKeeper's
-//      readers try a ledger's ensemble).
+//      timeout; a refusal (fenced, conflict) is final. Those not durable
+//      at the quorum go on receiving it in the background (straggleFor).
+//      Its checkpoint names among its replicas the members that have it
+//      durable when the checkpoint is taken — the quorum's and the
+//      stragglers that answered since (holders) —, never one merely sent
+//      it: repair counts each name as a copy, so a name without one
+//      would hide a missing copy and be picked as the source of copies
+//      that never come. A straggler landing after the checkpoint holds
+//      a copy nobody names, which its journal drops (decision 13).
 //  11. An object that cannot reach a quorum answers its appends
 //      APPEND_OUTCOME_UNKNOWN and rolls their streams back to a new epoch,
 //      whose open recovers: it may adopt the object (it is durable
@@ -53,9 +58,10 @@ import (
 //  13. A member holds its peers' objects in its journal until the state
 //      says what they are: one a checkpoint names among its replicas is
 //      written to a file of its own (then served as any replica is); one
-//      whose every part is behind its stream's end or epoch is dead. A
-//      segment is dropped once each of its objects is one or the other —
-//      on metadata evidence, never by age.
+//      no checkpoint names it for (none at all, a straggler's late copy,
+//      a copy moved off it) whose every part is behind its stream's end
+//      or epoch is dead. A segment is dropped once each of its objects is
+//      one or the other — on metadata evidence, never by age.
 //  14. A close by the owner after every acknowledged append is
 //      checkpointed forgets the ensemble (meta.Close.Drained): the next
 //      open need read nobody. A close of streams a dead process left open
@@ -104,6 +110,11 @@ const (
 	// straggleFor is how long an object is still sent, in the background,
 	// to the members that were not durable at its quorum.
 	straggleFor = 30 * time.Second
+	// straggleWait is how long a checkpoint waits for the stragglers of
+	// its objects to answer, so that it names them (decision 10): a
+	// healthy member answers within milliseconds of the quorum; a slow or
+	// dead one is left out, and repair makes the copy it lacks.
+	straggleWait = 100 * time.Millisecond
 	// fenceGrace is how long a recovery waits for the rest of an ensemble
 	// once a read quorum answered its fences.
 	fenceGrace = 200 * time.Millisecond
@@ -122,10 +133,11 @@ func objectEnsembles(live []*pendingAppend) [][]string {
 }
 
 // replicate makes o durable on a write quorum of every ensemble (decision
-// 10) and returns the members it was sent to. A failure of this member's own
+// 10) and returns the members that have it durable: those of the quorum,
+// and, as they answer, the stragglers. A failure of this member's own
 // journal is returned as it is (journal.go, decision 7); any other shortfall
 // is ensemble.QuorumLost.
-func (b *Broker) replicate(o journal.Object, ensembles [][]string) ([]string, error) {
+func (b *Broker) replicate(o journal.Object, ensembles [][]string) (*holders, error) {
 	var members []string
 	for _, e := range ensembles {
 		for _, m := range e {
@@ -155,6 +167,7 @@ func (b *Broker) replicate(o journal.Object, ensembles [][]string) ([]string, er
 	}
 	durable := map[string]bool{}
 	failed := map[string]error{}
+	held := newHolders(members)
 	quorate := func() (bool, error) {
 		for _, e := range ensembles {
 			have, lost := 0, 0
@@ -193,6 +206,7 @@ func (b *Broker) replicate(o journal.Object, ensembles [][]string) ([]string, er
 		select {
 		case a := <-answers:
 			pending--
+			held.answered(a.member, a.err == nil)
 			switch {
 			case a.err == nil:
 				durable[a.member] = true
@@ -226,18 +240,58 @@ func (b *Broker) replicate(o journal.Object, ensembles [][]string) ([]string, er
 		if ok || err != nil {
 			go func() { // the stragglers go on until straggleFor
 				for ; pending > 0; pending-- {
-					<-answers
+					a := <-answers
+					held.answered(a.member, a.err == nil)
 				}
 				cancel()
 			}()
 			if err != nil {
 				return nil, err
 			}
-			// Every member it was sent to is named: the stragglers go on
-			// receiving it, and a reader tries each in turn.
-			return members, nil
+			return held, nil
 		}
 	}
+}
+
+// holders are the members holding an object durable, in the order it
+// was sent to them (this member first), as its answers come: the
+// checkpoint names them (decision 10).
+type holders struct {
+	mu      sync.Mutex
+	order   []string
+	durable map[string]bool
+	left    int           // members yet to answer
+	settled chan struct{} // closed once every member answered
+}
+
+func newHolders(order []string) *holders {
+	return &holders{order: order, durable: map[string]bool{}, left: len(order), settled: make(chan struct{})}
+}
+
+// answered records member's answer: durable, or not (a refusal, or the
+// straggling given up).
+func (h *holders) answered(member string, durable bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if durable {
+		h.durable[member] = true
+	}
+	if h.left--; h.left == 0 {
+		close(h.settled)
+	}
+}
+
+// list returns the members durable so far.
+func (h *holders) list() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := make([]string, 0, len(h.order))
+	for _, m := range h.order {
+		if h.durable[m] {
+			out = append(out, m)
+		}
+	}
+	return out
 }
 
 // sendUntil sends o to member until it is durable there, it refuses it, or
@@ -522,9 +576,11 @@ func frameAt(frames []byte, id uint64, pos, n int64) (raw, payload []byte, ok bo
 // (decision 13): needed — referenced, and a file is wanted here —, dead,
 // or neither yet (the tail of a live epoch).
 func (b *Broker) journalObjectState(s *meta.State, id uint64, parts []journal.Part) (needed, dead bool) {
-	if o, ok := s.Objects[id]; ok {
-		return len(o.Replicas) == 0 || slices.Contains(o.Replicas, b.self()), false
+	if o, ok := s.Objects[id]; ok && (len(o.Replicas) == 0 || slices.Contains(o.Replicas, b.self())) {
+		return true, false
 	}
+	// Not named here (a straggler's late copy, or none in the state):
+	// dead once no part of it is a live epoch's tail.
 	for _, p := range parts {
 		in, ok := s.Streams[p.Stream]
 		if !ok || in.Epoch > p.Epoch || p.First+p.Count <= in.End && in.Epoch == p.Epoch {

@@ -914,3 +914,94 @@ func TestOpenRefusedAtOnceWhenTheSlotLeft(t *testing.T) {
 	release()
 	<-first // answered however its epoch's end made it; only the wait is under test
 }
+
+// TestCheckpointNamesOnlyTheMembersHoldingAnObject: an object acknowledged
+// by a write quorum while the third member has not answered is named, in
+// its checkpoint, with the members that have it durable by then — the
+// straggler too once it answered, never before (repair counts each name
+// as a copy, and copies from it). A straggler's late copy that the state
+// does not name is dead in its journal.
+func TestCheckpointNamesOnlyTheMembersHoldingAnObject(t *testing.T) {
+	t.Parallel()
+	peers := newFakePeers(t, "m-0~test", "p1", "p2")
+	b := openOnPeers(t, peers)
+	ctx := context.Background()
+	mustCreate(t, b, "s", node.CreateOptions{})
+	named := func() map[uint64][]string {
+		out := map[uint64][]string{}
+		b.fsm.View(func(s *meta.State) {
+			for id, o := range s.Objects {
+				out[id] = slices.Clone(o.Replicas)
+			}
+		})
+		return out
+	}
+	checkpointed := func(before map[uint64][]string) (uint64, []string) {
+		t.Helper()
+		if err := b.checkpoint(ctx); err != nil {
+			t.Fatal(err)
+		}
+		var id uint64
+		var set []string
+		for o, r := range named() {
+			if _, ok := before[o]; !ok {
+				if id != 0 {
+					t.Fatalf("two new objects (%d, %d): want one an append", id, o)
+				}
+				id, set = o, r
+			}
+		}
+		if id == 0 {
+			t.Fatal("the checkpoint named no new object")
+		}
+		return id, set
+	}
+	all := []string{"m-0~test", "p1", "p2"}
+
+	// p2 answers after the quorum, before the checkpoint: named.
+	release := peers.hold("p2")
+	appendNumbered(t, b, "s", 0, 1)
+	release()
+	testwait.Until(t, 10*time.Second, "p2's late answer seen by the tail", func() bool {
+		for _, c := range b.tail.take() {
+			if len(c.Replicas) != 3 {
+				return false
+			}
+		}
+		return true
+	})
+	_, set := checkpointed(map[uint64][]string{})
+	if !slices.Equal(set, all) {
+		t.Fatalf("straggler answered before the checkpoint: replicas %v, want %v", set, all)
+	}
+
+	// p2 has not answered at the checkpoint: not named.
+	release = peers.hold("p2")
+	defer release()
+	appendNumbered(t, b, "s", 1, 1)
+	id, set := checkpointed(named())
+	if want := []string{"m-0~test", "p1"}; !slices.Equal(set, want) {
+		t.Fatalf("straggler still waiting at the checkpoint: replicas %v, want %v", set, want)
+	}
+	// Its copy, landing later, is nobody's: dead in p2's journal.
+	release()
+	testwait.NoError(t, 10*time.Second, "the late copy in p2's journal", func() error {
+		_, _, err := peers.journals["p2"].Read(id)
+		return err
+	})
+	parts, ok := peers.journals["p2"].Parts(id)
+	if !ok {
+		t.Fatalf("object %d not in p2's journal index", id)
+	}
+	b.fsm.View(func(s *meta.State) {
+		p2 := &Broker{cfg: Config{Cluster: &ClusterConfig{MemberID: "p2"}}} // the state as p2 sees it
+		needed, dead := p2.journalObjectState(s, id, parts)
+		if needed || !dead {
+			t.Errorf("p2's late copy of object %d: needed %v, dead %v; want dead (the state names %v)", id, needed, dead, set)
+		}
+		needed, dead = b.journalObjectState(s, id, parts)
+		if !needed || dead {
+			t.Errorf("the owner's copy of object %d: needed %v, dead %v; want needed", id, needed, dead)
+		}
+	})
+}

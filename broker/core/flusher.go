@@ -496,9 +496,12 @@ func (f *flusher) propose(w *written) *proposal {
 			// On its ensembles (ensembles.go, decision 10).
 			ensembles := objectEnsembles(w.live)
 			go func() {
-				holders, err := b.replicate(*w.obj, ensembles)
+				held, err := b.replicate(*w.obj, ensembles)
 				if err == nil && len(w.c.Replicas) == 0 {
-					w.c.Replicas = holders // its frames are in their journals
+					// Its frames are in their journals: the checkpoint
+					// names those holding it then (decision 10).
+					w.c.Replicas = held.list()
+					b.tail.track(w.obj.ID, held)
 				}
 				done <- err
 			}()

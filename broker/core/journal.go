@@ -109,6 +109,10 @@ type tailState struct {
 	commits []*meta.Commit // in the order acknowledged
 	bytes   int64          // their record bytes, and tailAppendBytes an append
 	objects map[uint64]int // object -> commits of the tail naming it
+	// held are the members holding each replicated object of the tail, as
+	// they answer: take names them in its commits (ensembles.go,
+	// decision 10).
+	held    map[uint64]*holders
 	streams map[uint64]*streamTail
 	// due wakes the checkpointer before its tick.
 	due chan struct{}
@@ -123,7 +127,25 @@ type streamTail struct {
 }
 
 func newTailState() *tailState {
-	return &tailState{objects: map[uint64]int{}, streams: map[uint64]*streamTail{}, due: make(chan struct{}, 1)}
+	return &tailState{objects: map[uint64]int{}, held: map[uint64]*holders{}, streams: map[uint64]*streamTail{}, due: make(chan struct{}, 1)}
+}
+
+// track has take name object id's holders as h has them then. The object
+// is held (hold) until its commits are checkpointed or it is released.
+func (t *tailState) track(id uint64, h *holders) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.objects[id] > 0 {
+		t.held[id] = h
+	}
+}
+
+// forget ends object id's count by one. Called with t.mu held.
+func (t *tailState) forget(id uint64) {
+	if t.objects[id]--; t.objects[id] <= 0 {
+		delete(t.objects, id)
+		delete(t.held, id)
+	}
 }
 
 // hold counts object id as the tail's from the moment it is handed to the
@@ -140,9 +162,7 @@ func (t *tailState) hold(id uint64) {
 func (t *tailState) release(id uint64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.objects[id]--; t.objects[id] <= 0 {
-		delete(t.objects, id)
-	}
+	t.forget(id)
 }
 
 // add appends an acknowledged commit, whose object hold counted.
@@ -173,11 +193,44 @@ func (t *tailState) index(c *meta.Commit) {
 	}
 }
 
-// take returns the commits waiting (the caller checkpoints them).
+// settle waits, until deadline at most, for every member an object of
+// the tail was sent to to answer.
+func (t *tailState) settle(deadline time.Time) {
+	t.mu.Lock()
+	waits := make([]<-chan struct{}, 0, len(t.held))
+	for _, h := range t.held {
+		waits = append(waits, h.settled)
+	}
+	t.mu.Unlock()
+	if len(waits) == 0 {
+		return
+	}
+	timer := time.NewTimer(time.Until(deadline))
+	defer timer.Stop()
+	for _, w := range waits {
+		select {
+		case <-w:
+		case <-timer.C:
+			return
+		}
+	}
+}
+
+// take returns the commits waiting (the caller checkpoints them), each
+// replicated one naming the members that hold its object now: the
+// stragglers that answered since its quorum too.
 func (t *tailState) take() []*meta.Commit {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return slices.Clone(t.commits)
+	out := slices.Clone(t.commits)
+	for i, c := range out {
+		if h := t.held[c.Object]; h != nil && len(c.Replicas) > 0 {
+			named := *c
+			named.Replicas = h.list()
+			out[i] = &named
+		}
+	}
+	return out
 }
 
 // drop forgets the first n commits, now in the log.
@@ -185,9 +238,7 @@ func (t *tailState) drop(n int) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for _, c := range t.commits[:n] {
-		if t.objects[c.Object]--; t.objects[c.Object] <= 0 {
-			delete(t.objects, c.Object)
-		}
+		t.forget(c.Object)
 	}
 	t.commits = slices.Delete(t.commits, 0, n)
 	t.streams, t.bytes = map[uint64]*streamTail{}, 0
@@ -543,6 +594,7 @@ func (b *Broker) checkpoint(ctx context.Context) error {
 	}
 	b.checkpointMu.Lock()
 	defer b.checkpointMu.Unlock()
+	b.tail.settle(time.Now().Add(straggleWait)) // their stragglers named too
 	commits := b.tail.take()
 	for _, chunk := range checkpointChunks(commits) {
 		if err := b.applyCheckpoint(ctx, chunk); err != nil {
