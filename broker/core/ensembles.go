@@ -11,6 +11,7 @@ import (
 	"github.com/picomq/picomq/broker/ensemble"
 	"github.com/picomq/picomq/broker/journal"
 	"github.com/picomq/picomq/broker/meta"
+	"github.com/picomq/picomq/broker/node"
 	"github.com/picomq/picomq/broker/objstore"
 	"github.com/picomq/picomq/broker/stream"
 )
@@ -30,14 +31,14 @@ import (
 //      never acknowledged before an earlier one of its stream. A member
 //      that does not answer is sent the same bytes again until the ack
 //      timeout; a refusal (fenced, conflict) is final. Those not durable
-//      at the quorum go on receiving it in the background (straggleFor).
-//      Its checkpoint names among its replicas the members that have it
-//      durable when the checkpoint is taken — the quorum's and the
-//      stragglers that answered since (holders) —, never one merely sent
-//      it: repair counts each name as a copy, so a name without one
-//      would hide a missing copy and be picked as the source of copies
-//      that never come. A straggler landing after the checkpoint holds
-//      a copy nobody names, which its journal drops (decision 13).
+//      at the quorum go on receiving it in the background (straggleFor;
+//      a restarting member gets it once back). Its checkpoint names among
+//      its replicas the members that hold it or are still being sent it
+//      (holders), as a member down less than repair's grace counts as a
+//      copy; one whose straggling failed is never named for long: before
+//      the checkpoint the tail leaves it out, after it the owner takes it
+//      out of the set (unname) — repair counts each name as a copy and
+//      copies from it, so a name without one would hide a missing copy.
 //  11. An object that cannot reach a quorum answers its appends
 //      APPEND_OUTCOME_UNKNOWN and rolls their streams back to a new epoch,
 //      whose open recovers: it may adopt the object (it is durable
@@ -110,11 +111,9 @@ const (
 	// straggleFor is how long an object is still sent, in the background,
 	// to the members that were not durable at its quorum.
 	straggleFor = 30 * time.Second
-	// straggleWait is how long a checkpoint waits for the stragglers of
-	// its objects to answer, so that it names them (decision 10): a
-	// healthy member answers within milliseconds of the quorum; a slow or
-	// dead one is left out, and repair makes the copy it lacks.
-	straggleWait = 100 * time.Millisecond
+	// unnameFor bounds how long a member's failed straggling is taken
+	// out of its object's replica set (unname) before it is only logged.
+	unnameFor = 5 * time.Minute
 	// fenceGrace is how long a recovery waits for the rest of an ensemble
 	// once a read quorum answered its fences.
 	fenceGrace = 200 * time.Millisecond
@@ -133,8 +132,8 @@ func objectEnsembles(live []*pendingAppend) [][]string {
 }
 
 // replicate makes o durable on a write quorum of every ensemble (decision
-// 10) and returns the members that have it durable: those of the quorum,
-// and, as they answer, the stragglers. A failure of this member's own
+// 10) and returns the members that hold it or are still being sent it,
+// less those whose straggling fails later. A failure of this member's own
 // journal is returned as it is (journal.go, decision 7); any other shortfall
 // is ensemble.QuorumLost.
 func (b *Broker) replicate(o journal.Object, ensembles [][]string) (*holders, error) {
@@ -206,7 +205,9 @@ func (b *Broker) replicate(o journal.Object, ensembles [][]string) (*holders, er
 		select {
 		case a := <-answers:
 			pending--
-			held.answered(a.member, a.err == nil)
+			if a.err != nil {
+				held.fail(a.member)
+			}
 			switch {
 			case a.err == nil:
 				durable[a.member] = true
@@ -239,11 +240,17 @@ func (b *Broker) replicate(o journal.Object, ensembles [][]string) (*holders, er
 		}
 		if ok || err != nil {
 			go func() { // the stragglers go on until straggleFor
+				var missing []string
 				for ; pending > 0; pending-- {
-					a := <-answers
-					held.answered(a.member, a.err == nil)
+					if a := <-answers; a.err != nil {
+						held.fail(a.member)
+						missing = append(missing, a.member)
+					}
 				}
 				cancel()
+				if err == nil && len(missing) > 0 {
+					b.unname(o.ID, missing)
+				}
 			}()
 			if err != nil {
 				return nil, err
@@ -257,41 +264,76 @@ func (b *Broker) replicate(o journal.Object, ensembles [][]string) (*holders, er
 // was sent to them (this member first), as its answers come: the
 // checkpoint names them (decision 10).
 type holders struct {
-	mu      sync.Mutex
-	order   []string
-	durable map[string]bool
-	left    int           // members yet to answer
-	settled chan struct{} // closed once every member answered
+	mu     sync.Mutex
+	order  []string
+	failed map[string]bool
 }
 
 func newHolders(order []string) *holders {
-	return &holders{order: order, durable: map[string]bool{}, left: len(order), settled: make(chan struct{})}
+	return &holders{order: order, failed: map[string]bool{}}
 }
 
-// answered records member's answer: durable, or not (a refusal, or the
-// straggling given up).
-func (h *holders) answered(member string, durable bool) {
+// fail records that member will not hold the object: it refused it, or
+// the straggling ended.
+func (h *holders) fail(member string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if durable {
-		h.durable[member] = true
-	}
-	if h.left--; h.left == 0 {
-		close(h.settled)
-	}
+	h.failed[member] = true
 }
 
-// list returns the members durable so far.
+// list returns the members holding the object or still being sent it.
 func (h *holders) list() []string {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	out := make([]string, 0, len(h.order))
 	for _, m := range h.order {
-		if h.durable[m] {
+		if !h.failed[m] {
 			out = append(out, m)
 		}
 	}
 	return out
+}
+
+// unname takes members that will never hold object id (their straggling
+// failed) out of its replica set, once a checkpoint named them (decision
+// 10): repair counts each name as a copy, and copies from it. Before its
+// checkpoint, the tail names them no more (holders.list).
+func (b *Broker) unname(id uint64, missing []string) {
+	wait := 200 * time.Millisecond
+	for deadline := time.Now().Add(unnameFor); time.Now().Before(deadline); {
+		select {
+		case <-b.stop:
+			return
+		case <-time.After(wait):
+		}
+		if b.tail.holds(id) {
+			continue // not checkpointed yet
+		}
+		var cur []string
+		b.fsm.View(func(s *meta.State) {
+			if o, ok := s.Objects[id]; ok {
+				cur = slices.Clone(o.Replicas)
+			}
+		})
+		next := slices.DeleteFunc(slices.Clone(cur), func(m string) bool { return slices.Contains(missing, m) })
+		if len(next) == len(cur) || len(next) == 0 {
+			return // merged, collected, moved meanwhile, or never named them
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), applyTimeout)
+		err := b.MoveReplicas(ctx, id, cur, next)
+		cancel()
+		switch {
+		case err == nil:
+			b.cfg.Logger.Info("members an object was sent to never held it: its replica set no longer names them; repair makes the copies",
+				"object", id, "missing", missing, "replicas", next)
+			return
+		case errors.Is(err, node.ReplicasChanged):
+			// Moved meanwhile: look at the new set.
+		default:
+			wait = min(2*wait, 5*time.Second)
+		}
+	}
+	b.cfg.Logger.Warn("members an object was sent to never held it, and its replica set still names them", "object", id, "missing", missing)
 }
 
 // sendUntil sends o to member until it is durable there, it refuses it, or

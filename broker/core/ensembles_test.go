@@ -915,18 +915,19 @@ func TestOpenRefusedAtOnceWhenTheSlotLeft(t *testing.T) {
 	<-first // answered however its epoch's end made it; only the wait is under test
 }
 
-// TestCheckpointNamesOnlyTheMembersHoldingAnObject: an object acknowledged
-// by a write quorum while the third member has not answered is named, in
-// its checkpoint, with the members that have it durable by then — the
-// straggler too once it answered, never before (repair counts each name
-// as a copy, and copies from it). A straggler's late copy that the state
-// does not name is dead in its journal.
-func TestCheckpointNamesOnlyTheMembersHoldingAnObject(t *testing.T) {
+// TestReplicaSetsNameNoMemberThatNeverHeldTheObject: a checkpoint names
+// the members an object was sent to that hold it or are still being sent
+// it (a member restarting gets it once back), never one that refused it;
+// one that refuses it after the checkpoint named it is taken out of the
+// set by the owner (repair counts each name as a copy, and copies from
+// it). A member out of an object's set holds a dead copy in its journal.
+func TestReplicaSetsNameNoMemberThatNeverHeldTheObject(t *testing.T) {
 	t.Parallel()
 	peers := newFakePeers(t, "m-0~test", "p1", "p2")
 	b := openOnPeers(t, peers)
 	ctx := context.Background()
 	mustCreate(t, b, "s", node.CreateOptions{})
+	sid := mustGet(t, b, "s").Partitions[0]
 	named := func() map[uint64][]string {
 		out := map[uint64][]string{}
 		b.fsm.View(func(s *meta.State) {
@@ -936,8 +937,12 @@ func TestCheckpointNamesOnlyTheMembersHoldingAnObject(t *testing.T) {
 		})
 		return out
 	}
-	checkpointed := func(before map[uint64][]string) (uint64, []string) {
+	// appendCheckpointed appends one record and checkpoints it, returning
+	// its object and the set the checkpoint named.
+	appendCheckpointed := func(rec int) (uint64, []string) {
 		t.Helper()
+		before := named()
+		appendNumbered(t, b, "s", rec, 1)
 		if err := b.checkpoint(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -956,51 +961,58 @@ func TestCheckpointNamesOnlyTheMembersHoldingAnObject(t *testing.T) {
 		}
 		return id, set
 	}
-	all := []string{"m-0~test", "p1", "p2"}
+	all, quorum := []string{"m-0~test", "p1", "p2"}, []string{"m-0~test", "p1"}
 
-	// p2 answers after the quorum, before the checkpoint: named.
+	// p2 has not answered at the checkpoint (restarting): named.
 	release := peers.hold("p2")
-	appendNumbered(t, b, "s", 0, 1)
+	_, set := appendCheckpointed(0)
 	release()
-	testwait.Until(t, 10*time.Second, "p2's late answer seen by the tail", func() bool {
-		for _, c := range b.tail.take() {
-			if len(c.Replicas) != 3 {
-				return false
-			}
-		}
-		return true
-	})
-	_, set := checkpointed(map[uint64][]string{})
 	if !slices.Equal(set, all) {
-		t.Fatalf("straggler answered before the checkpoint: replicas %v, want %v", set, all)
+		t.Fatalf("straggler still being sent the object: replicas %v, want %v", set, all)
 	}
 
-	// p2 has not answered at the checkpoint: not named.
+	// p2 refuses it at once (fenced past the epoch): not named.
+	in, _ := b.fsm.Internal(sid)
+	if _, err := peers.journals["p2"].Fence(sid, in.Epoch+1); err != nil {
+		t.Fatal(err)
+	}
+	// (Its refusal may be read just after the quorum, and the checkpoint
+	// taken first: then the owner takes p2 out after it.)
+	refused, _ := appendCheckpointed(1)
+	testwait.NoError(t, 10*time.Second, "p2, which refused it, not named", func() error {
+		if got := named()[refused]; !slices.Equal(got, quorum) {
+			return fmt.Errorf("replicas %v, want %v", got, quorum)
+		}
+		return nil
+	})
+
+	// p2 refuses it after the checkpoint named it: taken out.
 	release = peers.hold("p2")
 	defer release()
-	appendNumbered(t, b, "s", 1, 1)
-	id, set := checkpointed(named())
-	if want := []string{"m-0~test", "p1"}; !slices.Equal(set, want) {
-		t.Fatalf("straggler still waiting at the checkpoint: replicas %v, want %v", set, want)
+	id, set := appendCheckpointed(2)
+	if !slices.Equal(set, all) {
+		t.Fatalf("straggler still being sent the object: replicas %v, want %v", set, all)
 	}
-	// Its copy, landing later, is nobody's: dead in p2's journal.
-	release()
-	testwait.NoError(t, 10*time.Second, "the late copy in p2's journal", func() error {
-		_, _, err := peers.journals["p2"].Read(id)
-		return err
+	release() // p2's journal, fenced, refuses it now
+	testwait.NoError(t, 10*time.Second, "p2 out of the object's set", func() error {
+		if got := named()[id]; !slices.Equal(got, quorum) {
+			return fmt.Errorf("replicas %v, want %v", got, quorum)
+		}
+		return nil
 	})
-	parts, ok := peers.journals["p2"].Parts(id)
+
+	// A member the set does not name holds a dead copy, once its parts
+	// are checkpointed; the owner's is needed.
+	parts, ok := b.journal.Parts(id)
 	if !ok {
-		t.Fatalf("object %d not in p2's journal index", id)
+		t.Fatalf("object %d not in the owner's journal index", id)
 	}
 	b.fsm.View(func(s *meta.State) {
 		p2 := &Broker{cfg: Config{Cluster: &ClusterConfig{MemberID: "p2"}}} // the state as p2 sees it
-		needed, dead := p2.journalObjectState(s, id, parts)
-		if needed || !dead {
-			t.Errorf("p2's late copy of object %d: needed %v, dead %v; want dead (the state names %v)", id, needed, dead, set)
+		if needed, dead := p2.journalObjectState(s, id, parts); needed || !dead {
+			t.Errorf("a copy of object %d on p2, which its set %v does not name: needed %v, dead %v; want dead", id, s.Objects[id].Replicas, needed, dead)
 		}
-		needed, dead = b.journalObjectState(s, id, parts)
-		if !needed || dead {
+		if needed, dead := b.journalObjectState(s, id, parts); !needed || dead {
 			t.Errorf("the owner's copy of object %d: needed %v, dead %v; want needed", id, needed, dead)
 		}
 	})

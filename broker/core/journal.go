@@ -109,8 +109,8 @@ type tailState struct {
 	commits []*meta.Commit // in the order acknowledged
 	bytes   int64          // their record bytes, and tailAppendBytes an append
 	objects map[uint64]int // object -> commits of the tail naming it
-	// held are the members holding each replicated object of the tail, as
-	// they answer: take names them in its commits (ensembles.go,
+	// held are the members holding each replicated object of the tail or
+	// still being sent it: take names them in its commits (ensembles.go,
 	// decision 10).
 	held    map[uint64]*holders
 	streams map[uint64]*streamTail
@@ -193,32 +193,9 @@ func (t *tailState) index(c *meta.Commit) {
 	}
 }
 
-// settle waits, until deadline at most, for every member an object of
-// the tail was sent to to answer.
-func (t *tailState) settle(deadline time.Time) {
-	t.mu.Lock()
-	waits := make([]<-chan struct{}, 0, len(t.held))
-	for _, h := range t.held {
-		waits = append(waits, h.settled)
-	}
-	t.mu.Unlock()
-	if len(waits) == 0 {
-		return
-	}
-	timer := time.NewTimer(time.Until(deadline))
-	defer timer.Stop()
-	for _, w := range waits {
-		select {
-		case <-w:
-		case <-timer.C:
-			return
-		}
-	}
-}
-
 // take returns the commits waiting (the caller checkpoints them), each
-// replicated one naming the members that hold its object now: the
-// stragglers that answered since its quorum too.
+// replicated one naming the members that hold its object or are still
+// being sent it: not those whose straggling failed since its quorum.
 func (t *tailState) take() []*meta.Commit {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -594,7 +571,6 @@ func (b *Broker) checkpoint(ctx context.Context) error {
 	}
 	b.checkpointMu.Lock()
 	defer b.checkpointMu.Unlock()
-	b.tail.settle(time.Now().Add(straggleWait)) // their stragglers named too
 	commits := b.tail.take()
 	for _, chunk := range checkpointChunks(commits) {
 		if err := b.applyCheckpoint(ctx, chunk); err != nil {
