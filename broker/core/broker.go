@@ -107,6 +107,10 @@ type Broker struct {
 	// InlineLogBytes of frames (see inline.go), not at its next tick.
 	snapshotDue chan struct{}
 
+	// unnames are the objects whose replica sets name members that never
+	// held them (unname.go); nil on a lone broker.
+	unnames *unnames
+
 	stop chan struct{}
 	wg   sync.WaitGroup
 }
@@ -194,6 +198,9 @@ func Open(cfg Config) (*Broker, error) {
 			return nil, stream.StreamDirectoryUnusable.Wrap(err, "path", dir, "reason", "the journal cannot be opened")
 		}
 		b.journal, b.tail = j, newTailState()
+		if cfg.Cluster != nil && cfg.Peers != nil {
+			b.unnames = newUnnames() // the ensemble path's objects only
+		}
 		journalMax = journalMaxID(j)
 		if cl := cfg.Cluster; cl != nil && cl.Number == 0 {
 			// A lone broker's directory taken into a cluster: a cluster
@@ -259,6 +266,10 @@ func Open(cfg Config) (*Broker, error) {
 	if b.tail != nil {
 		b.wg.Add(1)
 		go func() { defer b.wg.Done(); b.checkpointLoop() }()
+	}
+	if b.unnames != nil {
+		b.wg.Add(1)
+		go func() { defer b.wg.Done(); b.unnameLoop() }()
 	}
 	if b.tiering != nil {
 		b.wg.Add(1)

@@ -11,7 +11,6 @@ import (
 	"github.com/picomq/picomq/broker/ensemble"
 	"github.com/picomq/picomq/broker/journal"
 	"github.com/picomq/picomq/broker/meta"
-	"github.com/picomq/picomq/broker/node"
 	"github.com/picomq/picomq/broker/objstore"
 	"github.com/picomq/picomq/broker/stream"
 )
@@ -37,7 +36,7 @@ import (
 //      (holders), as a member down less than repair's grace counts as a
 //      copy; one whose straggling failed is never named for long: before
 //      the checkpoint the tail leaves it out, after it the owner takes it
-//      out of the set (unname) — repair counts each name as a copy and
+//      out of the set (unname.go) — repair counts each name as a copy and
 //      copies from it, so a name without one would hide a missing copy.
 //  11. An object that cannot reach a quorum answers its appends
 //      APPEND_OUTCOME_UNKNOWN and rolls their streams back to a new epoch,
@@ -111,9 +110,6 @@ const (
 	// straggleFor is how long an object is still sent, in the background,
 	// to the members that were not durable at its quorum.
 	straggleFor = 30 * time.Second
-	// unnameFor bounds how long a member's failed straggling is taken
-	// out of its object's replica set (unname) before it is only logged.
-	unnameFor = 5 * time.Minute
 	// fenceGrace is how long a recovery waits for the rest of an ensemble
 	// once a read quorum answered its fences.
 	fenceGrace = 200 * time.Millisecond
@@ -249,7 +245,7 @@ func (b *Broker) replicate(o journal.Object, ensembles [][]string) (*holders, er
 				}
 				cancel()
 				if err == nil && len(missing) > 0 {
-					b.unname(o.ID, missing)
+					b.unnames.add(o.ID, missing)
 				}
 			}()
 			if err != nil {
@@ -292,48 +288,6 @@ func (h *holders) list() []string {
 		}
 	}
 	return out
-}
-
-// unname takes members that will never hold object id (their straggling
-// failed) out of its replica set, once a checkpoint named them (decision
-// 10): repair counts each name as a copy, and copies from it. Before its
-// checkpoint, the tail names them no more (holders.list).
-func (b *Broker) unname(id uint64, missing []string) {
-	wait := 200 * time.Millisecond
-	for deadline := time.Now().Add(unnameFor); time.Now().Before(deadline); {
-		select {
-		case <-b.stop:
-			return
-		case <-time.After(wait):
-		}
-		if b.tail.holds(id) {
-			continue // not checkpointed yet
-		}
-		var cur []string
-		b.fsm.View(func(s *meta.State) {
-			if o, ok := s.Objects[id]; ok {
-				cur = slices.Clone(o.Replicas)
-			}
-		})
-		next := slices.DeleteFunc(slices.Clone(cur), func(m string) bool { return slices.Contains(missing, m) })
-		if len(next) == len(cur) || len(next) == 0 {
-			return // merged, collected, moved meanwhile, or never named them
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), applyTimeout)
-		err := b.MoveReplicas(ctx, id, cur, next)
-		cancel()
-		switch {
-		case err == nil:
-			b.cfg.Logger.Info("members an object was sent to never held it: its replica set no longer names them; repair makes the copies",
-				"object", id, "missing", missing, "replicas", next)
-			return
-		case errors.Is(err, node.ReplicasChanged):
-			// Moved meanwhile: look at the new set.
-		default:
-			wait = min(2*wait, 5*time.Second)
-		}
-	}
-	b.cfg.Logger.Warn("members an object was sent to never held it, and its replica set still names them", "object", id, "missing", missing)
 }
 
 // sendUntil sends o to member until it is durable there, it refuses it, or
