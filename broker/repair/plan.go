@@ -100,7 +100,8 @@ const maxStuckExamples = 3
 // neither removed nor leaving, and are live or down for less than the
 // grace. With R of them, the set drops the others (no copy). With fewer,
 // one more copy is made from a live holder — one that stays first, in the
-// set's order — to a live member that stays and holds none, picked by
+// set's order; the runner tries the others (Move.Others) when one answers
+// it holds no copy — to a live member that stays and holds none, picked by
 // rendezvous hashing (every leader picks the same), and the set keeps its
 // departing copies until enough copies that count exist.
 func Plan(in Input) ([]Move, Summary) {

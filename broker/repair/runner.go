@@ -287,9 +287,12 @@ func (r *Runner) move(ctx context.Context, mv Move) error {
 		r.m.copies.Inc()
 		r.m.bytes.Add(float64(mv.Size))
 		if len(missing) > 0 {
+			// The set as it was, less the names without a copy, plus the
+			// new one: its departing copies stay until enough copies
+			// that count exist (Plan), which the next round sees.
 			r.cfg.Logger.Warn("repair: members named among an object's replicas hold no copy of it; the set no longer names them",
 				"object", mv.Object, "missing", missing, "set", mv.Old)
-			mv.New = slices.DeleteFunc(slices.Clone(mv.New), func(id string) bool { return slices.Contains(missing, id) })
+			mv.New = append(slices.DeleteFunc(slices.Clone(mv.Old), func(id string) bool { return slices.Contains(missing, id) }), mv.To)
 		}
 	}
 	if err := r.cl.Commit(ctx, mv.Object, mv.Old, mv.New); err != nil {

@@ -25,6 +25,10 @@ type fakeCluster struct {
 	failTo  string              // copies to this member fail
 	held    error               // CanMove's answer
 	copied  int                 // copies made
+	// named: a set may name a member without a file (repair must cope);
+	// otherwise a copy from one is a planning bug.
+	named bool
+	tried []string // the sources of every copy asked for
 }
 
 func (f *fakeCluster) CanMove() error {
@@ -58,8 +62,13 @@ func (f *fakeCluster) Copy(_ context.Context, id uint64, from, to string) error 
 	if to == f.failTo {
 		return context.DeadlineExceeded
 	}
+	f.tried = append(f.tried, from)
 	if !slices.Contains(f.copies[id], from) {
-		// As CopyBetween answers when the source's handler finds no copy.
+		if !f.named {
+			panic("copy from a member without a file")
+		}
+		// As CopyBetween fails when the source's peer answers that it
+		// holds no copy (the refusal wrapped).
 		return replication.ReplicaUnavailable.Wrap(replication.ReplicaNotFound.With("object", id), "object", id, "member", from, "reason", "the source's copy could not be read")
 	}
 	f.copies[id] = append(f.copies[id], to)
@@ -197,6 +206,7 @@ func TestRunnerCopiesFromTheNextHolderWhenANamedOneHasNone(t *testing.T) {
 	f := &fakeCluster{state: st, copies: map[uint64][]string{}}
 	st.Objects[1] = &meta.Object{ID: 1, Size: 10, Replicas: []string{"a", "l"}}
 	f.copies[1] = []string{"l"} // a was named, never written
+	f.named = true
 	f.members = []Member{{ID: "a", Live: true}, {ID: "l", Live: true, Leaving: true}, {ID: "c", Live: true}}
 	var logged syncbuf.Buffer
 	r := New(Config{Logger: slog.New(slog.NewTextHandler(&logged, nil))}, f)
@@ -204,8 +214,9 @@ func TestRunnerCopiesFromTheNextHolderWhenANamedOneHasNone(t *testing.T) {
 	if _, err := r.Round(ctx); err != nil {
 		t.Fatalf("first round: %v\n%s", err, logged.String())
 	}
-	if got := st.Objects[1].Replicas; !slices.Equal(got, []string{"c"}) {
-		t.Fatalf("after the first round: replicas %v, want [c] (copied from l; a named no more)", got)
+	// l, leaving, keeps its name until enough copies that count exist.
+	if got := st.Objects[1].Replicas; !slices.Equal(got, []string{"l", "c"}) {
+		t.Fatalf("after the first round: replicas %v, want [l c] (copied from l; a named no more)", got)
 	}
 	if out := logged.String(); !strings.Contains(out, "hold no copy") || !strings.Contains(out, "missing=[a]") {
 		t.Errorf("the member without a copy not logged:\n%s", out)
@@ -226,10 +237,14 @@ func TestRunnerFailsWhenNoNamedHolderHasACopy(t *testing.T) {
 	st := meta.NewState()
 	f := &fakeCluster{state: st, copies: map[uint64][]string{}}
 	st.Objects[1] = &meta.Object{ID: 1, Size: 10, Replicas: []string{"a", "l"}}
+	f.named = true
 	f.members = []Member{{ID: "a", Live: true}, {ID: "l", Live: true, Leaving: true}, {ID: "c", Live: true}}
 	r := New(Config{}, f)
 	if _, err := r.Round(context.Background()); !errors.Is(err, replication.ReplicaNotFound) {
 		t.Fatalf("round: %v, want REPLICA_NOT_FOUND", err)
+	}
+	if !slices.Equal(f.tried, []string{"a", "l"}) {
+		t.Fatalf("copies tried from %v, want from a, then l", f.tried)
 	}
 	if got := st.Objects[1].Replicas; !slices.Equal(got, []string{"a", "l"}) {
 		t.Fatalf("replicas %v after a failed move, want [a l] unchanged", got)

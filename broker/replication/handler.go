@@ -147,6 +147,10 @@ func (h *handler) object(w http.ResponseWriter, r *http.Request) {
 			_, _ = w.Write(raw)
 			return
 		}
+		// Written to its file, and its journal segment dropped, between
+		// the two looks: "not found" would be false (repair stops
+		// naming a member that answers so).
+		f, size, err = h.cfg.Store.OpenObject(id)
 	}
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
@@ -183,6 +187,8 @@ func (h *handler) frame(w http.ResponseWriter, r *http.Request) {
 	if errors.Is(err, fs.ErrNotExist) && h.cfg.Frames != nil {
 		if f, ok := h.cfg.Frames(id, pos, n); ok {
 			frame, err = f, nil
+		} else {
+			frame, err = h.cfg.Store.ReadFrameRaw(id, pos, n) // made a file meanwhile, as in object
 		}
 	}
 	switch {
