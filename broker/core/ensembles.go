@@ -256,9 +256,10 @@ func (b *Broker) replicate(o journal.Object, ensembles [][]string) (*holders, er
 	}
 }
 
-// holders are the members holding an object durable, in the order it
-// was sent to them (this member first), as its answers come: the
-// checkpoint names them (decision 10).
+// holders are the members an object was sent to (this member first),
+// less those that will not hold it — that refused it, or whose
+// straggling ended —, as their answers come: the checkpoint names them
+// (decision 10).
 type holders struct {
 	mu     sync.Mutex
 	order  []string
