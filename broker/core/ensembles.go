@@ -37,7 +37,11 @@ import (
 //      copy; one whose straggling failed is never named for long: before
 //      the checkpoint the tail leaves it out, after it the owner takes it
 //      out of the set (unname.go) — repair counts each name as a copy and
-//      copies from it, so a name without one would hide a missing copy.
+//      copies from it, so a name without one would hide a missing copy. A
+//      close (a hand-off, a stop) first lets the stragglers answer, for a
+//      second at most: the next owner's fence would refuse them, after
+//      the close's checkpoint named them, and a stopping owner would not
+//      be there to take the names out.
 //  11. An object that cannot reach a quorum answers its appends
 //      APPEND_OUTCOME_UNKNOWN and rolls their streams back to a new epoch,
 //      whose open recovers: it may adopt the object (it is durable
@@ -201,9 +205,7 @@ func (b *Broker) replicate(o journal.Object, ensembles [][]string) (*holders, er
 		select {
 		case a := <-answers:
 			pending--
-			if a.err != nil {
-				held.fail(a.member)
-			}
+			held.answer(a.member, a.err)
 			switch {
 			case a.err == nil:
 				durable[a.member] = true
@@ -238,8 +240,9 @@ func (b *Broker) replicate(o journal.Object, ensembles [][]string) (*holders, er
 			go func() { // the stragglers go on until straggleFor
 				var missing []string
 				for ; pending > 0; pending-- {
-					if a := <-answers; a.err != nil {
-						held.fail(a.member)
+					a := <-answers
+					held.answer(a.member, a.err)
+					if a.err != nil {
 						missing = append(missing, a.member)
 					}
 				}
@@ -261,21 +264,28 @@ func (b *Broker) replicate(o journal.Object, ensembles [][]string) (*holders, er
 // straggling ended —, as their answers come: the checkpoint names them
 // (decision 10).
 type holders struct {
-	mu     sync.Mutex
-	order  []string
-	failed map[string]bool
+	mu      sync.Mutex
+	order   []string
+	failed  map[string]bool
+	left    int           // members yet to answer
+	settled chan struct{} // closed once every member answered
 }
 
 func newHolders(order []string) *holders {
-	return &holders{order: order, failed: map[string]bool{}}
+	return &holders{order: order, failed: map[string]bool{}, left: len(order), settled: make(chan struct{})}
 }
 
-// fail records that member will not hold the object: it refused it, or
-// the straggling ended.
-func (h *holders) fail(member string) {
+// answer records member's answer: err nil once it holds the object
+// durable; otherwise it will not (a refusal, or the straggling ended).
+func (h *holders) answer(member string, err error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.failed[member] = true
+	if err != nil {
+		h.failed[member] = true
+	}
+	if h.left--; h.left == 0 {
+		close(h.settled)
+	}
 }
 
 // list returns the members holding the object or still being sent it.

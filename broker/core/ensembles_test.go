@@ -1017,3 +1017,41 @@ func TestReplicaSetsNameNoMemberThatNeverHeldTheObject(t *testing.T) {
 		}
 	})
 }
+
+// TestACloseLetsTheStragglersAnswerFirst: a hand-off closes a partition
+// whose last object p2 has not answered yet; p2 then refuses it (fenced,
+// as the next owner's open would). The close waits for the answer, so its
+// checkpoint names only the members that hold the object — a stopping
+// owner would not be there to take the name out afterwards.
+func TestACloseLetsTheStragglersAnswerFirst(t *testing.T) {
+	t.Parallel()
+	peers := newFakePeers(t, "m-0~test", "p1", "p2")
+	b := openOnPeers(t, peers)
+	ctx := context.Background()
+	mustCreate(t, b, "s", node.CreateOptions{})
+	sid := mustGet(t, b, "s").Partitions[0]
+	release := peers.hold("p2")
+	defer release()
+	appendNumbered(t, b, "s", 0, 1)
+	in, _ := b.fsm.Internal(sid)
+	go func() {
+		time.Sleep(100 * time.Millisecond) // the close is waiting by then
+		if _, err := peers.journals["p2"].Fence(sid, in.Epoch+1); err != nil {
+			t.Error(err)
+		}
+		release() // p2's journal refuses the object now
+	}()
+	if err := b.Release(ctx, func(id uint64) bool { return id == sid }); err != nil {
+		t.Fatal(err)
+	}
+	b.fsm.View(func(s *meta.State) {
+		if len(s.Objects) != 1 {
+			t.Fatalf("%d objects in the state, want the one append's", len(s.Objects))
+		}
+		for id, o := range s.Objects {
+			if want := []string{"m-0~test", "p1"}; !slices.Equal(o.Replicas, want) {
+				t.Errorf("object %d: the close's checkpoint names %v, want %v (p2 refused it)", id, o.Replicas, want)
+			}
+		}
+	})
+}

@@ -193,6 +193,31 @@ func (t *tailState) index(c *meta.Commit) {
 	}
 }
 
+// settle waits until every member the tail's objects were sent to has
+// answered, or deadline, or ctx ends.
+func (t *tailState) settle(ctx context.Context, deadline time.Time) {
+	t.mu.Lock()
+	waits := make([]<-chan struct{}, 0, len(t.held))
+	for _, h := range t.held {
+		waits = append(waits, h.settled)
+	}
+	t.mu.Unlock()
+	if len(waits) == 0 {
+		return
+	}
+	timer := time.NewTimer(time.Until(deadline))
+	defer timer.Stop()
+	for _, w := range waits {
+		select {
+		case <-w:
+		case <-timer.C:
+			return
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
 // take returns the commits waiting (the caller checkpoints them), each
 // replicated one naming the members that hold its object or are still
 // being sent it: not those whose straggling failed since its quorum.

@@ -76,6 +76,11 @@ func (b *Broker) Revoke(which func(id uint64) bool) {
 	}
 }
 
+// closeSettle bounds how long a close waits for the stragglers of the
+// objects not yet checkpointed (a healthy member answers within
+// milliseconds; one that is away stays named, its copy still coming).
+const closeSettle = time.Second
+
 // closeOpen closes in the log every partition this node opened that which
 // selects, once the appends admitted for them are answered (committed
 // under the epoch they were admitted at, or refused).
@@ -93,6 +98,12 @@ func (b *Broker) closeOpen(ctx context.Context, which func(id uint64) bool) erro
 	}
 	if len(parts) == 0 {
 		return nil
+	}
+	if b.tail != nil {
+		// The stragglers answer first, so that the checkpoint names only
+		// members that hold its objects: the next owner's fence would
+		// refuse them after it (ensembles.go, decision 10).
+		b.tail.settle(ctx, time.Now().Add(closeSettle))
 	}
 	// Every append admitted is answered, and the apply checkpoints the
 	// tail first: the closes are drained (ensembles.go, decision 14) —

@@ -34,6 +34,9 @@ const (
 type unnames struct {
 	mu      sync.Mutex
 	pending map[uint64]unname
+	// failing is the failure the last pass stopped at, logged when it
+	// changes ("" when the pass went through).
+	failing string
 }
 
 type unname struct {
@@ -102,9 +105,15 @@ func (b *Broker) unnamePass() {
 			u.mu.Unlock()
 		}
 		if err != nil && !errors.Is(err, node.ReplicasChanged) {
+			if msg := err.Error(); msg != u.failing {
+				u.failing = msg
+				b.cfg.Logger.Warn("taking members that never held an object out of its replica set failed; tried again shortly",
+					"object", id, "missing", e.missing, "waiting", len(ids), "err", err)
+			}
 			return
 		}
 	}
+	u.failing = ""
 }
 
 // unnameOne takes missing out of object id's replica set. done is false
