@@ -67,6 +67,13 @@ func (u *unnames) add(id uint64, missing []string) {
 
 // unnameLoop takes the names out, until the broker stops.
 func (b *Broker) unnameLoop() {
+	// A command in flight ends with the stop: Close waits for this loop.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		<-b.stop
+		cancel()
+	}()
 	t := time.NewTicker(unnameEvery)
 	defer t.Stop()
 	for {
@@ -75,14 +82,14 @@ func (b *Broker) unnameLoop() {
 			return
 		case <-t.C:
 		}
-		b.unnamePass()
+		b.unnamePass(ctx)
 	}
 }
 
 // unnamePass takes out what it can now. It stops at the first failure
 // other than a set that changed meanwhile: the log is not taking commands
 // (no leader, an upgrade), and the next pass tries again.
-func (b *Broker) unnamePass() {
+func (b *Broker) unnamePass(ctx context.Context) {
 	u := b.unnames
 	u.mu.Lock()
 	ids := make([]uint64, 0, len(u.pending))
@@ -95,7 +102,7 @@ func (b *Broker) unnamePass() {
 		u.mu.Lock()
 		e := u.pending[id]
 		u.mu.Unlock()
-		done, err := b.unnameOne(id, e.missing)
+		done, err := b.unnameOne(ctx, id, e.missing)
 		if done || time.Since(e.since) > unnameFor {
 			if !done {
 				b.cfg.Logger.Warn("members an object was sent to never held it, and its replica set still names them", "object", id, "missing", e.missing, "err", err)
@@ -118,7 +125,7 @@ func (b *Broker) unnamePass() {
 
 // unnameOne takes missing out of object id's replica set. done is false
 // while its checkpoint is not taken, or the move failed.
-func (b *Broker) unnameOne(id uint64, missing []string) (done bool, err error) {
+func (b *Broker) unnameOne(ctx context.Context, id uint64, missing []string) (done bool, err error) {
 	if b.tail.holds(id) {
 		return false, nil // not checkpointed yet: the tail names them no more
 	}
@@ -132,7 +139,7 @@ func (b *Broker) unnameOne(id uint64, missing []string) (done bool, err error) {
 	if len(next) == len(cur) || len(next) == 0 {
 		return true, nil // merged, collected or moved meanwhile, or never named them
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), applyTimeout)
+	ctx, cancel := context.WithTimeout(ctx, applyTimeout)
 	defer cancel()
 	if err := b.MoveReplicas(ctx, id, cur, next); err != nil {
 		return false, err
