@@ -403,6 +403,22 @@ func (b *Broker) self() string {
 	return b.cfg.NodeID
 }
 
+// untilStopped returns a context that ends when the broker stops: a
+// loop's command in flight then ends at once (it may wait on a quorum a
+// cluster stopping as a whole does not have), and Close waits for the
+// loop.
+func (b *Broker) untilStopped() (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		select {
+		case <-b.stop:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, cancel
+}
+
 // apply proposes a command and returns its result. A refusal of the state
 // machine comes back as the error (metalog.Apply returns an error result
 // as its error), a failure of the log as STREAM_BACKEND_FAILED wrapping it.

@@ -25,15 +25,9 @@ func (b *Broker) maintainLoop() {
 	// broker that keeps crashing within its first pass would otherwise let
 	// it grow, and each start replay more.
 	b.snapshotIfDue()
-	// A pass under way when the broker stops ends at once: its commands
-	// may wait on a quorum that a cluster stopping as a whole does not
-	// have, and Close waits for this loop.
-	stopping, stopped := context.WithCancel(context.Background())
+	// A pass under way when the broker stops ends at once.
+	stopping, stopped := b.untilStopped()
 	defer stopped()
-	go func() {
-		<-b.stop
-		stopped()
-	}()
 	for {
 		select {
 		case <-b.stop:

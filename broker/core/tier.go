@@ -131,12 +131,8 @@ func (b *Broker) tierLoop() {
 	t := b.tiering
 	tick := time.NewTicker(t.cfg.Interval)
 	defer tick.Stop()
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := b.untilStopped()
 	defer cancel()
-	go func() {
-		<-b.stop
-		cancel()
-	}()
 	// Tell the status at once whether the bucket answers.
 	pctx, pcancel := context.WithTimeout(ctx, 10*time.Second)
 	if err := t.cfg.Bucket.Probe(pctx); err != nil {

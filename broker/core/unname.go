@@ -3,6 +3,7 @@ package core
 import (
 	"context"
 	"errors"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -67,13 +68,8 @@ func (u *unnames) add(id uint64, missing []string) {
 
 // unnameLoop takes the names out, until the broker stops.
 func (b *Broker) unnameLoop() {
-	// A command in flight ends with the stop: Close waits for this loop.
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := b.untilStopped() // a command in flight ends with the stop
 	defer cancel()
-	go func() {
-		<-b.stop
-		cancel()
-	}()
 	t := time.NewTicker(unnameEvery)
 	defer t.Stop()
 	for {
@@ -92,16 +88,11 @@ func (b *Broker) unnameLoop() {
 func (b *Broker) unnamePass(ctx context.Context) {
 	u := b.unnames
 	u.mu.Lock()
-	ids := make([]uint64, 0, len(u.pending))
-	for id := range u.pending {
-		ids = append(ids, id)
-	}
+	ids := slices.Sorted(maps.Keys(u.pending))
+	entries := maps.Clone(u.pending)
 	u.mu.Unlock()
-	slices.Sort(ids)
 	for _, id := range ids {
-		u.mu.Lock()
-		e := u.pending[id]
-		u.mu.Unlock()
+		e := entries[id]
 		done, err := b.unnameOne(ctx, id, e.missing)
 		if done || time.Since(e.since) > unnameFor {
 			if !done {
