@@ -923,20 +923,9 @@ func TestOpenRefusedAtOnceWhenTheSlotLeft(t *testing.T) {
 // it). A member out of an object's set holds a dead copy in its journal.
 func TestReplicaSetsNameNoMemberThatNeverHeldTheObject(t *testing.T) {
 	t.Parallel()
-	peers := newFakePeers(t, "m-0~test", "p1", "p2")
-	b := openOnPeers(t, peers)
+	peers, b, sid := onThreeMembers(t)
 	ctx := context.Background()
-	mustCreate(t, b, "s", node.CreateOptions{})
-	sid := mustGet(t, b, "s").Partitions[0]
-	named := func() map[uint64][]string {
-		out := map[uint64][]string{}
-		b.fsm.View(func(s *meta.State) {
-			for id, o := range s.Objects {
-				out[id] = slices.Clone(o.Replicas)
-			}
-		})
-		return out
-	}
+	named := func() map[uint64][]string { return objectSets(b) }
 	// appendCheckpointed appends one record and checkpoints it, returning
 	// its object and the set the checkpoint named.
 	appendCheckpointed := func(rec int) (uint64, []string) {
@@ -972,8 +961,7 @@ func TestReplicaSetsNameNoMemberThatNeverHeldTheObject(t *testing.T) {
 	}
 
 	// p2 refuses it at once (fenced past the epoch): not named.
-	in, _ := b.fsm.Internal(sid)
-	if _, err := peers.journals["p2"].Fence(sid, in.Epoch+1); err != nil {
+	if err := fenceNextEpoch(peers, b, sid, "p2"); err != nil {
 		t.Fatal(err)
 	}
 	// (Its refusal may be read just after the quorum, and the checkpoint
@@ -1025,33 +1013,58 @@ func TestReplicaSetsNameNoMemberThatNeverHeldTheObject(t *testing.T) {
 // owner would not be there to take the name out afterwards.
 func TestACloseLetsTheStragglersAnswerFirst(t *testing.T) {
 	t.Parallel()
-	peers := newFakePeers(t, "m-0~test", "p1", "p2")
-	b := openOnPeers(t, peers)
-	ctx := context.Background()
-	mustCreate(t, b, "s", node.CreateOptions{})
-	sid := mustGet(t, b, "s").Partitions[0]
+	peers, b, sid := onThreeMembers(t)
 	release := peers.hold("p2")
 	defer release()
 	appendNumbered(t, b, "s", 0, 1)
-	in, _ := b.fsm.Internal(sid)
 	go func() {
 		time.Sleep(100 * time.Millisecond) // the close is waiting by then
-		if _, err := peers.journals["p2"].Fence(sid, in.Epoch+1); err != nil {
+		if err := fenceNextEpoch(peers, b, sid, "p2"); err != nil {
 			t.Error(err)
 		}
 		release() // p2's journal refuses the object now
 	}()
-	if err := b.Release(ctx, func(id uint64) bool { return id == sid }); err != nil {
+	if err := b.Release(context.Background(), func(id uint64) bool { return id == sid }); err != nil {
 		t.Fatal(err)
 	}
-	b.fsm.View(func(s *meta.State) {
-		if len(s.Objects) != 1 {
-			t.Fatalf("%d objects in the state, want the one append's", len(s.Objects))
+	sets := objectSets(b)
+	if len(sets) != 1 {
+		t.Fatalf("%d objects in the state, want the one append's", len(sets))
+	}
+	for id, set := range sets {
+		if want := []string{"m-0~test", "p1"}; !slices.Equal(set, want) {
+			t.Errorf("object %d: the close's checkpoint names %v, want %v (p2 refused it)", id, set, want)
 		}
+	}
+}
+
+// onThreeMembers opens a member whose ensemble is itself, p1 and p2, and
+// creates stream "s" on it; it returns the peers, the member and the
+// stream's partition.
+func onThreeMembers(t *testing.T) (*fakePeers, *Broker, uint64) {
+	t.Helper()
+	peers := newFakePeers(t, "m-0~test", "p1", "p2")
+	b := openOnPeers(t, peers)
+	mustCreate(t, b, "s", node.CreateOptions{})
+	return peers, b, mustGet(t, b, "s").Partitions[0]
+}
+
+// objectSets are the replica sets of the objects b's state holds.
+func objectSets(b *Broker) map[uint64][]string {
+	out := map[uint64][]string{}
+	b.fsm.View(func(s *meta.State) {
 		for id, o := range s.Objects {
-			if want := []string{"m-0~test", "p1"}; !slices.Equal(o.Replicas, want) {
-				t.Errorf("object %d: the close's checkpoint names %v, want %v (p2 refused it)", id, o.Replicas, want)
-			}
+			out[id] = slices.Clone(o.Replicas)
 		}
 	})
+	return out
+}
+
+// fenceNextEpoch fences member's journal for partition id past its epoch
+// now, as the partition's next owner's open would: member refuses the
+// objects of that epoch from then on.
+func fenceNextEpoch(peers *fakePeers, b *Broker, id uint64, member string) error {
+	in, _ := b.fsm.Internal(id)
+	_, err := peers.journals[member].Fence(id, in.Epoch+1)
+	return err
 }

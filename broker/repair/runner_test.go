@@ -202,12 +202,8 @@ func TestRunnerSaysWhenStuck(t *testing.T) {
 // failing every round, the set stops naming the member without one, and
 // a later round gives it a real copy.
 func TestRunnerCopiesFromTheNextHolderWhenANamedOneHasNone(t *testing.T) {
-	st := meta.NewState()
-	f := &fakeCluster{state: st, copies: map[uint64][]string{}}
-	st.Objects[1] = &meta.Object{ID: 1, Size: 10, Replicas: []string{"a", "l"}}
+	st, f := namedAAndLeavingL()
 	f.copies[1] = []string{"l"} // a was named, never written
-	f.named = true
-	f.members = []Member{{ID: "a", Live: true}, {ID: "l", Live: true, Leaving: true}, {ID: "c", Live: true}}
 	var logged syncbuf.Buffer
 	r := New(Config{Logger: slog.New(slog.NewTextHandler(&logged, nil))}, f)
 	ctx := context.Background()
@@ -234,11 +230,7 @@ func TestRunnerCopiesFromTheNextHolderWhenANamedOneHasNone(t *testing.T) {
 // names answers that it holds none: the move fails (nothing to copy from)
 // and the set is left as it is, never emptied.
 func TestRunnerFailsWhenNoNamedHolderHasACopy(t *testing.T) {
-	st := meta.NewState()
-	f := &fakeCluster{state: st, copies: map[uint64][]string{}}
-	st.Objects[1] = &meta.Object{ID: 1, Size: 10, Replicas: []string{"a", "l"}}
-	f.named = true
-	f.members = []Member{{ID: "a", Live: true}, {ID: "l", Live: true, Leaving: true}, {ID: "c", Live: true}}
+	st, f := namedAAndLeavingL() // neither holds a file
 	r := New(Config{}, f)
 	if _, err := r.Round(context.Background()); !errors.Is(err, replication.ReplicaNotFound) {
 		t.Fatalf("round: %v, want REPLICA_NOT_FOUND", err)
@@ -249,4 +241,15 @@ func TestRunnerFailsWhenNoNamedHolderHasACopy(t *testing.T) {
 	if got := st.Objects[1].Replicas; !slices.Equal(got, []string{"a", "l"}) {
 		t.Fatalf("replicas %v after a failed move, want [a l] unchanged", got)
 	}
+}
+
+// namedAAndLeavingL is a cluster whose object 1's set names a and l (l
+// leaving), with c live beside them; who holds a file of it is the
+// test's to say, and a set may name a member without one.
+func namedAAndLeavingL() (*meta.State, *fakeCluster) {
+	st := meta.NewState()
+	f := &fakeCluster{state: st, copies: map[uint64][]string{}, named: true}
+	st.Objects[1] = &meta.Object{ID: 1, Size: 10, Replicas: []string{"a", "l"}}
+	f.members = []Member{{ID: "a", Live: true}, {ID: "l", Live: true, Leaving: true}, {ID: "c", Live: true}}
+	return st, f
 }
